@@ -1,0 +1,202 @@
+#include "temb/kernels/embedding_spec.h"
+
+#include <cfloat>
+#include <cmath>
+#include <limits>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "temb/kernels/frequencies.h"
+
+namespace temb {
+namespace {
+
+// Largest exponent whose float32 exp is finite: expf(88.72) overflows.
+constexpr double kMaxFloatExponent = 88.0;
+
+absl::Status InvalidArgument(absl::string_view message) {
+  return absl::InvalidArgumentError(message);
+}
+
+std::string FormatNumber(double value) { return absl::StrFormat("%.9g", value); }
+
+// The output value a timestep becomes under repeat_only, in the output dtype.
+bool RepeatedValueFinite(DType dtype, float t) {
+  switch (dtype) {
+    case DType::kFloat16:
+      return std::isfinite(HalfToFloat(FloatToHalf(t)));
+    case DType::kBFloat16:
+      return std::isfinite(BFloat16ToFloat(FloatToBFloat16(t)));
+    case DType::kFloat32:
+    case DType::kFloat64:
+      return true;
+  }
+  return true;
+}
+
+}  // namespace
+
+absl::string_view LayoutName(Layout layout) {
+  return layout == Layout::kInterleaved ? "interleaved" : "halves";
+}
+
+absl::string_view PrecisionName(Precision precision) {
+  return precision == Precision::kFloat64 ? "fp64" : "fp32";
+}
+
+bool operator==(const EmbeddingSpec& a, const EmbeddingSpec& b) {
+  return a.dim == b.dim && a.max_period == b.max_period &&
+         a.flip_sin_to_cos == b.flip_sin_to_cos &&
+         a.downscale_freq_shift == b.downscale_freq_shift &&
+         a.scale == b.scale && a.time_factor == b.time_factor &&
+         a.repeat_only == b.repeat_only && a.layout == b.layout &&
+         a.dtype == b.dtype && a.precision == b.precision;
+}
+
+std::string SpecDebugString(const EmbeddingSpec& spec) {
+  return absl::StrCat(
+      "dim=", spec.dim, " max_period=", FormatNumber(spec.max_period),
+      " flip_sin_to_cos=", spec.flip_sin_to_cos ? "true" : "false",
+      " downscale_freq_shift=", FormatNumber(spec.downscale_freq_shift),
+      " scale=", FormatNumber(spec.scale),
+      " time_factor=", FormatNumber(spec.time_factor),
+      " repeat_only=", spec.repeat_only ? "true" : "false",
+      " layout=", LayoutName(spec.layout), " dtype=", DTypeName(spec.dtype),
+      " precision=", PrecisionName(spec.precision));
+}
+
+int64_t OutputBytes(const EmbeddingSpec& spec, int64_t batch) {
+  const int64_t row = spec.row_bytes();
+  if (batch <= 0 || row <= 0) return 0;
+  if (batch > std::numeric_limits<int64_t>::max() / row) {
+    return std::numeric_limits<int64_t>::max();
+  }
+  return batch * row;
+}
+
+absl::Status ValidateSpec(const EmbeddingSpec& spec, const Limits& limits) {
+  if (spec.dim < 1) {
+    return InvalidArgument(absl::StrCat("dim must be in [1, ", limits.max_dim,
+                                        "], got ", spec.dim));
+  }
+  if (spec.dim > limits.max_dim) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "dim must be in [1, ", limits.max_dim, "], got ", spec.dim));
+  }
+  if (spec.repeat_only) return absl::OkStatus();  // no frequency parameters used
+
+  if (!std::isfinite(spec.max_period) || spec.max_period <= 0) {
+    return InvalidArgument(absl::StrCat(
+        "max_period must be finite and > 0, got ", FormatNumber(spec.max_period)));
+  }
+  if (!std::isfinite(spec.downscale_freq_shift)) {
+    return InvalidArgument(absl::StrCat("downscale_freq_shift must be finite, got ",
+                                        FormatNumber(spec.downscale_freq_shift)));
+  }
+  if (!std::isfinite(spec.scale)) {
+    return InvalidArgument(
+        absl::StrCat("scale must be finite, got ", FormatNumber(spec.scale)));
+  }
+  if (!std::isfinite(spec.time_factor)) {
+    return InvalidArgument(absl::StrCat("time_factor must be finite, got ",
+                                        FormatNumber(spec.time_factor)));
+  }
+  if (spec.layout == Layout::kInterleaved && spec.dim % 2 != 0) {
+    return InvalidArgument(absl::StrCat(
+        "dim must be even with layout=interleaved, got ", spec.dim));
+  }
+  const int half = spec.half_dim();
+  if (half == 0) return absl::OkStatus();  // dim 1: one zero column
+  const double divisor = half - spec.downscale_freq_shift;
+  if (divisor == 0.0 ||
+      static_cast<float>(half - static_cast<float>(spec.downscale_freq_shift)) == 0.0f) {
+    return InvalidArgument(absl::StrCat(
+        "dim / 2 - downscale_freq_shift must be non-zero (it divides the "
+        "frequency exponent), got dim=",
+        spec.dim, " downscale_freq_shift=", FormatNumber(spec.downscale_freq_shift)));
+  }
+  // The largest |exponent| is reached at i = H - 1.
+  const double max_exponent =
+      std::fabs(std::log(spec.max_period)) * (half - 1) / std::fabs(divisor);
+  if (max_exponent > kMaxFloatExponent) {
+    return InvalidArgument(absl::StrCat(
+        "frequencies overflow: |ln(max_period) * (dim/2 - 1) / (dim/2 - "
+        "downscale_freq_shift)| must be <= ",
+        kMaxFloatExponent, ", got ", FormatNumber(max_exponent)));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ValidateTimesteps(const EmbeddingSpec& spec,
+                               absl::Span<const float> timesteps,
+                               const Limits& limits) {
+  const int64_t batch = static_cast<int64_t>(timesteps.size());
+  if (batch > limits.max_batch) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "batch size (number of timesteps) must be <= ", limits.max_batch,
+        ", got ", batch));
+  }
+  const int64_t bytes = OutputBytes(spec, batch);
+  if (bytes > limits.max_output_bytes) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "output size (batch * dim * dtype bytes) must be <= ",
+        limits.max_output_bytes, " bytes, got ", bytes));
+  }
+  int64_t largest = -1;
+  for (int64_t n = 0; n < batch; ++n) {
+    const float t = timesteps[n];
+    if (!std::isfinite(t)) {
+      return InvalidArgument(absl::StrCat("timesteps[", n, "] must be finite, got ",
+                                          FormatNumber(t)));
+    }
+    if (largest < 0 || std::fabs(t) > std::fabs(timesteps[largest])) largest = n;
+  }
+  if (largest < 0) return absl::OkStatus();
+  const float t_max = timesteps[largest];
+
+  if (spec.repeat_only) {
+    if (!RepeatedValueFinite(spec.dtype, t_max)) {
+      return InvalidArgument(absl::StrCat(
+          "timesteps[", largest, "] = ", FormatNumber(t_max),
+          " is not representable in dtype ", DTypeName(spec.dtype),
+          " (repeat_only copies timesteps into the output)"));
+    }
+    return absl::OkStatus();
+  }
+  if (spec.half_dim() == 0) return absl::OkStatus();
+
+  // Rounding is monotonic, so the largest |t| gives the largest angle; check
+  // it with the exact operations the kernels perform.
+  bool finite;
+  if (spec.precision == Precision::kFloat32) {
+    const std::vector<float> freqs = Float32Frequencies(spec);
+    float f_max = 0.0f;
+    for (float f : freqs) f_max = std::fmax(f_max, f);
+    const float t_scaled = static_cast<float>(spec.time_factor) * std::fabs(t_max);
+    const float angle = Float32Angle(t_scaled, f_max, static_cast<float>(spec.scale),
+                                     spec.scale != 1.0);
+    finite = std::isfinite(t_scaled) && std::isfinite(angle);
+  } else {
+    const std::vector<double> freqs = Float64Frequencies(spec);
+    double f_max = 0.0;
+    for (double f : freqs) f_max = std::fmax(f_max, f);
+    finite = std::isfinite(spec.time_factor * std::fabs(t_max) * f_max * spec.scale);
+  }
+  if (!finite) {
+    return InvalidArgument(absl::StrCat(
+        "timesteps[", largest, "] = ", FormatNumber(t_max),
+        " overflows the angle time_factor * t * frequency * scale (time_factor=",
+        FormatNumber(spec.time_factor), ", scale=", FormatNumber(spec.scale), ")"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ValidateRequest(const EmbeddingSpec& spec,
+                             absl::Span<const float> timesteps,
+                             const Limits& limits) {
+  absl::Status status = ValidateSpec(spec, limits);
+  if (!status.ok()) return status;
+  return ValidateTimesteps(spec, timesteps, limits);
+}
+
+}  // namespace temb

@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# Installs everything temb needs to build, test and serve on Debian 12:
+# Debian packages (skipped when already present) and a Python virtualenv in
+# .venv for the Python client and the protocol-compatibility tests.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+APT_PACKAGES=(
+  build-essential cmake ninja-build ccache pkg-config git ca-certificates
+  libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
+  libabsl-dev libgtest-dev libgmock-dev libbenchmark-dev prometheus-cpp-dev
+  libsleef-dev libspdlog-dev libfmt-dev nlohmann-json3-dev
+  openssl curl procps python3 python3-venv python3-pip
+)
+
+missing=()
+for pkg in "${APT_PACKAGES[@]}"; do
+  dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" ||
+    missing+=("$pkg")
+done
+if ((${#missing[@]})); then
+  echo "install-deps: installing ${missing[*]}"
+  SUDO=""
+  [[ $(id -u) -ne 0 ]] && SUDO="sudo"
+  $SUDO apt-get -o DPkg::Lock::Timeout=900 update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get -o DPkg::Lock::Timeout=900 \
+    install -y -qq --no-install-recommends "${missing[@]}"
+fi
+
+# nvcc is optional: the CUDA toolkit is not a Debian package here.  When it is
+# installed (/usr/local/cuda) CMake finds it and builds the CUDA backend.
+
+if [[ "${TEMB_SKIP_PYTHON:-0}" != 1 ]]; then
+  PYTHON="${PYTHON:-python3}"
+  if [[ ! -x .venv/bin/python ]]; then
+    "$PYTHON" -m venv .venv
+  fi
+  .venv/bin/python -m pip install -q --upgrade pip
+  .venv/bin/python -m pip install -q -r scripts/requirements-dev.txt
+fi
+echo "install-deps: done"
