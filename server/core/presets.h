@@ -1,0 +1,48 @@
+// Named embedding conventions per model family ("sd15", "sdxl", "flux", ...).
+//
+// The built-in catalogue is compiled in from presets.textproto (format:
+// temb.v1.PresetCatalog); a server may replace it with the user's own file.
+#ifndef TEMB_SERVER_CORE_PRESETS_H_
+#define TEMB_SERVER_CORE_PRESETS_H_
+
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "temb/kernels/embedding_spec.h"
+
+namespace temb {
+
+struct Preset {
+  std::string name;
+  std::string description;
+  // The fixed convention; spec.dim is the default width and spec.dtype the
+  // default output dtype.
+  EmbeddingSpec spec;
+  // Whether callers may choose dim (e.g. "transformer", "ldm").
+  bool dim_overridable = false;
+};
+
+class PresetCatalog {
+ public:
+  // The catalogue compiled into the binary.
+  static const PresetCatalog& BuiltIn();
+  // Parses a temb.v1.PresetCatalog text proto.  INVALID_ARGUMENT on a syntax
+  // error, a duplicate or empty name, or a preset whose spec fails
+  // ValidateSpec (the message names the preset).
+  static absl::StatusOr<PresetCatalog> FromTextProto(absl::string_view text);
+  // Reads and parses a file; NOT_FOUND when it cannot be read.
+  static absl::StatusOr<PresetCatalog> FromFile(const std::string& path);
+
+  // nullptr when absent.
+  const Preset* Find(absl::string_view name) const;
+  const std::vector<Preset>& presets() const { return presets_; }
+
+ private:
+  std::vector<Preset> presets_;  // in file order
+};
+
+}  // namespace temb
+
+#endif  // TEMB_SERVER_CORE_PRESETS_H_
