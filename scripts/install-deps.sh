@@ -11,6 +11,7 @@ APT_PACKAGES=(
   libabsl-dev libgtest-dev libgmock-dev libbenchmark-dev prometheus-cpp-dev
   libsleef-dev libspdlog-dev libfmt-dev nlohmann-json3-dev
   openssl curl procps python3 python3-venv python3-pip
+  libb64-0d  # needed by the PyPI perf_analyzer binary (KServe load tests)
 )
 
 missing=()

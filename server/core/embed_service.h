@@ -1,7 +1,8 @@
 // EmbedService: the service core shared by every frontend (native temb.v1,
 // KServe v2) and by the CLI's in-process mode.  It resolves presets, validates
-// once, enforces limits, runs the backend and accounts metrics.  No gRPC types
-// here: frontends convert their messages to SpecRequest and back.
+// once, enforces limits and runs the backend.  No gRPC types here: frontends
+// convert their messages to SpecRequest and back, and account metrics and
+// request logs through RequestObserver (request_observer.h).
 #ifndef TEMB_SERVER_CORE_EMBED_SERVICE_H_
 #define TEMB_SERVER_CORE_EMBED_SERVICE_H_
 

@@ -18,7 +18,8 @@ struct Preset {
   std::string name;
   std::string description;
   // The fixed convention; spec.dim is the default width and spec.dtype the
-  // default output dtype.
+  // default output dtype.  spec.dim is 0 only for a dim_overridable preset
+  // without a default width (e.g. "ldm"): callers must then choose dim.
   EmbeddingSpec spec;
   // Whether callers may choose dim (e.g. "transformer", "ldm").
   bool dim_overridable = false;
@@ -29,8 +30,10 @@ class PresetCatalog {
   // The catalogue compiled into the binary.
   static const PresetCatalog& BuiltIn();
   // Parses a temb.v1.PresetCatalog text proto.  INVALID_ARGUMENT on a syntax
-  // error, a duplicate or empty name, or a preset whose spec fails
-  // ValidateSpec (the message names the preset).
+  // error (with line and column), a duplicate or empty name, a spec without
+  // flip_sin_to_cos or downscale_freq_shift, a missing dim on a preset that is
+  // not dim_overridable, or a spec that fails ValidateSpec with default
+  // Limits (the message names the preset).
   static absl::StatusOr<PresetCatalog> FromTextProto(absl::string_view text);
   // Reads and parses a file; NOT_FOUND when it cannot be read.
   static absl::StatusOr<PresetCatalog> FromFile(const std::string& path);

@@ -1,0 +1,209 @@
+#include "client/cli/common.h"
+
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <iostream>
+#include <sstream>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
+
+namespace temb::cli {
+
+int PrintError(const absl::Status& status) {
+  std::cerr << "error: " << StatusCodeName(static_cast<int>(status.code()))
+            << ": " << status.message() << std::endl;
+  return kExitError;
+}
+
+int PrintUsage(const std::string& command, const std::string& message,
+               const std::vector<FlagSpec>& specs) {
+  std::cerr << "usage error: " << message << "\n\nusage: temb " << command
+            << " [flags]\n"
+            << FlagHelp(specs);
+  return kExitUsage;
+}
+
+std::vector<FlagSpec> ConnectionFlags() {
+  return {
+      {"target", FlagType::kString,
+       "server URI, e.g. localhost:50051 or ipv4:127.0.0.1:7001,127.0.0.1:7002"},
+      {"timeout", FlagType::kDuration, "per-call deadline (default 30s)"},
+      {"channels", FlagType::kInt, "gRPC channels in the pool (default 1)"},
+      {"max_attempts", FlagType::kInt,
+       "attempts per call for UNAVAILABLE, 1 = no retry (default 4)"},
+  };
+}
+
+absl::StatusOr<ClientOptions> ClientOptionsFromArgs(const Args& args) {
+  ClientOptions options;
+  options.target = args.String("target").value_or("");
+  if (options.target.empty()) {
+    return absl::InvalidArgumentError("--target is required");
+  }
+  options.deadline = args.Duration("timeout").value_or(options.deadline);
+  options.channels =
+      static_cast<int>(args.Int("channels").value_or(options.channels));
+  options.max_attempts =
+      static_cast<int>(args.Int("max_attempts").value_or(options.max_attempts));
+  if (options.max_attempts < 1) {
+    return absl::InvalidArgumentError("--max_attempts must be >= 1");
+  }
+  return options;
+}
+
+std::vector<FlagSpec> SpecFlags() {
+  return {
+      {"preset", FlagType::kString, "preset name (see `temb info`)"},
+      {"dim", FlagType::kInt, "embedding width D"},
+      {"max_period", FlagType::kDouble, "P (default 10000)"},
+      {"flip_sin_to_cos", FlagType::kBool, "[cos, sin] instead of [sin, cos]"},
+      {"downscale_freq_shift", FlagType::kDouble, "0 (LDM) or 1 (DDPM)"},
+      {"scale", FlagType::kDouble, "multiplies the angle (default 1)"},
+      {"time_factor", FlagType::kDouble, "multiplies t first (Flux: 1000)"},
+      {"repeat_only", FlagType::kBool, "every column equals t"},
+      {"layout", FlagType::kString, "halves | interleaved"},
+      {"precision", FlagType::kString, "fp32 | fp64"},
+      {"dtype", FlagType::kString, "fp32 | fp16 | bf16 | fp64"},
+  };
+}
+
+absl::StatusOr<SpecRequest> SpecRequestFromArgs(const Args& args) {
+  SpecRequest request;
+  request.preset = args.String("preset").value_or("");
+  if (auto dim = args.Int("dim")) {
+    if (*dim < INT32_MIN || *dim > INT32_MAX) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--dim out of the int32 range: ", *dim));
+    }
+    request.dim = static_cast<int>(*dim);
+  }
+  request.max_period = args.Double("max_period");
+  request.flip_sin_to_cos = args.Bool("flip_sin_to_cos");
+  request.downscale_freq_shift = args.Double("downscale_freq_shift");
+  request.scale = args.Double("scale");
+  request.time_factor = args.Double("time_factor");
+  request.repeat_only = args.Bool("repeat_only");
+  if (auto layout = args.String("layout")) {
+    if (*layout == "halves") {
+      request.layout = Layout::kHalves;
+    } else if (*layout == "interleaved") {
+      request.layout = Layout::kInterleaved;
+    } else {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--layout must be halves or interleaved, got '", *layout, "'"));
+    }
+  }
+  if (auto precision = args.String("precision")) {
+    if (*precision == "fp32") {
+      request.precision = Precision::kFloat32;
+    } else if (*precision == "fp64") {
+      request.precision = Precision::kFloat64;
+    } else {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--precision must be fp32 or fp64, got '", *precision, "'"));
+    }
+  }
+  if (auto dtype = args.String("dtype")) {
+    absl::StatusOr<DType> parsed = ParseDType(*dtype);
+    if (!parsed.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--dtype: ", parsed.status().message()));
+    }
+    request.dtype = *parsed;
+  }
+  return request;
+}
+
+v1::DType ToProto(DType dtype) {
+  switch (dtype) {
+    case DType::kFloat32:
+      return v1::DTYPE_FP32;
+    case DType::kFloat16:
+      return v1::DTYPE_FP16;
+    case DType::kBFloat16:
+      return v1::DTYPE_BF16;
+    case DType::kFloat64:
+      return v1::DTYPE_FP64;
+  }
+  return v1::DTYPE_UNSPECIFIED;
+}
+
+absl::StatusOr<DType> FromProto(v1::DType dtype) {
+  switch (dtype) {
+    case v1::DTYPE_FP32:
+      return DType::kFloat32;
+    case v1::DTYPE_FP16:
+      return DType::kFloat16;
+    case v1::DTYPE_BF16:
+      return DType::kBFloat16;
+    case v1::DTYPE_FP64:
+      return DType::kFloat64;
+    default:
+      return absl::InvalidArgumentError(
+          absl::StrCat("unexpected tensor dtype ", static_cast<int>(dtype)));
+  }
+}
+
+v1::EmbedRequest ToProto(const SpecRequest& spec,
+                         const std::vector<float>& timesteps) {
+  v1::EmbedRequest request;
+  request.set_preset(spec.preset);
+  v1::EmbeddingSpec* out = request.mutable_spec();
+  if (spec.dim) out->set_dim(*spec.dim);
+  if (spec.max_period) out->set_max_period(*spec.max_period);
+  if (spec.flip_sin_to_cos) out->set_flip_sin_to_cos(*spec.flip_sin_to_cos);
+  if (spec.downscale_freq_shift) {
+    out->set_downscale_freq_shift(*spec.downscale_freq_shift);
+  }
+  if (spec.scale) out->set_scale(*spec.scale);
+  if (spec.time_factor) out->set_time_factor(*spec.time_factor);
+  if (spec.repeat_only) out->set_repeat_only(*spec.repeat_only);
+  if (spec.layout) {
+    out->set_layout(*spec.layout == Layout::kInterleaved
+                        ? v1::LAYOUT_INTERLEAVED
+                        : v1::LAYOUT_HALVES);
+  }
+  if (spec.precision) {
+    out->set_precision(*spec.precision == Precision::kFloat64
+                           ? v1::PRECISION_FP64
+                           : v1::PRECISION_FP32);
+  }
+  if (spec.dtype) request.set_dtype(ToProto(*spec.dtype));
+  request.mutable_timesteps()->Add(timesteps.begin(), timesteps.end());
+  return request;
+}
+
+absl::StatusOr<std::vector<float>> ParseTimesteps(const std::string& text) {
+  std::string content = text;
+  if (absl::StartsWith(text, "@")) {
+    std::ifstream file(text.substr(1), std::ios::binary);
+    if (!file) {
+      return absl::NotFoundError(
+          absl::StrCat("cannot read timesteps file '", text.substr(1), "'"));
+    }
+    std::stringstream buffer;
+    buffer << file.rdbuf();
+    content = buffer.str();
+  }
+  std::vector<float> values;
+  for (absl::string_view token :
+       absl::StrSplit(content, absl::ByAnyChar(", \t\r\n"), absl::SkipEmpty())) {
+    const std::string item(token);
+    char* end = nullptr;
+    errno = 0;
+    // strtof rounds the decimal text once, straight to float32.
+    const float value = std::strtof(item.c_str(), &end);
+    if (end != item.c_str() + item.size()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("timesteps: cannot parse '", item, "' as a number"));
+    }
+    values.push_back(value);
+  }
+  return values;
+}
+
+}  // namespace temb::cli

@@ -1,0 +1,143 @@
+#include "client/cli/output.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+
+namespace temb::cli {
+namespace {
+
+template <typename T>
+T LoadLittleEndian(const char* p) {
+  T value;
+  std::memcpy(&value, p, sizeof(T));  // the hosts temb supports are little-endian
+  return value;
+}
+
+// The exact decimal expansion of a binary value: glibc's printf is exact at
+// any precision, so print enough digits and drop the trailing zeros.  750
+// digits cover every double; fp16/bf16 values need far fewer.
+std::string ExactDecimal(double value) {
+  char buffer[800];
+  std::snprintf(buffer, sizeof(buffer), "%.750e", value);
+  std::string text = buffer;
+  const size_t e = text.find('e');
+  std::string mantissa = text.substr(0, e);
+  const std::string exponent = text.substr(e + 1);
+  while (!mantissa.empty() && mantissa.back() == '0') mantissa.pop_back();
+  if (!mantissa.empty() && mantissa.back() == '.') mantissa.pop_back();
+  const int exp10 = std::stoi(exponent);
+  // Positional notation in the range where %g would use it too.
+  std::string sign;
+  if (mantissa[0] == '-') {
+    sign = "-";
+    mantissa.erase(0, 1);
+  }
+  std::string digits = mantissa;
+  digits.erase(std::remove(digits.begin(), digits.end(), '.'), digits.end());
+  const int count = static_cast<int>(digits.size());
+  if (exp10 >= 0 && exp10 < 17) {
+    if (exp10 + 1 >= count) return sign + digits + std::string(exp10 + 1 - count, '0');
+    return sign + digits.substr(0, exp10 + 1) + "." + digits.substr(exp10 + 1);
+  }
+  if (exp10 < 0 && exp10 >= -5) {
+    return sign + "0." + std::string(-exp10 - 1, '0') + digits;
+  }
+  return absl::StrCat(sign, mantissa, "e", exp10);
+}
+
+const char* NpyDescr(DType dtype) {
+  switch (dtype) {
+    case DType::kFloat32:
+      return "<f4";
+    case DType::kFloat16:
+      return "<f2";
+    case DType::kBFloat16:
+      return "<u2";
+    case DType::kFloat64:
+      return "<f8";
+  }
+  return "<f4";
+}
+
+}  // namespace
+
+double ElementAt(const TensorView& tensor, int64_t i) {
+  const char* p = tensor.data.data() + i * DTypeSize(tensor.dtype);
+  switch (tensor.dtype) {
+    case DType::kFloat32:
+      return LoadLittleEndian<float>(p);
+    case DType::kFloat16:
+      return HalfToFloat(LoadLittleEndian<uint16_t>(p));
+    case DType::kBFloat16:
+      return BFloat16ToFloat(LoadLittleEndian<uint16_t>(p));
+    case DType::kFloat64:
+      return LoadLittleEndian<double>(p);
+  }
+  return 0;
+}
+
+std::string FormatElement(DType dtype, double value) {
+  switch (dtype) {
+    case DType::kFloat32:
+      return absl::StrFormat("%.9g", value);
+    case DType::kFloat64:
+      return absl::StrFormat("%.17g", value);
+    case DType::kFloat16:
+    case DType::kBFloat16:
+      return ExactDecimal(value);
+  }
+  return "";
+}
+
+std::string ToJson(const TensorView& tensor) {
+  std::string out = absl::StrFormat(R"({"shape": [%d, %d], "dtype": "%s", "data": [)",
+                                    tensor.rows, tensor.cols,
+                                    DTypeName(tensor.dtype));
+  const int64_t n = tensor.rows * tensor.cols;
+  for (int64_t i = 0; i < n; ++i) {
+    if (i > 0) out += ", ";
+    out += FormatElement(tensor.dtype, ElementAt(tensor, i));
+  }
+  out += "]}\n";
+  return out;
+}
+
+std::string ToNpy(const TensorView& tensor) {
+  std::string header = absl::StrFormat(
+      "{'descr': '%s', 'fortran_order': False, 'shape': (%d, %d), }",
+      NpyDescr(tensor.dtype), tensor.rows, tensor.cols);
+  // Magic (6) + version (2) + length (2) + header, padded with spaces and a
+  // final newline to a multiple of 64 so that the data is aligned.
+  const size_t unpadded = 10 + header.size() + 1;
+  header.append((64 - unpadded % 64) % 64, ' ');
+  header += '\n';
+  std::string out("\x93NUMPY\x01\x00", 8);
+  out += static_cast<char>(header.size() & 0xff);
+  out += static_cast<char>((header.size() >> 8) & 0xff);
+  out += header;
+  out.append(tensor.data.data(), tensor.data.size());
+  return out;
+}
+
+std::string ToTable(const TensorView& tensor,
+                    absl::Span<const float> timesteps) {
+  std::string out = absl::StrFormat("# shape [%d, %d] dtype %s\n", tensor.rows,
+                                    tensor.cols, DTypeName(tensor.dtype));
+  for (int64_t r = 0; r < tensor.rows; ++r) {
+    if (static_cast<size_t>(r) < timesteps.size()) {
+      absl::StrAppendFormat(&out, "t=%-10g", timesteps[r]);
+    }
+    for (int64_t c = 0; c < tensor.cols; ++c) {
+      absl::StrAppendFormat(&out, " %13.6g",
+                            ElementAt(tensor, r * tensor.cols + c));
+    }
+    out += '\n';
+  }
+  return out;
+}
+
+}  // namespace temb::cli

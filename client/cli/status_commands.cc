@@ -1,0 +1,117 @@
+// temb health and temb info: one read-only call each.
+#include <iostream>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_format.h"
+#include "client/cli/commands.h"
+#include "client/cli/common.h"
+#include "client/cpp/temb_client.h"
+
+namespace temb::cli {
+namespace {
+
+using ::grpc::health::v1::HealthCheckResponse;
+
+// Parses the flags and creates the client; returns an exit code on failure.
+int Connect(const std::string& command, std::vector<FlagSpec> specs,
+            const std::vector<std::string>& argv, Args* args,
+            std::unique_ptr<Client>* client) {
+  specs.push_back({"help", FlagType::kBool, "show this help"});
+  absl::StatusOr<Args> parsed = Args::Parse(specs, argv);
+  if (!parsed.ok()) {
+    return PrintUsage(command, std::string(parsed.status().message()), specs);
+  }
+  if (parsed->Bool("help").value_or(false)) {
+    std::cout << "usage: temb " << command << " [flags]\n" << FlagHelp(specs);
+    return kExitOk;  // and no client: the caller stops here
+  }
+  absl::StatusOr<ClientOptions> options = ClientOptionsFromArgs(*parsed);
+  if (!options.ok()) {
+    return PrintUsage(command, std::string(options.status().message()), specs);
+  }
+  // Health and info answer "is it up now": a default deadline of a few
+  // seconds, and no retries that would hide an unavailable server.
+  if (!parsed->Has("timeout")) options->deadline = absl::Seconds(2);
+  if (!parsed->Has("max_attempts")) options->max_attempts = 1;
+  absl::StatusOr<std::unique_ptr<Client>> created = Client::Create(*options);
+  if (!created.ok()) return PrintError(created.status());
+  *args = std::move(*parsed);
+  *client = std::move(*created);
+  return kExitOk;
+}
+
+std::string DTypeLabel(v1::DType dtype) {
+  switch (dtype) {
+    case v1::DTYPE_FP32: return "fp32";
+    case v1::DTYPE_FP16: return "fp16";
+    case v1::DTYPE_BF16: return "bf16";
+    case v1::DTYPE_FP64: return "fp64";
+    default: return "fp32";
+  }
+}
+
+std::string DescribeSpec(const v1::EmbeddingSpec& spec) {
+  if (spec.repeat_only()) return "repeat_only";
+  return absl::StrFormat(
+      "%s%s shift=%g P=%g%s%s%s", spec.flip_sin_to_cos() ? "cos,sin" : "sin,cos",
+      spec.layout() == v1::LAYOUT_INTERLEAVED ? " interleaved" : "",
+      spec.downscale_freq_shift(), spec.has_max_period() ? spec.max_period() : 10000.0,
+      spec.has_time_factor() && spec.time_factor() != 1
+          ? absl::StrFormat(" time_factor=%g", spec.time_factor())
+          : "",
+      spec.has_scale() && spec.scale() != 1
+          ? absl::StrFormat(" scale=%g", spec.scale())
+          : "",
+      spec.precision() == v1::PRECISION_FP64 ? " precision=fp64" : "");
+}
+
+}  // namespace
+
+int RunHealth(const std::vector<std::string>& argv) {
+  std::vector<FlagSpec> specs = ConnectionFlags();
+  specs.push_back({"service", FlagType::kString,
+                   "service name to check (default: the whole server)"});
+  Args args;
+  std::unique_ptr<Client> client;
+  if (int rc = Connect("health", specs, argv, &args, &client);
+      rc != kExitOk || !client) {
+    return rc;
+  }
+  absl::StatusOr<HealthCheckResponse::ServingStatus> status =
+      client->Health(args.String("service").value_or(""));
+  if (!status.ok()) return PrintError(status.status());
+  std::cout << HealthCheckResponse::ServingStatus_Name(*status) << std::endl;
+  return *status == HealthCheckResponse::SERVING ? kExitOk : kExitError;
+}
+
+int RunInfo(const std::vector<std::string>& argv) {
+  Args args;
+  std::unique_ptr<Client> client;
+  if (int rc = Connect("info", ConnectionFlags(), argv, &args, &client);
+      rc != kExitOk || !client) {
+    return rc;
+  }
+  absl::StatusOr<v1::ServerInfo> info = client->GetServerInfo();
+  if (!info.ok()) return PrintError(info.status());
+  const v1::Limits& limits = info->limits();
+  std::cout << "version:  " << info->version() << "\n"
+            << "backend:  " << info->backend() << "\n"
+            << "device:   " << info->device() << "\n"
+            << "limits:   max_dim=" << limits.max_dim()
+            << " max_batch=" << limits.max_batch()
+            << " max_output_bytes=" << limits.max_output_bytes()
+            << " max_message_bytes=" << limits.max_message_bytes() << "\n"
+            << "presets:\n";
+  for (const v1::Preset& preset : info->presets()) {
+    std::cout << absl::StrFormat(
+        "  %-16s dim=%d%s %s %s  %s\n", preset.name(), preset.spec().dim(),
+        preset.dim_overridable() ? "*" : "", DTypeLabel(preset.default_dtype()),
+        DescribeSpec(preset.spec()), preset.description());
+  }
+  std::cout << "(* dim may be chosen by the caller)" << std::endl;
+  return kExitOk;
+}
+
+}  // namespace temb::cli

@@ -1,0 +1,157 @@
+#include "client/cpp/temb_client.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+
+namespace temb {
+namespace {
+
+// gRPC's service config wants durations as decimal seconds, "0.05s".
+std::string ConfigDuration(absl::Duration d) {
+  return absl::StrFormat("%.3fs", absl::ToDoubleSeconds(d));
+}
+
+}  // namespace
+
+std::string ServiceConfigJson(const ClientOptions& options) {
+  const int attempts = std::clamp(options.max_attempts, 1, 5);
+  std::string retry;
+  if (attempts > 1) {
+    retry = absl::StrFormat(
+        R"(,"retryPolicy":{"maxAttempts":%d,"initialBackoff":"%s",)"
+        R"("maxBackoff":"%s","backoffMultiplier":2,)"
+        R"("retryableStatusCodes":["UNAVAILABLE"]})",
+        attempts, ConfigDuration(options.initial_backoff),
+        ConfigDuration(options.max_backoff));
+  }
+  // Embed and GetServerInfo are idempotent; a stream is not retried because
+  // its requests may already have been answered.
+  return absl::StrCat(
+      R"({"loadBalancingConfig":[{"round_robin":{}}],"methodConfig":[{"name":[)",
+      R"({"service":"temb.v1.EmbeddingService","method":"Embed"},)",
+      R"({"service":"temb.v1.EmbeddingService","method":"GetServerInfo"}])",
+      retry, "}]}");
+}
+
+std::shared_ptr<grpc::Channel> CreateTembChannel(
+    const ClientOptions& options,
+    const std::shared_ptr<grpc::ChannelCredentials>& credentials,
+    int pool_index) {
+  grpc::ChannelArguments args;
+  args.SetMaxReceiveMessageSize(options.max_message_bytes);
+  args.SetMaxSendMessageSize(options.max_message_bytes);
+  args.SetServiceConfigJSON(ServiceConfigJson(options));
+  // Channels with identical arguments share subchannels (and so TCP
+  // connections) through gRPC's global pool; a local pool per channel is
+  // what makes a channel pool worth having.
+  args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+  args.SetInt("temb.pool_index", pool_index);
+  return grpc::CreateCustomChannel(options.target, credentials, args);
+}
+
+absl::Status ToAbslStatus(const grpc::Status& status) {
+  if (status.ok()) return absl::OkStatus();
+  return absl::Status(static_cast<absl::StatusCode>(status.error_code()),
+                      status.error_message());
+}
+
+std::string StatusCodeName(int code) {
+  if (code < 0 || code > 16) return absl::StrCat("CODE_", code);
+  return absl::StatusCodeToString(static_cast<absl::StatusCode>(code));
+}
+
+EmbedStream::EmbedStream(std::unique_ptr<grpc::ClientContext> context,
+                         v1::EmbeddingService::Stub* stub)
+    : context_(std::move(context)),
+      stream_(stub->EmbedStream(context_.get())) {}
+
+bool EmbedStream::Write(const v1::EmbedRequest& request) {
+  return stream_->Write(request);
+}
+
+bool EmbedStream::WritesDone() { return stream_->WritesDone(); }
+
+absl::StatusOr<v1::EmbedStreamResponse> EmbedStream::Read() {
+  v1::EmbedStreamResponse response;
+  if (stream_->Read(&response)) return response;
+  return absl::OutOfRangeError("end of stream");
+}
+
+absl::Status EmbedStream::Finish() { return ToAbslStatus(stream_->Finish()); }
+
+absl::StatusOr<std::unique_ptr<Client>> Client::Create(
+    const ClientOptions& options,
+    std::shared_ptr<grpc::ChannelCredentials> credentials) {
+  if (options.target.empty()) {
+    return absl::InvalidArgumentError("target must not be empty");
+  }
+  if (options.channels < 1 || options.channels > 64) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("channels must be in [1, 64], got ", options.channels));
+  }
+  if (options.deadline <= absl::ZeroDuration()) {
+    return absl::InvalidArgumentError("deadline must be positive");
+  }
+  std::unique_ptr<Client> client(new Client(options));
+  for (int i = 0; i < options.channels; ++i) {
+    client->channels_.push_back(CreateTembChannel(options, credentials, i));
+    client->stubs_.push_back(
+        v1::EmbeddingService::NewStub(client->channels_.back()));
+  }
+  client->health_stub_ = grpc::health::v1::Health::NewStub(client->channels_[0]);
+  return client;
+}
+
+Client::Client(const ClientOptions& options) : options_(options) {}
+
+v1::EmbeddingService::Stub* Client::NextStub() {
+  return stubs_[next_.fetch_add(1, std::memory_order_relaxed) % stubs_.size()]
+      .get();
+}
+
+void Client::ConfigureContext(grpc::ClientContext* context) const {
+  context->set_deadline(absl::ToChronoTime(absl::Now() + options_.deadline));
+}
+
+absl::StatusOr<v1::EmbedResponse> Client::Embed(
+    const v1::EmbedRequest& request) {
+  grpc::ClientContext context;
+  ConfigureContext(&context);
+  v1::EmbedResponse response;
+  grpc::Status status = NextStub()->Embed(&context, request, &response);
+  if (!status.ok()) return ToAbslStatus(status);
+  return response;
+}
+
+absl::StatusOr<v1::ServerInfo> Client::GetServerInfo() {
+  grpc::ClientContext context;
+  ConfigureContext(&context);
+  v1::ServerInfo info;
+  grpc::Status status =
+      NextStub()->GetServerInfo(&context, v1::GetServerInfoRequest(), &info);
+  if (!status.ok()) return ToAbslStatus(status);
+  return info;
+}
+
+absl::StatusOr<grpc::health::v1::HealthCheckResponse::ServingStatus>
+Client::Health(const std::string& service) {
+  grpc::ClientContext context;
+  ConfigureContext(&context);
+  grpc::health::v1::HealthCheckRequest request;
+  request.set_service(service);
+  grpc::health::v1::HealthCheckResponse response;
+  grpc::Status status = health_stub_->Check(&context, request, &response);
+  if (!status.ok()) return ToAbslStatus(status);
+  return response.status();
+}
+
+std::unique_ptr<EmbedStream> Client::OpenStream() {
+  auto context = std::make_unique<grpc::ClientContext>();
+  ConfigureContext(context.get());
+  return std::make_unique<EmbedStream>(std::move(context), NextStub());
+}
+
+}  // namespace temb

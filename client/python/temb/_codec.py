@@ -1,0 +1,267 @@
+"""Conversions between Python values and temb.v1 messages.
+
+Shared by the blocking and the asyncio clients; no I/O here.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any, Dict, Mapping, Optional, Tuple
+
+import grpc
+import numpy as np
+
+from temb._proto.temb.v1 import temb_pb2 as pb
+from temb.errors import TembError
+from temb.types import Limits, Preset, ServerInfo, Spec
+
+_DTYPES: Dict[str, int] = {
+    "fp32": pb.DTYPE_FP32, "float32": pb.DTYPE_FP32,
+    "fp16": pb.DTYPE_FP16, "float16": pb.DTYPE_FP16, "half": pb.DTYPE_FP16,
+    "bf16": pb.DTYPE_BF16, "bfloat16": pb.DTYPE_BF16,
+    "fp64": pb.DTYPE_FP64, "float64": pb.DTYPE_FP64, "double": pb.DTYPE_FP64,
+}
+_DTYPE_NAMES = {pb.DTYPE_FP32: "fp32", pb.DTYPE_FP16: "fp16",
+                pb.DTYPE_BF16: "bf16", pb.DTYPE_FP64: "fp64"}
+# Wire element types (little-endian); bf16 travels as its raw bits.
+_WIRE: Dict[int, np.dtype] = {pb.DTYPE_FP32: np.dtype("<f4"), pb.DTYPE_FP16: np.dtype("<f2"),
+         pb.DTYPE_BF16: np.dtype("<u2"), pb.DTYPE_FP64: np.dtype("<f8")}
+_LAYOUTS = {"halves": pb.LAYOUT_HALVES, "interleaved": pb.LAYOUT_INTERLEAVED}
+_LAYOUT_NAMES = {v: k for k, v in _LAYOUTS.items()}
+_PRECISIONS = {"fp32": pb.PRECISION_FP32, "float32": pb.PRECISION_FP32,
+               "fp64": pb.PRECISION_FP64, "float64": pb.PRECISION_FP64}
+_PRECISION_NAMES = {pb.PRECISION_FP32: "fp32", pb.PRECISION_FP64: "fp64"}
+_BF16_FORMATS = ("auto", "float32", "bits", "ml_dtypes")
+_RETURN_TENSORS = ("np", "pt")
+
+# The optional EmbeddingSpec fields, by their (diffusers) keyword names.
+_SPEC_FIELDS = ("max_period", "flip_sin_to_cos", "downscale_freq_shift",
+                "scale", "time_factor", "repeat_only")
+
+
+@dataclasses.dataclass(frozen=True)
+class Decoding:
+    """How to turn one response tensor into the caller's array type."""
+
+    return_tensors: str = "np"
+    bf16_format: str = "auto"
+
+
+def _choice(name: str, value: Any, allowed: Any) -> Any:
+    """allowed[value] for a dict, value itself for a tuple; else ValueError."""
+    key = value.lower() if isinstance(value, str) else value
+    if isinstance(key, str) and key in allowed:
+        return allowed[key] if isinstance(allowed, dict) else key
+    raise ValueError(
+        f"{name} must be one of {', '.join(allowed)}; got {value!r}")
+
+
+def _is_torch_tensor(value: Any) -> bool:
+    # Checked by module name so that torch is imported only by its users.
+    return type(value).__module__.startswith("torch") and hasattr(value, "detach")
+
+
+def timesteps_array(timesteps: Any) -> np.ndarray:
+    """A 1-D float32 or int64 array of the timesteps.
+
+    Floating values become float32, as in diffusers (``timesteps.float()``);
+    integer values stay integers (the server converts them, exact to 2^24).
+    A scalar is a batch of one.
+    """
+    if _is_torch_tensor(timesteps):
+        import torch
+        tensor = timesteps.detach()
+        if tensor.is_complex() or tensor.dtype == torch.bool:
+            raise TypeError(f"timesteps must be real numbers, got {tensor.dtype}")
+        target = torch.float32 if tensor.is_floating_point() else torch.int64
+        array = tensor.to(device="cpu", dtype=target).numpy()
+    else:
+        array = np.asarray(timesteps)
+        if array.dtype.kind == "O":
+            # A Python list mixing large ints and floats; let float32 decide.
+            array = array.astype(np.float64)
+    if array.ndim > 1:
+        raise ValueError(f"timesteps must be 1-D, got shape {array.shape}")
+    array = array.reshape(-1)
+    kind = array.dtype.kind
+    if kind == "f":
+        # Values beyond float32 become inf, which the server rejects by index.
+        with np.errstate(over="ignore"):
+            return array.astype(np.float32, copy=False)
+    if kind in "iu":
+        if kind == "u" and array.size and array.max() > np.iinfo(np.int64).max:
+            raise ValueError("integer timesteps must fit in int64")
+        return array.astype(np.int64, copy=False)
+    raise TypeError(f"timesteps must be real numbers, got dtype {array.dtype}")
+
+
+def build_request(timesteps: Any, *, dim: Optional[int] = None,
+                  preset: Optional[str] = None, dtype: Optional[str] = None,
+                  layout: Optional[str] = None, precision: Optional[str] = None,
+                  request_id: Optional[str] = None,
+                  **spec: Any) -> pb.EmbedRequest:
+    """An EmbedRequest where every None argument is left unset."""
+    unknown = set(spec) - set(_SPEC_FIELDS)
+    if unknown:
+        raise TypeError(f"unexpected keyword argument(s): {sorted(unknown)}")
+    request = pb.EmbedRequest(request_id=request_id or "", preset=preset or "")
+    if dtype is not None:
+        request.dtype = _choice("dtype", dtype, _DTYPES)
+    target = request.spec
+    if dim is not None:
+        target.dim = int(dim)
+    for name in _SPEC_FIELDS:
+        value = spec.get(name)
+        if value is not None:
+            setattr(target, name, value)
+    if layout is not None:
+        target.layout = _choice("layout", layout, _LAYOUTS)
+    if precision is not None:
+        target.precision = _choice("precision", precision, _PRECISIONS)
+    array = timesteps_array(timesteps)
+    if array.dtype == np.int64:
+        request.integer_timesteps.extend(array.tolist())
+    else:
+        request.timesteps.extend(array.tolist())
+    return request
+
+
+def split_embed_kwargs(kwargs: Mapping[str, Any]) -> Tuple[Dict[str, Any], Decoding]:
+    """Separates the decoding options from a request's keyword arguments."""
+    request_kwargs = dict(kwargs)
+    return_tensors = request_kwargs.pop("return_tensors", "np")
+    bf16_format = request_kwargs.pop("bf16_format", "auto")
+    return request_kwargs, make_decoding(return_tensors, bf16_format)
+
+
+def make_decoding(return_tensors: str, bf16_format: str) -> Decoding:
+    _choice("return_tensors", return_tensors, _RETURN_TENSORS)
+    _choice("bf16_format", bf16_format, _BF16_FORMATS)
+    return Decoding(return_tensors, bf16_format)
+
+
+def _import_torch():
+    try:
+        import torch
+    except ImportError as e:
+        raise ImportError(
+            'return_tensors="pt" needs PyTorch: pip install "temb[torch]"') from e
+    return torch
+
+
+def _bf16_bits_as_float32(bits: np.ndarray) -> np.ndarray:
+    # A bfloat16 is the top half of a float32: widening is exact.
+    return (bits.astype(np.uint32) << 16).view(np.float32)
+
+
+def decode_tensor(tensor: pb.Tensor, decoding: Decoding) -> Any:
+    """The response tensor as a writable numpy array or torch tensor.
+
+    bf16 results, with numpy: "auto" gives ``ml_dtypes.bfloat16`` when
+    ml_dtypes is installed and float32 holding the exact bf16 values
+    otherwise; "float32" and "ml_dtypes" force one of the two; "bits" gives
+    the raw uint16 bit patterns (``.view(ml_dtypes.bfloat16)``-able).  With
+    torch, bf16 is ``torch.bfloat16`` (bf16_format is ignored).
+    """
+    wire = _WIRE.get(tensor.dtype)
+    if wire is None:
+        raise TembError(grpc.StatusCode.DATA_LOSS,
+                        f"response has unknown dtype {tensor.dtype}")
+    shape = tuple(int(n) for n in tensor.shape)
+    count = math.prod(shape) if shape else 0
+    if len(shape) != 2 or count * wire.itemsize != len(tensor.data):
+        raise TembError(grpc.StatusCode.DATA_LOSS,
+                        f"response tensor of shape {list(shape)} and dtype "
+                        f"{_DTYPE_NAMES[tensor.dtype]} carries "
+                        f"{len(tensor.data)} bytes")
+    # Copy once into native byte order so that the result is writable.
+    array = np.frombuffer(tensor.data, dtype=wire).astype(
+        wire.newbyteorder("="), copy=True).reshape(shape)
+    is_bf16 = tensor.dtype == pb.DTYPE_BF16
+    if decoding.return_tensors == "pt":
+        torch = _import_torch()
+        if is_bf16:
+            return torch.from_numpy(array.view(np.int16)).view(torch.bfloat16)
+        return torch.from_numpy(array)
+    if not is_bf16 or decoding.bf16_format == "bits":
+        return array
+    if decoding.bf16_format in ("auto", "ml_dtypes"):
+        try:
+            import ml_dtypes
+            return array.view(ml_dtypes.bfloat16)
+        except ImportError:
+            if decoding.bf16_format == "ml_dtypes":
+                raise ImportError('bf16_format="ml_dtypes" needs ml_dtypes: '
+                                  'pip install "temb[bf16]"') from None
+    return _bf16_bits_as_float32(array)
+
+
+def _spec_from_proto(spec: pb.EmbeddingSpec) -> Spec:
+    values = {name: getattr(spec, name) if spec.HasField(name) else None
+              for name in ("dim",) + _SPEC_FIELDS}
+    return Spec(**values,
+                layout=_LAYOUT_NAMES.get(spec.layout),
+                precision=_PRECISION_NAMES.get(spec.precision))
+
+
+def server_info_from_proto(info: pb.ServerInfo) -> ServerInfo:
+    limits = info.limits
+    return ServerInfo(
+        version=info.version, backend=info.backend, device=info.device,
+        limits=Limits(limits.max_dim, limits.max_batch,
+                      limits.max_output_bytes, limits.max_message_bytes),
+        presets=tuple(
+            Preset(p.name, p.description, _spec_from_proto(p.spec),
+                   p.dim_overridable, _DTYPE_NAMES.get(p.default_dtype))
+            for p in info.presets))
+
+
+# grpc.health.v1 has two one-field messages; they are encoded by hand so the
+# client needs neither grpcio-health-checking nor a second copy of its
+# descriptors (which would clash with that package's in the protobuf pool).
+def encode_health_request(service: str) -> bytes:
+    data = service.encode("utf-8")
+    return b"\x0a" + _varint(len(data)) + data if data else b""
+
+
+def decode_health_response(data: bytes) -> int:
+    """The `status` field (1, varint) of a HealthCheckResponse."""
+    status, pos = 0, 0
+    while pos < len(data):
+        key, pos = _read_varint(data, pos)
+        wire_type = key & 7
+        if wire_type == 0:
+            value, pos = _read_varint(data, pos)
+            if key >> 3 == 1:
+                status = value
+        elif wire_type == 2:
+            length, pos = _read_varint(data, pos)
+            pos += length
+        else:
+            raise TembError(grpc.StatusCode.DATA_LOSS,
+                            "malformed grpc.health.v1 response")
+    return status
+
+
+def _varint(value: int) -> bytes:
+    out = bytearray()
+    while True:
+        byte, value = value & 0x7F, value >> 7
+        out.append(byte | (0x80 if value else 0))
+        if not value:
+            return bytes(out)
+
+
+def _read_varint(data: bytes, pos: int) -> Tuple[int, int]:
+    value = shift = 0
+    while True:
+        if pos >= len(data) or shift > 63:
+            raise TembError(grpc.StatusCode.DATA_LOSS,
+                            "malformed grpc.health.v1 response")
+        byte = data[pos]
+        pos += 1
+        value |= (byte & 0x7F) << shift
+        shift += 7
+        if not byte & 0x80:
+            return value, pos

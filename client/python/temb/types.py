@@ -1,0 +1,97 @@
+"""Plain value types returned or accepted by the temb client."""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import pathlib
+from typing import Optional, Tuple, Union
+
+__all__ = ["HealthStatus", "Limits", "Preset", "ServerInfo", "Spec", "TlsConfig"]
+
+_Pem = Union[bytes, str]
+
+
+@dataclasses.dataclass(frozen=True)
+class TlsConfig:
+    """TLS settings, handed to ``grpc.ssl_channel_credentials``.
+
+    All fields are PEM bytes (a ``str`` is encoded as ASCII).  Leaving
+    ``root_certificates`` unset uses gRPC's default roots; setting both
+    ``certificate_chain`` and ``private_key`` enables mutual TLS.
+    ``server_name_override`` sets the name checked against the server's
+    certificate (``grpc.ssl_target_name_override``), for tests and for
+    servers reached through an address that is not in their certificate.
+    """
+
+    root_certificates: Optional[_Pem] = None
+    certificate_chain: Optional[_Pem] = None
+    private_key: Optional[_Pem] = None
+    server_name_override: Optional[str] = None
+
+    @classmethod
+    def from_files(cls, root_certificates: Optional[str] = None,
+                   certificate_chain: Optional[str] = None,
+                   private_key: Optional[str] = None,
+                   server_name_override: Optional[str] = None) -> "TlsConfig":
+        """Reads the PEM files named by the (optional) paths."""
+        def read(path: Optional[str]) -> Optional[bytes]:
+            return None if path is None else pathlib.Path(path).read_bytes()
+        return cls(read(root_certificates), read(certificate_chain),
+                   read(private_key), server_name_override)
+
+
+@dataclasses.dataclass(frozen=True)
+class Spec:
+    """An embedding convention, as the server reports it.  None = unset."""
+
+    dim: Optional[int] = None
+    max_period: Optional[float] = None
+    flip_sin_to_cos: Optional[bool] = None
+    downscale_freq_shift: Optional[float] = None
+    scale: Optional[float] = None
+    time_factor: Optional[float] = None
+    repeat_only: Optional[bool] = None
+    layout: Optional[str] = None  # "halves" | "interleaved"
+    precision: Optional[str] = None  # "fp32" | "fp64"
+
+
+@dataclasses.dataclass(frozen=True)
+class Preset:
+    """A named convention for one model family (e.g. "sdxl", "flux")."""
+
+    name: str
+    description: str
+    spec: Spec
+    dim_overridable: bool
+    default_dtype: Optional[str]  # "fp32" | "fp16" | "bf16" | "fp64" | None
+
+
+@dataclasses.dataclass(frozen=True)
+class Limits:
+    max_dim: int
+    max_batch: int
+    max_output_bytes: int
+    max_message_bytes: int
+
+
+@dataclasses.dataclass(frozen=True)
+class ServerInfo:
+    version: str
+    backend: str  # "cpu" | "cuda"
+    device: str
+    limits: Limits
+    presets: Tuple[Preset, ...]
+
+    def preset(self, name: str) -> Optional[Preset]:
+        """The preset called `name`, or None."""
+        return next((p for p in self.presets if p.name == name), None)
+
+
+class HealthStatus(enum.IntEnum):
+    """grpc.health.v1 serving status (same numbers as the protocol)."""
+
+    UNKNOWN = 0
+    SERVING = 1
+    NOT_SERVING = 2
+    SERVICE_UNKNOWN = 3

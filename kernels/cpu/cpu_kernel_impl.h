@@ -1,0 +1,142 @@
+// The row engine, written once against a small instruction-set interface and
+// compiled once per instruction set (cpu_kernel_<isa>.cc).
+//
+// Each including translation unit first defines a struct `Isa` with:
+//   kLanes                      floats per vector
+//   V                           the vector type
+//   Load(const float*), Set1(float), Mul(V, V)
+//   SinCos(V, V* sin, V* cos)   SLEEF u10
+//   Interleave(V a, V b, V* lo, V* hi)
+//                               lo = a0 b0 a1 b1 ...; hi = the rest
+//   StoreF32/StoreF16/StoreBF16/StoreF64(V, uint8_t*)
+//                               kLanes elements, round to nearest even
+// and then calls RowsForIsa<Isa>(...).
+//
+// Everything here has internal linkage on purpose: the same inline code is
+// compiled with different -m flags in each translation unit, and a shared
+// (weak) symbol would let the linker hand AVX-512 code to the SSE2 engine.
+// For the same reason this file uses no standard-library templates.
+#ifndef TEMB_KERNELS_CPU_CPU_KERNEL_IMPL_H_
+#define TEMB_KERNELS_CPU_CPU_KERNEL_IMPL_H_
+
+#include <cstdint>
+#include <cstring>
+
+#include "cpu/cpu_kernel.h"
+#include "temb/kernels/dtype.h"
+#include "temb/kernels/embedding_spec.h"
+
+namespace temb {
+namespace {  // NOLINT(build/namespaces): see the file comment.
+
+template <typename Isa, DType kDType>
+struct Store;
+
+template <typename Isa>
+struct Store<Isa, DType::kFloat32> {
+  static constexpr int kBytes = 4;
+  static void Full(typename Isa::V v, uint8_t* dst) { Isa::StoreF32(v, dst); }
+};
+template <typename Isa>
+struct Store<Isa, DType::kFloat16> {
+  static constexpr int kBytes = 2;
+  static void Full(typename Isa::V v, uint8_t* dst) { Isa::StoreF16(v, dst); }
+};
+template <typename Isa>
+struct Store<Isa, DType::kBFloat16> {
+  static constexpr int kBytes = 2;
+  static void Full(typename Isa::V v, uint8_t* dst) { Isa::StoreBF16(v, dst); }
+};
+template <typename Isa>
+struct Store<Isa, DType::kFloat64> {
+  static constexpr int kBytes = 8;
+  static void Full(typename Isa::V v, uint8_t* dst) { Isa::StoreF64(v, dst); }
+};
+
+// Stores the first `count` (<= kLanes) elements of `v`.  A partial vector
+// (the tail of a half) goes through a buffer, converted by the same
+// instructions as full ones, so nothing is written past it.
+template <typename Isa, DType kDType>
+inline void StorePartial(typename Isa::V v, int count, uint8_t* dst) {
+  using S = Store<Isa, kDType>;
+  if (count == Isa::kLanes) {
+    S::Full(v, dst);
+    return;
+  }
+  alignas(64) uint8_t buffer[Isa::kLanes * S::kBytes];
+  S::Full(v, buffer);
+  std::memcpy(dst, buffer, static_cast<size_t>(count) * S::kBytes);
+}
+
+template <typename Isa, DType kDType, Layout kLayout>
+void Rows(const Float32RowJob& job, const float* timesteps, int64_t rows,
+          uint8_t* out) {
+  using V = typename Isa::V;
+  constexpr int kW = Isa::kLanes;
+  constexpr int kBytes = Store<Isa, kDType>::kBytes;
+  const int half = job.half_dim;
+  const int64_t row_bytes = static_cast<int64_t>(job.dim) * kBytes;
+  const V scale = Isa::Set1(job.scale);
+  for (int64_t n = 0; n < rows; ++n) {
+    uint8_t* row = out + n * row_bytes;
+    const float t =
+        job.apply_time_factor ? job.time_factor * timesteps[n] : timesteps[n];
+    const V tv = Isa::Set1(t);
+    for (int i = 0; i < half; i += kW) {
+      V angle = Isa::Mul(tv, Isa::Load(job.freqs + i));
+      if (job.apply_scale) angle = Isa::Mul(scale, angle);
+      V s, c;
+      Isa::SinCos(angle, &s, &c);
+      const V first = job.flip_sin_to_cos ? c : s;
+      const V second = job.flip_sin_to_cos ? s : c;
+      const int count = half - i < kW ? half - i : kW;
+      if (kLayout == Layout::kHalves) {
+        StorePartial<Isa, kDType>(first, count, row + i * kBytes);
+        StorePartial<Isa, kDType>(second, count, row + (half + i) * kBytes);
+      } else {
+        V lo, hi;
+        Isa::Interleave(first, second, &lo, &hi);
+        uint8_t* pair = row + 2 * i * kBytes;
+        const int pairs = 2 * count;
+        StorePartial<Isa, kDType>(lo, pairs < kW ? pairs : kW, pair);
+        if (pairs > kW) {
+          StorePartial<Isa, kDType>(hi, pairs - kW, pair + kW * kBytes);
+        }
+      }
+    }
+    // Odd dim: the last column is +0 in every dtype (all bits clear).
+    if (job.dim & 1) std::memset(row + (job.dim - 1) * kBytes, 0, kBytes);
+  }
+}
+
+template <typename Isa, DType kDType>
+void RowsForDType(const Float32RowJob& job, const float* timesteps,
+                  int64_t rows, uint8_t* out) {
+  if (job.layout == Layout::kInterleaved) {
+    Rows<Isa, kDType, Layout::kInterleaved>(job, timesteps, rows, out);
+  } else {
+    Rows<Isa, kDType, Layout::kHalves>(job, timesteps, rows, out);
+  }
+}
+
+// Chooses the instantiation once per call so the inner loop has no branches
+// on the dtype or the layout.
+template <typename Isa>
+void RowsForIsa(const Float32RowJob& job, const float* timesteps, int64_t rows,
+                uint8_t* out) {
+  switch (job.dtype) {
+    case DType::kFloat32:
+      return RowsForDType<Isa, DType::kFloat32>(job, timesteps, rows, out);
+    case DType::kFloat16:
+      return RowsForDType<Isa, DType::kFloat16>(job, timesteps, rows, out);
+    case DType::kBFloat16:
+      return RowsForDType<Isa, DType::kBFloat16>(job, timesteps, rows, out);
+    case DType::kFloat64:
+      return RowsForDType<Isa, DType::kFloat64>(job, timesteps, rows, out);
+  }
+}
+
+}  // namespace
+}  // namespace temb
+
+#endif  // TEMB_KERNELS_CPU_CPU_KERNEL_IMPL_H_

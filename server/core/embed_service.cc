@@ -1,0 +1,127 @@
+#include "server/core/embed_service.h"
+
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "temb/kernels/status_macros.h"
+
+namespace temb {
+namespace {
+
+// Fields a preset fixes; a request naming a preset may not set them.
+absl::Status CheckNoConventionFields(const SpecRequest& request) {
+  const std::pair<bool, const char*> fields[] = {
+      {request.max_period.has_value(), "max_period"},
+      {request.flip_sin_to_cos.has_value(), "flip_sin_to_cos"},
+      {request.downscale_freq_shift.has_value(), "downscale_freq_shift"},
+      {request.scale.has_value(), "scale"},
+      {request.time_factor.has_value(), "time_factor"},
+      {request.repeat_only.has_value(), "repeat_only"},
+      {request.layout.has_value(), "layout"},
+  };
+  const char* field = nullptr;
+  for (const auto& [set, name] : fields) {
+    if (set && field == nullptr) field = name;
+  }
+  if (field == nullptr) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(
+      field, " cannot be set together with preset \"", request.preset,
+      "\": a preset fixes the convention (only dim where the preset allows "
+      "it, precision and dtype may be set); omit the preset to give an "
+      "explicit spec"));
+}
+
+absl::StatusOr<EmbeddingSpec> FromPreset(const SpecRequest& request,
+                                         const PresetCatalog& presets) {
+  const Preset* preset = presets.Find(request.preset);
+  if (preset == nullptr) {
+    std::vector<absl::string_view> names;
+    for (const Preset& p : presets.presets()) names.push_back(p.name);
+    return absl::NotFoundError(
+        absl::StrCat("unknown preset \"", request.preset,
+                     "\"; known presets: ", absl::StrJoin(names, ", ")));
+  }
+  RETURN_IF_ERROR(CheckNoConventionFields(request));
+  EmbeddingSpec spec = preset->spec;
+  if (request.dim) {
+    if (!preset->dim_overridable && *request.dim != spec.dim) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "preset \"", preset->name, "\" has a fixed dim of ", spec.dim,
+          ", got dim=", *request.dim, "; omit dim or use an explicit spec"));
+    }
+    spec.dim = *request.dim;
+  } else if (spec.dim == 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "preset \"", preset->name, "\" has no default dim: set dim"));
+  }
+  if (request.precision) spec.precision = *request.precision;
+  if (request.dtype) spec.dtype = *request.dtype;
+  return spec;
+}
+
+absl::StatusOr<EmbeddingSpec> FromExplicitFields(const SpecRequest& request) {
+  std::vector<absl::string_view> missing;
+  if (!request.dim) missing.push_back("dim");
+  if (!request.flip_sin_to_cos) missing.push_back("flip_sin_to_cos");
+  if (!request.downscale_freq_shift) missing.push_back("downscale_freq_shift");
+  if (!missing.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "without a preset, dim, flip_sin_to_cos and downscale_freq_shift are "
+        "required (missing: ",
+        absl::StrJoin(missing, ", "),
+        "). temb does not guess: diffusers' get_timestep_embedding defaults "
+        "(flip_sin_to_cos=false, downscale_freq_shift=1) differ from LDM's "
+        "(true, 0), which most models use. Set them, or use a preset such as "
+        "\"ldm\", \"diffusers-default\" or a model name like \"sdxl\""));
+  }
+  EmbeddingSpec spec;
+  spec.dim = *request.dim;
+  spec.flip_sin_to_cos = *request.flip_sin_to_cos;
+  spec.downscale_freq_shift = *request.downscale_freq_shift;
+  spec.max_period = request.max_period.value_or(spec.max_period);
+  spec.scale = request.scale.value_or(spec.scale);
+  spec.time_factor = request.time_factor.value_or(spec.time_factor);
+  spec.repeat_only = request.repeat_only.value_or(spec.repeat_only);
+  spec.layout = request.layout.value_or(spec.layout);
+  spec.precision = request.precision.value_or(spec.precision);
+  spec.dtype = request.dtype.value_or(spec.dtype);
+  return spec;
+}
+
+}  // namespace
+
+absl::StatusOr<EmbeddingSpec> ResolveSpec(const SpecRequest& request,
+                                          const PresetCatalog& presets,
+                                          const Limits& limits) {
+  ASSIGN_OR_RETURN(EmbeddingSpec spec, request.preset.empty()
+                                           ? FromExplicitFields(request)
+                                           : FromPreset(request, presets));
+  RETURN_IF_ERROR(ValidateSpec(spec, limits));
+  return spec;
+}
+
+EmbedService::EmbedService(std::unique_ptr<Backend> backend,
+                           PresetCatalog presets, Options options)
+    : backend_(std::move(backend)),
+      presets_(std::move(presets)),
+      options_(std::move(options)) {}
+
+absl::StatusOr<Embedding> EmbedService::Embed(
+    const SpecRequest& request, absl::Span<const float> timesteps) const {
+  ASSIGN_OR_RETURN(EmbeddingSpec spec,
+                   ResolveSpec(request, presets_, options_.limits));
+  RETURN_IF_ERROR(ValidateTimesteps(spec, timesteps, options_.limits));
+  Embedding embedding;
+  embedding.spec = spec;
+  embedding.rows = static_cast<int64_t>(timesteps.size());
+  embedding.backend = backend_->kind();
+  embedding.data.resize(static_cast<size_t>(OutputBytes(spec, embedding.rows)));
+  auto* bytes = reinterpret_cast<uint8_t*>(embedding.data.data());
+  RETURN_IF_ERROR(backend_->Compute(
+      spec, timesteps, absl::MakeSpan(bytes, embedding.data.size())));
+  return embedding;
+}
+
+}  // namespace temb

@@ -1,0 +1,7 @@
+#include "server/core/version.h"
+
+namespace temb {
+
+absl::string_view Version() { return TEMB_VERSION; }
+
+}  // namespace temb

@@ -1,0 +1,94 @@
+#include "server/grpc/grpc_server.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <limits>
+
+#include "absl/strings/str_cat.h"
+#include "grpcpp/ext/proto_server_reflection_plugin.h"
+#include "grpcpp/health_check_service_interface.h"
+#include "grpcpp/security/server_credentials.h"
+#include "grpcpp/server.h"
+#include "grpcpp/server_builder.h"
+
+namespace temb {
+namespace {
+
+// Tag/length prefixes, shape, dtype, request id, spec and gRPC framing are a
+// few hundred bytes in practice; 64 KiB leaves room for long request ids.
+constexpr int64_t kMessageHeadroomBytes = int64_t{64} << 10;
+// A negative int64 varint takes 10 bytes, the worst case per timestep.
+constexpr int64_t kMaxBytesPerTimestep = 10;
+
+}  // namespace
+
+int MaxMessageBytes(const Limits& limits) {
+  const int64_t request =
+      limits.max_batch > 0
+          ? std::min<int64_t>(limits.max_batch,
+                              std::numeric_limits<int32_t>::max()) *
+                kMaxBytesPerTimestep
+          : 0;
+  const int64_t payload = std::max(limits.max_output_bytes, request);
+  const int64_t limit = std::min<int64_t>(
+      payload, std::numeric_limits<int32_t>::max() - kMessageHeadroomBytes);
+  return static_cast<int>(limit + kMessageHeadroomBytes);
+}
+
+absl::StatusOr<std::unique_ptr<GrpcServer>> GrpcServer::Start(
+    const GrpcServerOptions& options,
+    const std::vector<ServiceRegistration>& services) {
+  // Both are process-wide switches that take effect for servers built later.
+  grpc::EnableDefaultHealthCheckService(true);
+  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+
+  grpc::ServerBuilder builder;
+  int port = 0;
+  builder.AddListeningPort(options.address,
+                           options.credentials
+                               ? options.credentials
+                               : grpc::InsecureServerCredentials(),
+                           &port);
+  // gRPC sets SO_REUSEPORT by default: a second server on a busy port would
+  // start "successfully" and share it.  Fail instead.
+  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
+  builder.SetMaxReceiveMessageSize(options.max_message_bytes);
+  builder.SetMaxSendMessageSize(options.max_message_bytes);
+  for (const ServiceRegistration& registration : services) {
+    builder.RegisterService(registration.service);
+  }
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  if (server == nullptr || port == 0) {
+    if (server != nullptr) server->Shutdown();
+    return absl::UnavailableError(
+        absl::StrCat("cannot listen on \"", options.address,
+                     "\" (address in use or invalid?)"));
+  }
+  grpc::HealthCheckServiceInterface* health = server->GetHealthCheckService();
+  health->SetServingStatus(true);  // the overall "" entry
+  for (const ServiceRegistration& registration : services) {
+    health->SetServingStatus(registration.health_name, true);
+  }
+  return std::unique_ptr<GrpcServer>(new GrpcServer(std::move(server), port));
+}
+
+GrpcServer::GrpcServer(std::unique_ptr<grpc::Server> server, int port)
+    : server_(std::move(server)), port_(port) {}
+
+GrpcServer::~GrpcServer() { Shutdown(absl::ZeroDuration()); }
+
+void GrpcServer::Shutdown(absl::Duration grace) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (shut_down_) return;
+  shut_down_ = true;
+  // NOT_SERVING for every entry, and later updates are ignored, so watchers
+  // and load balancers see the drain before the listener closes.
+  server_->GetHealthCheckService()->Shutdown();
+  const auto deadline =
+      std::chrono::system_clock::now() + absl::ToChronoNanoseconds(grace);
+  server_->Shutdown(deadline);
+  server_->Wait();
+}
+
+}  // namespace temb

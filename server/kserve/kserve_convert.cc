@@ -1,0 +1,416 @@
+#include "server/kserve/kserve_convert.h"
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <string>
+#include <utility>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "inference/model_config.pb.h"
+#include "temb/kernels/status_macros.h"
+
+// Raw tensors are little-endian on the wire; decoding and encoding them with
+// memcpy is only right on a little-endian host (x86-64, AArch64).
+static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
+              "the KServe frontend assumes a little-endian host");
+
+namespace temb::kserve {
+namespace {
+
+using inference::InferParameter;
+using inference::InferTensorContents;
+using inference::ModelInferRequest;
+using inference::ModelInferResponse;
+using Params = google::protobuf::Map<std::string, InferParameter>;
+
+// Request parameters from Triton's own clients that carry no meaning for a
+// stateless, non-decoupled model; accepted and ignored so that those clients
+// work as is.  Triton also reserves every key starting with "triton_" (e.g.
+// perf_analyzer's "triton_enable_empty_final_response").
+constexpr absl::string_view kIgnoredRequestParameters[] = {
+    "priority",       "timeout",      "sequence_id",
+    "sequence_start", "sequence_end", "binary_data_output"};
+constexpr absl::string_view kTritonReservedPrefix = "triton_";
+
+bool IsIgnoredRequestParameter(absl::string_view key) {
+  return absl::StartsWith(key, kTritonReservedPrefix) ||
+         std::find(std::begin(kIgnoredRequestParameters),
+                   std::end(kIgnoredRequestParameters),
+                   key) != std::end(kIgnoredRequestParameters);
+}
+
+std::string ParamField(absl::string_view prefix, absl::string_view key) {
+  return absl::StrCat(prefix, "parameters[\"", key, "\"]");
+}
+
+absl::StatusOr<std::string> StringParam(const InferParameter& param,
+                                        absl::string_view field) {
+  if (param.parameter_choice_case() != InferParameter::kStringParam) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(field, " must be a string parameter"));
+  }
+  return param.string_param();
+}
+
+// Accepts the KServe datatype names ("FP16") and temb's ("fp16",
+// "float16"), in any case.
+absl::StatusOr<DType> ParseDTypeParam(const InferParameter& param,
+                                      absl::string_view field) {
+  ASSIGN_OR_RETURN(std::string text, StringParam(param, field));
+  absl::StatusOr<DType> dtype = ParseDType(absl::AsciiStrToLower(text));
+  if (!dtype.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        field, " must be one of FP32, FP16, BF16, FP64, got \"", text, "\""));
+  }
+  return *dtype;
+}
+
+absl::Status ParseRequestParameters(const Params& params, SpecRequest* spec) {
+  for (const auto& [key, param] : params) {
+    const std::string field = ParamField("", key);
+    if (key == "dtype") {
+      ASSIGN_OR_RETURN(spec->dtype, ParseDTypeParam(param, field));
+    } else if (key == "dim") {
+      if (param.parameter_choice_case() != InferParameter::kInt64Param) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(field, " must be an int64 parameter"));
+      }
+      const int64_t dim = param.int64_param();
+      // Anything outside int's range is far beyond any max_dim: let the core
+      // report the limit rather than a truncated value.
+      spec->dim = static_cast<int>(
+          std::clamp<int64_t>(dim, std::numeric_limits<int>::min(),
+                              std::numeric_limits<int>::max()));
+    } else if (key == "precision") {
+      ASSIGN_OR_RETURN(std::string text, StringParam(param, field));
+      text = absl::AsciiStrToLower(text);
+      if (text == "fp32") {
+        spec->precision = Precision::kFloat32;
+      } else if (text == "fp64") {
+        spec->precision = Precision::kFloat64;
+      } else {
+        return absl::InvalidArgumentError(absl::StrCat(
+            field, " must be \"fp32\" or \"fp64\", got \"", text, "\""));
+      }
+    } else if (!IsIgnoredRequestParameter(key)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("unknown request parameter \"", key,
+                       "\"; accepted: dtype, dim, precision"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ParseRequestedOutputs(const ModelInferRequest& request,
+                                   const Preset& model, SpecRequest* spec) {
+  if (request.outputs_size() > 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "outputs: model \"", model.name, "\" has one output, \"", kOutputName,
+        "\", got ", request.outputs_size(), " requested"));
+  }
+  if (request.outputs_size() == 0) return absl::OkStatus();
+  const auto& output = request.outputs(0);
+  if (output.name() != kOutputName) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "outputs[0].name: unknown output \"", output.name(), "\" of model \"",
+        model.name, "\"; its output is \"", kOutputName, "\""));
+  }
+  for (const auto& [key, param] : output.parameters()) {
+    const std::string field = ParamField("outputs[0].", key);
+    if (key == "datatype") {
+      ASSIGN_OR_RETURN(DType dtype, ParseDTypeParam(param, field));
+      if (spec->dtype.has_value() && *spec->dtype != dtype) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(field, " (", DTypeName(dtype),
+                         ") contradicts the request parameter \"dtype\" (",
+                         DTypeName(*spec->dtype), ")"));
+      }
+      spec->dtype = dtype;
+    } else if (key != "binary_data") {  // HTTP-only; gRPC is always binary
+      return absl::InvalidArgumentError(
+          absl::StrCat(field, " is not supported; accepted: datatype"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+std::string ShapeString(const google::protobuf::RepeatedField<int64_t>& shape) {
+  return absl::StrCat("[", absl::StrJoin(shape, ", "), "]");
+}
+
+bool HasTypedContents(const InferTensorContents& c) {
+  return c.bool_contents_size() > 0 || c.int_contents_size() > 0 ||
+         c.int64_contents_size() > 0 || c.uint_contents_size() > 0 ||
+         c.uint64_contents_size() > 0 || c.fp32_contents_size() > 0 ||
+         c.fp64_contents_size() > 0 || c.bytes_contents_size() > 0;
+}
+
+// How one accepted input datatype travels.
+struct InputType {
+  absl::string_view name;
+  size_t size;                    // bytes per element in raw contents
+  absl::string_view typed_field;  // the InferTensorContents field
+  int typed_count;                // elements in that field of this request
+};
+
+template <typename T>
+void DecodeRaw(const std::string& bytes, std::vector<float>* out) {
+  const size_t n = bytes.size() / sizeof(T);
+  out->resize(n);
+  for (size_t i = 0; i < n; ++i) {
+    T value;
+    std::memcpy(&value, bytes.data() + i * sizeof(T), sizeof(T));
+    (*out)[i] = static_cast<float>(value);
+  }
+}
+
+template <typename Repeated>
+void DecodeTyped(const Repeated& values, std::vector<float>* out) {
+  out->assign(values.begin(), values.end());
+}
+
+absl::StatusOr<std::vector<float>> ParseTimesteps(
+    const ModelInferRequest& request, const Preset& model) {
+  if (request.inputs_size() != 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("inputs: model \"", model.name, "\" takes one input, \"",
+                     kInputName, "\", got ", request.inputs_size()));
+  }
+  const auto& input = request.inputs(0);
+  if (input.name() != kInputName) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "inputs[0].name: unknown input \"", input.name(), "\" of model \"",
+        model.name, "\"; its input is \"", kInputName, "\""));
+  }
+  if (!input.parameters().empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        ParamField("inputs[0].", input.parameters().begin()->first),
+        " is not supported (shared memory is not implemented)"));
+  }
+
+  const InferTensorContents& contents = input.contents();
+  InputType type;
+  const std::string& datatype = input.datatype();
+  if (datatype == "FP32") {
+    type = {"FP32", 4, "fp32_contents", contents.fp32_contents_size()};
+  } else if (datatype == "INT64") {
+    type = {"INT64", 8, "int64_contents", contents.int64_contents_size()};
+  } else if (datatype == "FP64") {
+    type = {"FP64", 8, "fp64_contents", contents.fp64_contents_size()};
+  } else if (datatype == "INT32") {
+    type = {"INT32", 4, "int_contents", contents.int_contents_size()};
+  } else {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "inputs[0].datatype must be FP32, INT64, FP64 or INT32, got \"",
+        datatype, "\""));
+  }
+
+  const auto& shape = input.shape();
+  if (shape.empty() || shape.size() > 2 || shape[0] < 0 ||
+      (shape.size() == 2 && shape[1] != 1)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "inputs[0].shape must be [N] or [N, 1], got ", ShapeString(shape)));
+  }
+  const int64_t count = shape[0];
+
+  std::vector<float> timesteps;
+  if (request.raw_input_contents_size() > 0) {
+    if (request.raw_input_contents_size() != 1) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "raw_input_contents must hold one entry per input (1), got ",
+          request.raw_input_contents_size()));
+    }
+    if (HasTypedContents(contents)) {
+      return absl::InvalidArgumentError(
+          "inputs[0].contents must be empty when raw_input_contents is set");
+    }
+    const std::string& bytes = request.raw_input_contents(0);
+    if (bytes.size() % type.size != 0 ||
+        bytes.size() / type.size != static_cast<uint64_t>(count)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("raw_input_contents[0] has ", bytes.size(),
+                       " bytes, but shape ", ShapeString(shape), " of ",
+                       type.name, " needs ", count, " x ", type.size));
+    }
+    if (type.name == "FP32") {
+      DecodeRaw<float>(bytes, &timesteps);
+    } else if (type.name == "INT64") {
+      DecodeRaw<int64_t>(bytes, &timesteps);
+    } else if (type.name == "FP64") {
+      DecodeRaw<double>(bytes, &timesteps);
+    } else {
+      DecodeRaw<int32_t>(bytes, &timesteps);
+    }
+    return timesteps;
+  }
+
+  // Typed contents: only the field matching the datatype may be used.
+  InferTensorContents others = contents;
+  others.clear_fp32_contents();
+  others.clear_int64_contents();
+  others.clear_fp64_contents();
+  others.clear_int_contents();
+  const int typed_fields = (contents.fp32_contents_size() > 0) +
+                           (contents.int64_contents_size() > 0) +
+                           (contents.fp64_contents_size() > 0) +
+                           (contents.int_contents_size() > 0);
+  if (HasTypedContents(others) || typed_fields > 1 ||
+      (typed_fields == 1 && type.typed_count == 0)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("inputs[0].contents: datatype ", type.name, " travels in ",
+                     type.typed_field, " only"));
+  }
+  if (type.typed_count != count) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "inputs[0].contents.", type.typed_field, " has ", type.typed_count,
+        " elements, but shape ", ShapeString(shape), " needs ", count));
+  }
+  if (type.name == "FP32") {
+    DecodeTyped(contents.fp32_contents(), &timesteps);
+  } else if (type.name == "INT64") {
+    DecodeTyped(contents.int64_contents(), &timesteps);
+  } else if (type.name == "FP64") {
+    DecodeTyped(contents.fp64_contents(), &timesteps);
+  } else {
+    DecodeTyped(contents.int_contents(), &timesteps);
+  }
+  return timesteps;
+}
+
+absl::string_view WireDTypeName(DType dtype) {
+  switch (dtype) {
+    case DType::kFloat32:
+      return "FP32";
+    case DType::kFloat16:
+      return "FP16";
+    case DType::kBFloat16:
+      return "BF16";
+    case DType::kFloat64:
+      return "FP64";
+  }
+  return "FP32";
+}
+
+inference::DataType ConfigDataType(DType dtype) {
+  switch (dtype) {
+    case DType::kFloat32:
+      return inference::TYPE_FP32;
+    case DType::kFloat16:
+      return inference::TYPE_FP16;
+    case DType::kBFloat16:
+      return inference::TYPE_BF16;
+    case DType::kFloat64:
+      return inference::TYPE_FP64;
+  }
+  return inference::TYPE_FP32;
+}
+
+// -1 when the caller picks dim per request.
+int64_t OutputDim(const Preset& model) {
+  return model.dim_overridable ? -1 : model.spec.dim;
+}
+
+}  // namespace
+
+absl::StatusOr<const Preset*> FindModel(const PresetCatalog& presets,
+                                        absl::string_view name,
+                                        absl::string_view version) {
+  const Preset* model = presets.Find(name);
+  if (model == nullptr) {
+    return absl::NotFoundError(
+        absl::StrCat("unknown model \"", name, "\" (models are the presets)"));
+  }
+  if (!version.empty() && version != kModelVersion) {
+    return absl::NotFoundError(
+        absl::StrCat("model \"", name, "\" has no version \"", version,
+                     "\"; its only version is \"", kModelVersion, "\""));
+  }
+  return model;
+}
+
+absl::StatusOr<InferCall> ParseInferRequest(const ModelInferRequest& request,
+                                            const Preset& model) {
+  InferCall call;
+  call.spec.preset = model.name;
+  RETURN_IF_ERROR(ParseRequestParameters(request.parameters(), &call.spec));
+  RETURN_IF_ERROR(ParseRequestedOutputs(request, model, &call.spec));
+  ASSIGN_OR_RETURN(call.timesteps, ParseTimesteps(request, model));
+  return call;
+}
+
+void FillInferResponse(const ModelInferRequest& request, Embedding embedding,
+                       ModelInferResponse* response) {
+  response->set_model_name(request.model_name());
+  response->set_model_version(kModelVersion);
+  response->set_id(request.id());
+  auto* output = response->add_outputs();
+  output->set_name(kOutputName);
+  output->set_datatype(std::string(WireDTypeName(embedding.spec.dtype)));
+  output->add_shape(embedding.rows);
+  output->add_shape(embedding.spec.dim);
+  response->add_raw_output_contents(std::move(embedding.data));
+}
+
+absl::Status Infer(const EmbedService& service,
+                   const ModelInferRequest& request,
+                   ModelInferResponse* response) {
+  ASSIGN_OR_RETURN(const Preset* model,
+                   FindModel(service.presets(), request.model_name(),
+                             request.model_version()));
+  ASSIGN_OR_RETURN(InferCall call, ParseInferRequest(request, *model));
+  ASSIGN_OR_RETURN(Embedding embedding,
+                   service.Embed(call.spec, call.timesteps));
+  FillInferResponse(request, std::move(embedding), response);
+  return absl::OkStatus();
+}
+
+void FillModelMetadata(const Preset& model,
+                       inference::ModelMetadataResponse* response) {
+  response->set_name(model.name);
+  response->add_versions(kModelVersion);
+  response->set_platform(kPlatform);
+  auto* input = response->add_inputs();
+  input->set_name(kInputName);
+  input->set_datatype("FP32");
+  input->add_shape(-1);
+  input->add_shape(1);
+  auto* output = response->add_outputs();
+  output->set_name(kOutputName);
+  output->set_datatype(std::string(WireDTypeName(model.spec.dtype)));
+  output->add_shape(-1);
+  output->add_shape(OutputDim(model));
+}
+
+void FillModelConfig(const Preset& model, const Limits& limits,
+                     inference::ModelConfig* config) {
+  config->set_name(model.name);
+  config->set_platform(kPlatform);
+  config->set_backend(kPlatform);
+  config->set_max_batch_size(static_cast<int32_t>(std::clamp<int64_t>(
+      limits.max_batch, 1, std::numeric_limits<int32_t>::max())));
+  auto* input = config->add_input();
+  input->set_name(kInputName);
+  input->set_data_type(inference::TYPE_FP32);
+  input->add_dims(1);
+  auto* output = config->add_output();
+  output->set_name(kOutputName);
+  output->set_data_type(ConfigDataType(model.spec.dtype));
+  output->add_dims(OutputDim(model));
+}
+
+void FillServerMetadata(absl::string_view version,
+                        inference::ServerMetadataResponse* response) {
+  response->set_name("temb");
+  response->set_version(std::string(version));
+  // "statistics" is deliberately absent: clients such as perf_analyzer then
+  // poll ModelStatistics, which is not implemented.
+  response->add_extensions("model_configuration");
+  response->add_extensions("parameters");
+}
+
+}  // namespace temb::kserve

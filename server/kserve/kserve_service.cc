@@ -1,0 +1,177 @@
+#include "server/kserve/kserve_service.h"
+
+#include <chrono>
+#include <string>
+
+#include "server/core/version.h"
+#include "server/grpc/status.h"
+#include "server/kserve/kserve_convert.h"
+
+namespace temb::kserve {
+namespace {
+
+constexpr absl::string_view kInferMethod = "ModelInfer";
+constexpr absl::string_view kStreamMethod = "ModelStreamInfer";
+
+grpc::ServerUnaryReactor* FinishWith(grpc::CallbackServerContext* context,
+                                     const absl::Status& status) {
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  reactor->Finish(ToGrpcStatus(status));
+  return reactor;
+}
+
+absl::Status CheckCallWanted(const grpc::CallbackServerContext& context) {
+  if (context.IsCancelled()) {
+    return absl::CancelledError("the call was cancelled before computing");
+  }
+  if (context.deadline() <= std::chrono::system_clock::now()) {
+    return absl::DeadlineExceededError("the deadline passed before computing");
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+// Reads one request, answers it, and only then reads the next: responses
+// keep the requests' order and at most one read or write is ever in flight,
+// so Finish() is reached from exactly one place.
+class KServeService::StreamReactor final
+    : public grpc::ServerBidiReactor<inference::ModelInferRequest,
+                                     inference::ModelStreamInferResponse> {
+ public:
+  StreamReactor(const KServeService& service,
+                grpc::CallbackServerContext* context)
+      : service_(service), context_(context) {
+    StartRead(&request_);
+  }
+
+  void OnReadDone(bool ok) override {
+    if (!ok) {  // half-close; after a cancellation the status is ignored
+      Finish(grpc::Status::OK);
+      return;
+    }
+    response_.Clear();
+    inference::ModelInferResponse* answer = response_.mutable_infer_response();
+    const absl::Status status =
+        service_.Handle(kStreamMethod, *context_, request_, answer);
+    if (!status.ok()) {
+      // Only the request's identity, so that clients can match the error.
+      answer->Clear();
+      answer->set_model_name(request_.model_name());
+      answer->set_model_version(request_.model_version());
+      answer->set_id(request_.id());
+      response_.set_error_message(std::string(status.message()));
+    }
+    StartWrite(&response_);
+  }
+
+  void OnWriteDone(bool ok) override {
+    if (!ok) {
+      Finish(grpc::Status(grpc::StatusCode::CANCELLED,
+                          "the stream closed before the answer was sent"));
+      return;
+    }
+    StartRead(&request_);
+  }
+
+  void OnDone() override { delete this; }
+
+ private:
+  const KServeService& service_;
+  grpc::CallbackServerContext* const context_;
+  inference::ModelInferRequest request_;
+  inference::ModelStreamInferResponse response_;
+};
+
+KServeService::KServeService(const EmbedService& core,
+                             RequestObserver* observer)
+    : core_(core), observer_(observer) {}
+
+absl::Status KServeService::Handle(
+    absl::string_view method, const grpc::CallbackServerContext& context,
+    const inference::ModelInferRequest& request,
+    inference::ModelInferResponse* response) const {
+  RequestTimer timer(observer_, method);
+  absl::Status status = CheckCallWanted(context);
+  if (status.ok()) status = Infer(core_, request, response);
+  if (status.ok()) {
+    timer.Finish(status, response->outputs(0).shape(0),
+                 static_cast<int64_t>(response->raw_output_contents(0).size()),
+                 request.id());
+  } else {
+    timer.Finish(status, 0, 0, request.id());
+  }
+  return status;
+}
+
+grpc::ServerUnaryReactor* KServeService::ServerLive(
+    grpc::CallbackServerContext* context,
+    const inference::ServerLiveRequest* /*request*/,
+    inference::ServerLiveResponse* response) {
+  response->set_live(true);
+  return FinishWith(context, absl::OkStatus());
+}
+
+grpc::ServerUnaryReactor* KServeService::ServerReady(
+    grpc::CallbackServerContext* context,
+    const inference::ServerReadyRequest* /*request*/,
+    inference::ServerReadyResponse* response) {
+  // A draining server no longer accepts calls, so any answer is "ready".
+  response->set_ready(true);
+  return FinishWith(context, absl::OkStatus());
+}
+
+grpc::ServerUnaryReactor* KServeService::ModelReady(
+    grpc::CallbackServerContext* context,
+    const inference::ModelReadyRequest* request,
+    inference::ModelReadyResponse* response) {
+  response->set_ready(
+      FindModel(core_.presets(), request->name(), request->version()).ok());
+  return FinishWith(context, absl::OkStatus());
+}
+
+grpc::ServerUnaryReactor* KServeService::ServerMetadata(
+    grpc::CallbackServerContext* context,
+    const inference::ServerMetadataRequest* /*request*/,
+    inference::ServerMetadataResponse* response) {
+  FillServerMetadata(Version(), response);
+  return FinishWith(context, absl::OkStatus());
+}
+
+grpc::ServerUnaryReactor* KServeService::ModelMetadata(
+    grpc::CallbackServerContext* context,
+    const inference::ModelMetadataRequest* request,
+    inference::ModelMetadataResponse* response) {
+  absl::StatusOr<const Preset*> model =
+      FindModel(core_.presets(), request->name(), request->version());
+  if (model.ok()) FillModelMetadata(**model, response);
+  return FinishWith(context, model.status());
+}
+
+grpc::ServerUnaryReactor* KServeService::ModelConfig(
+    grpc::CallbackServerContext* context,
+    const inference::ModelConfigRequest* request,
+    inference::ModelConfigResponse* response) {
+  absl::StatusOr<const Preset*> model =
+      FindModel(core_.presets(), request->name(), request->version());
+  if (model.ok()) {
+    FillModelConfig(**model, core_.limits(), response->mutable_config());
+  }
+  return FinishWith(context, model.status());
+}
+
+grpc::ServerUnaryReactor* KServeService::ModelInfer(
+    grpc::CallbackServerContext* context,
+    const inference::ModelInferRequest* request,
+    inference::ModelInferResponse* response) {
+  return FinishWith(context,
+                    Handle(kInferMethod, *context, *request, response));
+}
+
+grpc::ServerBidiReactor<inference::ModelInferRequest,
+                        inference::ModelStreamInferResponse>*
+KServeService::ModelStreamInfer(grpc::CallbackServerContext* context) {
+  return new StreamReactor(*this, context);
+}
+
+}  // namespace temb::kserve

@@ -1,0 +1,80 @@
+// The KServe v2 / Triton-compatible gRPC frontend: inference.
+// GRPCInferenceService on top of the service core, one model per preset
+// (see kserve_convert.h for the model signature and docs/kserve.md for the
+// user's view).  Protocol only: every request goes through EmbedService.
+// Draining is the server assembly's: once it shuts down, new calls are
+// refused with UNAVAILABLE and grpc.health.v1 reports NOT_SERVING.
+#ifndef TEMB_SERVER_KSERVE_KSERVE_SERVICE_H_
+#define TEMB_SERVER_KSERVE_KSERVE_SERVICE_H_
+
+#include "absl/status/status.h"
+#include "absl/strings/string_view.h"
+#include "inference/grpc_service.grpc.pb.h"
+#include "server/core/embed_service.h"
+#include "server/core/request_observer.h"
+
+namespace temb::kserve {
+
+class KServeService final
+    : public inference::GRPCInferenceService::CallbackService {
+ public:
+  // `core` and `observer` (may be null) must outlive the service.  Handlers
+  // run on gRPC's callback threads and compute inline (the core is
+  // thread-safe).  ModelInfer and each ModelStreamInfer request are reported
+  // to `observer` (metrics, request log).
+  KServeService(const EmbedService& core, RequestObserver* observer);
+
+  grpc::ServerUnaryReactor* ServerLive(
+      grpc::CallbackServerContext* context,
+      const inference::ServerLiveRequest* request,
+      inference::ServerLiveResponse* response) override;
+  grpc::ServerUnaryReactor* ServerReady(
+      grpc::CallbackServerContext* context,
+      const inference::ServerReadyRequest* request,
+      inference::ServerReadyResponse* response) override;
+  // Unknown models are simply not ready (as in Triton), not an error.
+  grpc::ServerUnaryReactor* ModelReady(
+      grpc::CallbackServerContext* context,
+      const inference::ModelReadyRequest* request,
+      inference::ModelReadyResponse* response) override;
+  grpc::ServerUnaryReactor* ServerMetadata(
+      grpc::CallbackServerContext* context,
+      const inference::ServerMetadataRequest* request,
+      inference::ServerMetadataResponse* response) override;
+  // NOT_FOUND for an unknown model or version.
+  grpc::ServerUnaryReactor* ModelMetadata(
+      grpc::CallbackServerContext* context,
+      const inference::ModelMetadataRequest* request,
+      inference::ModelMetadataResponse* response) override;
+  grpc::ServerUnaryReactor* ModelConfig(
+      grpc::CallbackServerContext* context,
+      const inference::ModelConfigRequest* request,
+      inference::ModelConfigResponse* response) override;
+  // Codes as kserve::Infer; CANCELLED / DEADLINE_EXCEEDED, uncomputed, for a
+  // call already abandoned by its client.
+  grpc::ServerUnaryReactor* ModelInfer(
+      grpc::CallbackServerContext* context,
+      const inference::ModelInferRequest* request,
+      inference::ModelInferResponse* response) override;
+  // Requests are answered one at a time, in order; a failed one gets
+  // error_message (and its id) and the stream goes on.
+  grpc::ServerBidiReactor<inference::ModelInferRequest,
+                          inference::ModelStreamInferResponse>*
+  ModelStreamInfer(grpc::CallbackServerContext* context) override;
+
+ private:
+  class StreamReactor;
+
+  // Times, reports and computes one request.
+  absl::Status Handle(absl::string_view method,
+                      const grpc::CallbackServerContext& context,
+                      const inference::ModelInferRequest& request,
+                      inference::ModelInferResponse* response) const;
+
+  const EmbedService& core_;
+  RequestObserver* const observer_;
+};
+
+}  // namespace temb::kserve
+
+#endif  // TEMB_SERVER_KSERVE_KSERVE_SERVICE_H_

@@ -1,0 +1,124 @@
+#include "server/metrics/prometheus_metrics.h"
+
+#include <exception>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "prometheus/counter.h"
+#include "prometheus/exposer.h"
+#include "prometheus/gauge.h"
+#include "prometheus/histogram.h"
+#include "prometheus/registry.h"
+#include "prometheus/text_serializer.h"
+
+namespace temb {
+namespace {
+
+// From a small cached CPU request (~50 us) to a large GPU batch (~1 s).
+const prometheus::Histogram::BucketBoundaries& LatencyBuckets() {
+  static const auto* const buckets =
+      new prometheus::Histogram::BucketBoundaries{
+          50e-6, 100e-6, 250e-6, 500e-6, 1e-3,   2.5e-3, 5e-3,
+          10e-3, 25e-3,  50e-3,  100e-3, 250e-3, 500e-3, 1.0};
+  return *buckets;
+}
+
+// Powers of two up to the default max_batch.
+prometheus::Histogram::BucketBoundaries BatchBuckets() {
+  prometheus::Histogram::BucketBoundaries buckets;
+  for (double b = 1; b <= 65536; b *= 2) buckets.push_back(b);
+  return buckets;
+}
+
+}  // namespace
+
+struct PrometheusMetrics::Impl {
+  std::shared_ptr<prometheus::Registry> registry =
+      std::make_shared<prometheus::Registry>();
+  prometheus::Family<prometheus::Counter>& requests =
+      prometheus::BuildCounter()
+          .Name("temb_requests_total")
+          .Help("Finished requests by method and gRPC status code")
+          .Register(*registry);
+  prometheus::Family<prometheus::Histogram>& latency =
+      prometheus::BuildHistogram()
+          .Name("temb_request_latency_seconds")
+          .Help("Server-side request latency by method")
+          .Register(*registry);
+  prometheus::Histogram& batch = prometheus::BuildHistogram()
+                                     .Name("temb_batch_size")
+                                     .Help("Timesteps per successful request")
+                                     .Register(*registry)
+                                     .Add({}, BatchBuckets());
+  prometheus::Counter& output_bytes =
+      prometheus::BuildCounter()
+          .Name("temb_output_bytes_total")
+          .Help("Embedding bytes returned to clients")
+          .Register(*registry)
+          .Add({});
+  prometheus::Gauge& inflight = prometheus::BuildGauge()
+                                    .Name("temb_inflight_requests")
+                                    .Help("Requests being processed")
+                                    .Register(*registry)
+                                    .Add({});
+  prometheus::Family<prometheus::Gauge>& backend_info =
+      prometheus::BuildGauge()
+          .Name("temb_backend_info")
+          .Help("The backend computing embeddings (always 1)")
+          .Register(*registry);
+  std::unique_ptr<prometheus::Exposer> exposer;
+};
+
+PrometheusMetrics::PrometheusMetrics(absl::string_view backend,
+                                     absl::string_view device)
+    : impl_(std::make_unique<Impl>()) {
+  impl_->backend_info
+      .Add({{"backend", std::string(backend)}, {"device", std::string(device)}})
+      .Set(1);
+}
+
+PrometheusMetrics::~PrometheusMetrics() = default;
+
+absl::StatusOr<int> PrometheusMetrics::Serve(const std::string& address) {
+  // prometheus-cpp reports bind failures by throwing; keep them inside.
+  try {
+    auto exposer = std::make_unique<prometheus::Exposer>(address);
+    exposer->RegisterCollectable(impl_->registry);
+    const std::vector<int> ports = exposer->GetListeningPorts();
+    if (ports.empty()) {
+      return absl::UnavailableError(
+          absl::StrCat("metrics: not listening on \"", address, "\""));
+    }
+    impl_->exposer = std::move(exposer);
+    return ports.front();
+  } catch (const std::exception& e) {
+    return absl::UnavailableError(absl::StrCat("metrics: cannot listen on \"",
+                                               address, "\": ", e.what()));
+  }
+}
+
+std::string PrometheusMetrics::TextExposition() const {
+  return prometheus::TextSerializer().Serialize(impl_->registry->Collect());
+}
+
+void PrometheusMetrics::OnStart(absl::string_view /*method*/) {
+  impl_->inflight.Increment();
+}
+
+void PrometheusMetrics::OnFinish(const RequestRecord& record) {
+  impl_->inflight.Decrement();
+  const std::string method(record.method);
+  impl_->requests
+      .Add({{"method", method},
+            {"code", absl::StatusCodeToString(record.status->code())}})
+      .Increment();
+  impl_->latency.Add({{"method", method}}, LatencyBuckets())
+      .Observe(record.latency_seconds);
+  if (record.status->ok()) {
+    impl_->batch.Observe(static_cast<double>(record.batch));
+    impl_->output_bytes.Increment(static_cast<double>(record.output_bytes));
+  }
+}
+
+}  // namespace temb

@@ -1,0 +1,45 @@
+// Prometheus metrics for temb-server, fed by the frontends through the
+// RequestObserver interface and served on /metrics.
+//
+//   temb_requests_total{method,code}        counter
+//   temb_request_latency_seconds{method}    histogram, 50 us .. 1 s
+//   temb_batch_size                          histogram of successful requests
+//   temb_output_bytes_total                  counter of embedding bytes
+//   returned temb_inflight_requests                   gauge
+//   temb_backend_info{backend,device}        gauge, always 1
+#ifndef TEMB_SERVER_METRICS_PROMETHEUS_METRICS_H_
+#define TEMB_SERVER_METRICS_PROMETHEUS_METRICS_H_
+
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "server/core/request_observer.h"
+
+namespace temb {
+
+// Thread-safe.
+class PrometheusMetrics final : public RequestObserver {
+ public:
+  PrometheusMetrics(absl::string_view backend, absl::string_view device);
+  ~PrometheusMetrics() override;
+
+  // Starts the HTTP exposer on HOST:PORT (port 0 picks one) and returns the
+  // bound port.  UNAVAILABLE when the address cannot be bound.  Call once.
+  absl::StatusOr<int> Serve(const std::string& address);
+
+  // The current metrics in the Prometheus text format (what /metrics serves).
+  std::string TextExposition() const;
+
+  void OnStart(absl::string_view method) override;
+  void OnFinish(const RequestRecord& record) override;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace temb
+
+#endif  // TEMB_SERVER_METRICS_PROMETHEUS_METRICS_H_

@@ -1,0 +1,62 @@
+// The native temb.v1.EmbeddingService frontend: protocol only.  Each call
+// converts the proto to core types, runs EmbedService and converts back; the
+// numbers and rules live in the core.
+#ifndef TEMB_SERVER_NATIVE_NATIVE_SERVICE_H_
+#define TEMB_SERVER_NATIVE_NATIVE_SERVICE_H_
+
+#include "absl/status/status.h"
+#include "absl/strings/string_view.h"
+#include "server/core/embed_service.h"
+#include "server/core/request_observer.h"
+#include "temb/v1/temb.grpc.pb.h"
+
+namespace temb {
+
+class NativeService final : public v1::EmbeddingService::CallbackService {
+ public:
+  struct Options {
+    // The server's gRPC message limit, reported in ServerInfo.limits.
+    int max_message_bytes = 0;
+  };
+
+  // `core` and `observer` (may be null) must outlive the service.
+  NativeService(const EmbedService& core, RequestObserver* observer,
+                Options options);
+
+  // A call whose deadline has passed or that was cancelled before the
+  // computation starts ends with DEADLINE_EXCEEDED / CANCELLED, uncomputed.
+  grpc::ServerUnaryReactor* Embed(grpc::CallbackServerContext* context,
+                                  const v1::EmbedRequest* request,
+                                  v1::EmbedResponse* response) override;
+
+  // One response per request, in order; one request is processed at a time.
+  // A failed request yields an `error` entry and the stream goes on.  The
+  // call ends OK when the client half-closes.
+  grpc::ServerBidiReactor<v1::EmbedRequest, v1::EmbedStreamResponse>*
+  EmbedStream(grpc::CallbackServerContext* context) override;
+
+  grpc::ServerUnaryReactor* GetServerInfo(
+      grpc::CallbackServerContext* context,
+      const v1::GetServerInfoRequest* request,
+      v1::ServerInfo* response) override;
+
+ private:
+  class StreamReactor;
+
+  // Times and reports one request, then computes it into `response`.
+  absl::Status Handle(absl::string_view method,
+                      grpc::CallbackServerContext* context,
+                      const v1::EmbedRequest& request,
+                      v1::EmbedResponse* response) const;
+  absl::Status Compute(grpc::CallbackServerContext* context,
+                       const v1::EmbedRequest& request,
+                       v1::EmbedResponse* response) const;
+
+  const EmbedService& core_;
+  RequestObserver* const observer_;
+  v1::ServerInfo info_;  // immutable after construction
+};
+
+}  // namespace temb
+
+#endif  // TEMB_SERVER_NATIVE_NATIVE_SERVICE_H_

@@ -1,0 +1,211 @@
+// The preset catalogue: the built-in entries against the contract table
+// (semantics section 4) and the rejection of malformed catalogues.
+#include "server/core/presets.h"
+
+#include <cstdio>
+#include <fstream>
+#include <string>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace temb {
+namespace {
+
+using ::testing::HasSubstr;
+
+struct Expected {
+  const char* name;
+  int dim;  // 0: the caller chooses
+  bool dim_overridable;
+  bool flip_sin_to_cos;
+  double shift;
+  Layout layout;
+  double time_factor;
+  Precision precision;
+};
+
+constexpr Layout kH = Layout::kHalves;
+constexpr Precision kF32 = Precision::kFloat32;
+
+TEST(PresetsTest, BuiltInCatalogueMatchesTheContract) {
+  const Expected table[] = {
+      {"sd15", 320, false, true, 0, kH, 1, kF32},
+      {"sd21", 320, false, true, 0, kH, 1, kF32},
+      {"sdxl", 320, false, true, 0, kH, 1, kF32},
+      {"sdxl-add-time", 256, false, true, 0, kH, 1, kF32},
+      {"ddpm", 128, false, false, 1, kH, 1, kF32},
+      {"dit", 256, false, true, 0, kH, 1, kF32},
+      {"dit-diffusers", 256, false, true, 1, kH, 1, kF32},
+      {"pixart", 256, false, true, 0, kH, 1, kF32},
+      {"sd3", 256, false, true, 0, kH, 1, kF32},
+      {"hunyuan-video", 256, false, true, 0, kH, 1, kF32},
+      {"wan", 256, false, true, 0, kH, 1, Precision::kFloat64},
+      {"wan-diffusers", 256, false, true, 0, kH, 1, kF32},
+      {"flux", 256, false, true, 0, kH, 1000, kF32},
+      {"transformer", 512, true, false, 0, Layout::kInterleaved, 1, kF32},
+      {"ldm", 0, true, true, 0, kH, 1, kF32},
+      {"diffusers-default", 0, true, false, 1, kH, 1, kF32},
+  };
+  const PresetCatalog& catalog = PresetCatalog::BuiltIn();
+  EXPECT_EQ(catalog.presets().size(), std::size(table));
+  for (const Expected& e : table) {
+    SCOPED_TRACE(e.name);
+    const Preset* preset = catalog.Find(e.name);
+    ASSERT_NE(preset, nullptr);
+    EXPECT_EQ(preset->name, e.name);
+    EXPECT_EQ(preset->spec.dim, e.dim);
+    EXPECT_EQ(preset->dim_overridable, e.dim_overridable);
+    EXPECT_EQ(preset->spec.flip_sin_to_cos, e.flip_sin_to_cos);
+    EXPECT_EQ(preset->spec.downscale_freq_shift, e.shift);
+    EXPECT_EQ(preset->spec.layout, e.layout);
+    EXPECT_EQ(preset->spec.time_factor, e.time_factor);
+    EXPECT_EQ(preset->spec.precision, e.precision);
+    EXPECT_EQ(preset->spec.max_period, 10000.0);
+    EXPECT_EQ(preset->spec.scale, 1.0);
+    EXPECT_FALSE(preset->spec.repeat_only);
+    EXPECT_EQ(preset->spec.dtype, DType::kFloat32);
+    EXPECT_THAT(preset->description, HasSubstr("Source:"));
+  }
+  EXPECT_EQ(catalog.Find("nope"), nullptr);
+}
+
+TEST(PresetsTest, ParsesACustomCatalogue) {
+  auto catalog = PresetCatalog::FromTextProto(R"pb(
+    presets {
+      name: "mine"
+      description: "half precision LDM"
+      spec { dim: 64 flip_sin_to_cos: true downscale_freq_shift: 0 scale: 2 }
+      default_dtype: DTYPE_FP16
+    }
+    presets {
+      name: "any"
+      spec { flip_sin_to_cos: false downscale_freq_shift: 1 max_period: 100 }
+      dim_overridable: true
+    }
+  )pb");
+  ASSERT_TRUE(catalog.ok()) << catalog.status();
+  ASSERT_EQ(catalog->presets().size(), 2u);
+  const Preset& mine = catalog->presets()[0];
+  EXPECT_EQ(mine.name, "mine");
+  EXPECT_EQ(mine.description, "half precision LDM");
+  EXPECT_EQ(mine.spec.dim, 64);
+  EXPECT_EQ(mine.spec.scale, 2.0);
+  EXPECT_EQ(mine.spec.dtype, DType::kFloat16);
+  EXPECT_FALSE(mine.dim_overridable);
+  const Preset* any = catalog->Find("any");
+  ASSERT_NE(any, nullptr);
+  EXPECT_EQ(any->spec.dim, 0);
+  EXPECT_EQ(any->spec.max_period, 100.0);
+  EXPECT_TRUE(any->dim_overridable);
+}
+
+TEST(PresetsTest, RejectsBadCataloguesNamingThePreset) {
+  struct Case {
+    const char* text;
+    const char* message;
+  };
+  const Case cases[] = {
+      {R"pb(presets { name: "broken"
+                      spec { dim: })pb",
+       "line 1"},
+      {R"pb(presets { name: "x" bogus_field: 1 })pb", "bogus_field"},
+      {R"pb(presets {
+              spec { dim: 8 flip_sin_to_cos: true downscale_freq_shift: 0 }
+            })pb",
+       "empty name"},
+      {R"pb(presets {
+              name: "twice"
+              spec { dim: 8 flip_sin_to_cos: true downscale_freq_shift: 0 }
+            }
+            presets {
+              name: "twice"
+              spec { dim: 8 flip_sin_to_cos: true downscale_freq_shift: 0 }
+            })pb",
+       "duplicate preset \"twice\""},
+      {R"pb(presets {
+              name: "noflip"
+              spec { dim: 8 downscale_freq_shift: 0 }
+            })pb",
+       "preset \"noflip\": spec must set flip_sin_to_cos"},
+      {R"pb(presets {
+              name: "noshift"
+              spec { dim: 8 flip_sin_to_cos: true }
+            })pb",
+       "preset \"noshift\""},
+      {R"pb(presets {
+              name: "nodim"
+              spec { flip_sin_to_cos: true downscale_freq_shift: 0 }
+            })pb",
+       "preset \"nodim\": spec.dim is required"},
+      {R"pb(presets {
+              name: "nan"
+              spec { dim: 2 flip_sin_to_cos: false downscale_freq_shift: 1 }
+            })pb",
+       "preset \"nan\": dim / 2 - downscale_freq_shift must be non-zero"},
+      {R"pb(presets {
+              name: "odd"
+              spec {
+                dim: 7
+                flip_sin_to_cos: false
+                downscale_freq_shift: 0
+                layout: LAYOUT_INTERLEAVED
+              }
+            })pb",
+       "preset \"odd\": dim must be even"},
+      {R"pb(presets {
+              name: "period"
+              spec {
+                dim: 8
+                flip_sin_to_cos: true
+                downscale_freq_shift: 0
+                max_period: -1
+              }
+            })pb",
+       "preset \"period\": max_period"},
+      {R"pb(presets {
+              name: "huge"
+              spec { dim: 100000 flip_sin_to_cos: true downscale_freq_shift: 0 }
+            })pb",
+       "preset \"huge\": dim must be in"},
+  };
+  for (const Case& c : cases) {
+    auto catalog = PresetCatalog::FromTextProto(c.text);
+    EXPECT_EQ(catalog.status().code(), absl::StatusCode::kInvalidArgument)
+        << c.text;
+    EXPECT_THAT(catalog.status().message(), HasSubstr(c.message));
+  }
+}
+
+TEST(PresetsTest, FromFile) {
+  const std::string path =
+      ::testing::TempDir() + "/temb_presets_test.textproto";
+  {
+    std::ofstream file(path);
+    file << R"pb(presets {
+                   name: "bad"
+                   spec { dim: 3 flip_sin_to_cos: true downscale_freq_shift: 1 }
+                 })pb";
+  }
+  auto bad = PresetCatalog::FromFile(path);
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(bad.status().message(), HasSubstr(path));
+  EXPECT_THAT(bad.status().message(), HasSubstr("preset \"bad\""));
+  {
+    std::ofstream file(path);
+    file << R"pb(presets {
+                   name: "good"
+                   spec { dim: 4 flip_sin_to_cos: true downscale_freq_shift: 1 }
+                 })pb";
+  }
+  auto good = PresetCatalog::FromFile(path);
+  ASSERT_TRUE(good.ok()) << good.status();
+  EXPECT_NE(good->Find("good"), nullptr);
+  std::remove(path.c_str());
+
+  auto missing = PresetCatalog::FromFile(path + ".missing");
+  EXPECT_EQ(missing.status().code(), absl::StatusCode::kNotFound);
+}
+
+}  // namespace
+}  // namespace temb

@@ -1,0 +1,348 @@
+"""Invariants that tie the Dockerfile and the rendered Kubernetes manifests to
+each other and to the real temb-server.
+
+Renders every kustomization under deploy/ with `kubectl kustomize` (TEMB_KUBECTL)
+and reads the Dockerfile from TEMB_SOURCE_DIR.  Checks that need the server
+(its flags, the health services it registers) run it from TEMB_BIN_DIR and
+are skipped, with the reason in the report, when it has not been built.
+"""
+
+import os
+import re
+import signal
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+
+import tembproc
+
+SOURCE = Path(os.environ.get("TEMB_SOURCE_DIR", Path(__file__).resolve().parents[2]))
+DEPLOY = SOURCE / "deploy"
+KUSTOMIZATIONS = sorted(p.parent for p in DEPLOY.rglob("kustomization.yaml"))
+WORKLOADS = [d for d in KUSTOMIZATIONS if d.name != "kserve"]
+OVERLAYS = {d.name: d for d in KUSTOMIZATIONS if d.parent.name == "overlays"}
+
+# The server's defaults as documented (README, docs/deploy.md); when the
+# binary is built, test_defaults_match_server checks them against it.
+DEFAULT_GRPC_PORT = 50051
+DEFAULT_METRICS_PORT = 9090
+DEFAULT_DRAIN_GRACE_S = 15.0
+# Health services temb-server registers on its gRPC port.
+HEALTH_SERVICES = {"", "temb.v1.EmbeddingService", "inference.GRPCInferenceService"}
+
+
+def render(directory):
+    kubectl = os.environ.get("TEMB_KUBECTL") or "kubectl"
+    result = subprocess.run([kubectl, "kustomize", str(directory)],
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, f"kustomize {directory}:\n{result.stderr}"
+    return [doc for doc in yaml.safe_load_all(result.stdout) if doc]
+
+
+def by_kind(docs, kind):
+    return [d for d in docs if d["kind"] == kind]
+
+
+def label(directory):
+    return str(directory.relative_to(DEPLOY))
+
+
+def server_containers(docs):
+    """(pod template metadata, pod spec, container) for each server container."""
+    for doc in docs:
+        if doc["kind"] == "Deployment":
+            template = doc["spec"]["template"]
+            for container in template["spec"]["containers"]:
+                yield template["metadata"], template["spec"], container
+        elif doc["kind"] == "ServingRuntime":
+            for container in doc["spec"]["containers"]:
+                yield {"annotations": doc["spec"].get("annotations", {})}, doc["spec"], container
+
+
+def flag_values(args):
+    """{"address": "0.0.0.0:50051", ...} from ["--address=0.0.0.0:50051", ...]."""
+    values = {}
+    for arg in args:
+        assert arg.startswith("--") and "=" in arg, f"not --flag=value: {arg!r}"
+        name, value = arg[2:].split("=", 1)
+        values[name] = value
+    return values
+
+
+def port_of(address):
+    return int(address.rsplit(":", 1)[1])
+
+
+def seconds(duration):
+    """absl duration ("15s", "1m30s", "500ms") in seconds."""
+    units = {"h": 3600, "m": 60, "s": 1, "ms": 1e-3, "us": 1e-6, "ns": 1e-9}
+    parts = re.findall(r"(\d+(?:\.\d+)?)(h|ms|us|ns|m|s)", duration)
+    assert parts and "".join(n + u for n, u in parts) == duration, duration
+    return sum(float(n) * units[u] for n, u in parts)
+
+
+def dockerfile():
+    """Instructions of the last stage, continuation lines joined."""
+    text = (SOURCE / "Dockerfile").read_text()
+    text = re.sub(r"\\\n", " ", text)
+    stages, current = [], []
+    for line in text.splitlines():
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        keyword, _, rest = line.partition(" ")
+        if keyword.upper() == "FROM":
+            current = []
+            stages.append(current)
+        current.append((keyword.upper(), rest.strip()))
+    return stages[-1]
+
+
+def instruction(stage, keyword):
+    found = [rest for kw, rest in stage if kw == keyword]
+    assert len(found) == 1, f"expected one {keyword} in the runtime stage, got {found}"
+    return found[0]
+
+
+def exec_form(rest):
+    value = yaml.safe_load(rest)  # JSON arrays are YAML
+    assert isinstance(value, list), f"not exec form: {rest}"
+    return value
+
+
+@pytest.fixture(scope="module")
+def rendered():
+    return {d: render(d) for d in KUSTOMIZATIONS}
+
+
+@pytest.fixture(scope="module")
+def helpfull():
+    server = Path(os.environ.get("TEMB_BIN_DIR", "")) / "temb-server"
+    if not server.is_file():
+        pytest.skip(f"{server} is not built: the flag checks need it")
+    result = subprocess.run([str(server), "--helpfull"], capture_output=True,
+                            text=True, timeout=30)
+    text = result.stdout + result.stderr
+    assert "--address" in text, f"unexpected --helpfull output:\n{text}"
+    return text
+
+
+@pytest.fixture(scope="module")
+def server_flags(helpfull):
+    """{flag name: default value as printed} from `temb-server --helpfull`."""
+    flags = {}
+    for match in re.finditer(r"^\s+--(\w+)\b(.*?)(?=^\s+--\w|\Z)", helpfull, re.M | re.S):
+        default = re.search(r'default: "?([^";]*)"?;', match.group(2))
+        flags[match.group(1)] = default.group(1) if default else None
+    return flags
+
+
+def test_every_layout_is_rendered():
+    names = {label(d) for d in KUSTOMIZATIONS}
+    assert {"base", "overlays/cpu", "overlays/gpu", "kserve"} <= names
+
+
+@pytest.mark.parametrize("directory", WORKLOADS, ids=label)
+def test_selectors_match_pod_labels(rendered, directory):
+    docs = rendered[directory]
+    (deployment,) = by_kind(docs, "Deployment")
+    pod_labels = deployment["spec"]["template"]["metadata"]["labels"]
+    selector = deployment["spec"]["selector"]["matchLabels"]
+    assert selector and selector.items() <= pod_labels.items()
+    selectors = [s["spec"]["selector"] for s in by_kind(docs, "Service")]
+    selectors += [p["spec"]["selector"]["matchLabels"]
+                  for p in by_kind(docs, "PodDisruptionBudget")]
+    selectors += [c["labelSelector"]["matchLabels"]
+                  for c in deployment["spec"]["template"]["spec"].get(
+                      "topologySpreadConstraints", [])]
+    for other in selectors:
+        assert other == selector, f"{other} differs from the Deployment's {selector}"
+    for doc in docs:
+        assert selector.items() <= doc["metadata"].get("labels", {}).items(), \
+            f"{doc['kind']}/{doc['metadata']['name']} lacks the app labels"
+    (hpa,) = by_kind(docs, "HorizontalPodAutoscaler")
+    target = hpa["spec"]["scaleTargetRef"]
+    assert (target["kind"], target["name"]) == ("Deployment", deployment["metadata"]["name"])
+
+
+@pytest.mark.parametrize("directory", WORKLOADS, ids=label)
+def test_services(rendered, directory):
+    services = {s["metadata"]["name"]: s["spec"] for s in by_kind(rendered[directory], "Service")}
+    headless = [s for s in services.values() if s.get("clusterIP") == "None"]
+    cluster_ip = [s for s in services.values() if s.get("clusterIP") != "None"]
+    assert len(headless) == 1 and len(cluster_ip) == 1, services
+    assert "temb-headless" in services and services["temb-headless"]["clusterIP"] == "None"
+    (_, _, container), = server_containers(rendered[directory])
+    named = {p["name"]: p["containerPort"] for p in container["ports"]}
+    for spec in services.values():
+        for port in spec["ports"]:
+            assert port["targetPort"] in named, f"targetPort {port['targetPort']} names no port"
+            if port["targetPort"] == "grpc":
+                assert port["port"] == named["grpc"]
+                assert port.get("appProtocol") == "kubernetes.io/h2c"
+
+
+@pytest.mark.parametrize("directory", KUSTOMIZATIONS, ids=label)
+def test_ports_match_flags_and_image(rendered, directory):
+    stage = dockerfile()
+    exposed = {int(p.split("/")[0]) for p in instruction(stage, "EXPOSE").split()}
+    for metadata, _, container in server_containers(rendered[directory]):
+        flags = flag_values(container.get("args", []))
+        grpc_port = port_of(flags.get("address", f":{DEFAULT_GRPC_PORT}"))
+        metrics_port = port_of(flags.get("metrics_address", f":{DEFAULT_METRICS_PORT}"))
+        ports = {p["containerPort"] for p in container["ports"]}
+        assert ports == {grpc_port} or ports == {grpc_port, metrics_port}, ports
+        assert ports <= exposed, f"container ports {ports} not all EXPOSEd ({exposed})"
+        annotations = metadata.get("annotations", {})
+        assert annotations.get("prometheus.io/scrape") == "true"
+        assert annotations.get("prometheus.io/port") == str(metrics_port)
+        assert annotations.get("prometheus.io/path") == "/metrics"
+
+
+def test_image_defaults_match_manifests():
+    stage = dockerfile()
+    exposed = {int(p.split("/")[0]) for p in instruction(stage, "EXPOSE").split()}
+    assert exposed == {DEFAULT_GRPC_PORT, DEFAULT_METRICS_PORT}
+    assert exec_form(instruction(stage, "ENTRYPOINT")) == ["temb-server"]
+    flags = flag_values(exec_form(instruction(stage, "CMD")))
+    assert port_of(flags["address"]) == DEFAULT_GRPC_PORT
+    assert port_of(flags["metrics_address"]) == DEFAULT_METRICS_PORT
+    assert flags.get("backend", "auto") == "auto"
+    healthcheck = instruction(stage, "HEALTHCHECK")
+    command = exec_form(healthcheck.split(" CMD ", 1)[1])
+    assert command[:2] == ["temb", "health"]
+    assert port_of(flag_values(command[2:])["target"]) == DEFAULT_GRPC_PORT
+    user = instruction(stage, "USER").split(":")[0]
+    assert user.isdigit() and int(user) != 0, "the image must run as a numeric non-root user"
+
+
+@pytest.mark.parametrize("directory", KUSTOMIZATIONS, ids=label)
+def test_probes_are_grpc_health_checks(rendered, directory):
+    for _, _, container in server_containers(rendered[directory]):
+        grpc_port = port_of(flag_values(container.get("args", [])).get(
+            "address", f":{DEFAULT_GRPC_PORT}"))
+        probes = {k: v for k, v in container.items() if k.endswith("Probe")}
+        assert "readinessProbe" in probes
+        if directory in WORKLOADS:
+            assert probes.keys() == {"startupProbe", "readinessProbe", "livenessProbe"}
+        for kind, probe in probes.items():
+            assert set(probe) & {"grpc", "httpGet", "tcpSocket", "exec"} == {"grpc"}, kind
+            assert probe["grpc"]["port"] == grpc_port, kind
+            assert probe["grpc"].get("service", "") in HEALTH_SERVICES, kind
+
+
+@pytest.mark.parametrize("directory", WORKLOADS, ids=label)
+def test_pod_security(rendered, directory):
+    (_, pod, container), = server_containers(rendered[directory])
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    assert pod["securityContext"]["runAsUser"] != 0
+    security = container["securityContext"]
+    assert security["readOnlyRootFilesystem"] is True
+    assert security["allowPrivilegeEscalation"] is False
+    assert security["capabilities"]["drop"] == ["ALL"]
+    resources = container["resources"]
+    assert {"cpu", "memory"} <= resources["requests"].keys()
+    assert {"cpu", "memory"} <= resources["limits"].keys()
+
+
+@pytest.mark.parametrize("directory", WORKLOADS, ids=label)
+def test_termination_outlasts_drain(rendered, directory):
+    (_, pod, container), = server_containers(rendered[directory])
+    drain = seconds(flag_values(container["args"]).get("drain_grace", "15s"))
+    pre_stop = container["lifecycle"]["preStop"]
+    if "exec" in pre_stop:
+        command = pre_stop["exec"]["command"]
+        assert command[0] == "sleep", command
+        sleep = float(command[1])
+    else:
+        sleep = float(pre_stop["sleep"]["seconds"])
+    assert sleep > 0, "endpoints need time to drop the pod before the drain starts"
+    grace = pod["terminationGracePeriodSeconds"]
+    assert grace > sleep + drain, f"grace {grace}s <= preStop {sleep}s + drain {drain}s"
+    liveness = container["livenessProbe"]
+    assert liveness["periodSeconds"] * liveness["failureThreshold"] > sleep + drain, \
+        "liveness would restart a pod in the middle of its drain"
+
+
+def test_image_name_is_consistent(rendered):
+    images = {c["image"] for docs in rendered.values()
+              for _, _, c in server_containers(docs)}
+    assert len(images) == 1, images
+    (image,) = images
+    assert image.rsplit("/", 1)[-1].split(":")[0] == "temb", image
+
+
+def test_gpu_overlay_requests_a_gpu_and_cpu_overlay_does_not(rendered):
+    def gpus(directory):
+        (_, _, container), = server_containers(rendered[directory])
+        return container["resources"].get("limits", {}).get("nvidia.com/gpu")
+
+    def backend(directory):
+        (_, _, container), = server_containers(rendered[directory])
+        return flag_values(container["args"]).get("backend", "auto")
+
+    assert gpus(OVERLAYS["gpu"]) == 1
+    assert backend(OVERLAYS["gpu"]) in ("cuda", "auto")
+    assert gpus(OVERLAYS["cpu"]) is None
+    assert backend(OVERLAYS["cpu"]) == "cpu"
+
+
+def test_kserve_runtime_serves_v2_grpc(rendered):
+    docs = rendered[DEPLOY / "kserve"]
+    (runtime,) = by_kind(docs, "ServingRuntime")
+    (service,) = by_kind(docs, "InferenceService")
+    model = service["spec"]["predictor"]["model"]
+    assert model["runtime"] == runtime["metadata"]["name"]
+    formats = {f["name"] for f in runtime["spec"]["supportedModelFormats"]}
+    assert model["modelFormat"]["name"] in formats
+    assert model["protocolVersion"] == "v2"
+    assert {"v2", "grpc-v2"} <= set(runtime["spec"]["protocolVersions"])
+    (container,) = runtime["spec"]["containers"]
+    (port,) = container["ports"]
+    assert port["name"] == "h2c"  # KServe's marker for an HTTP/2 (gRPC) port
+    assert port["containerPort"] == port_of(flag_values(container["args"])["address"])
+
+
+def test_defaults_match_server(server_flags):
+    assert port_of(server_flags["address"]) == DEFAULT_GRPC_PORT
+    assert port_of(server_flags["metrics_address"]) == DEFAULT_METRICS_PORT
+    assert seconds(server_flags["drain_grace"]) == DEFAULT_DRAIN_GRACE_S
+    assert server_flags["backend"] == "auto"
+
+
+@pytest.mark.parametrize("directory", KUSTOMIZATIONS, ids=label)
+def test_args_are_server_flags(rendered, server_flags, directory):
+    for _, _, container in server_containers(rendered[directory]):
+        for name in flag_values(container.get("args", [])):
+            assert name in server_flags, f"temb-server has no flag --{name}"
+
+
+def test_image_cmd_flags_are_server_flags(server_flags):
+    for name in flag_values(exec_form(instruction(dockerfile(), "CMD"))):
+        assert name in server_flags, f"temb-server has no flag --{name}"
+
+
+def test_server_runs_with_deployment_args_and_serves_probe_services(
+        rendered, helpfull, tmp_path):
+    services = {c[k]["grpc"].get("service", "")
+                for docs in rendered.values() for _, _, c in server_containers(docs)
+                for k in c if k.endswith("Probe")}
+    # The base Deployment's own arguments, less the listen addresses (the
+    # test listens on loopback ports of its own); they come last and win.
+    (_, _, container), = server_containers(rendered[DEPLOY / "base"])
+    args = [a for a in container["args"]
+            if not a.startswith(("--address=", "--metrics_address="))]
+    server = tembproc.Server(tmp_path, "probe", extra_args=args)
+    try:
+        server.start()
+        for service in sorted(services):
+            assert tembproc.health(server.address, service), \
+                f"health service {service!r} is not SERVING on temb-server"
+        assert not tembproc.health(server.address, "no.such.Service"), \
+            "the health check cannot tell a registered service from a missing one"
+        server.signal(signal.SIGTERM)
+        assert server.wait(timeout=30) == 0
+    finally:
+        server.stop()

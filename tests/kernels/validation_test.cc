@@ -1,0 +1,226 @@
+// Every input the kernels refuse: the status code and the exact message
+// (callers and logs rely on both), plus the edge cases that are accepted.
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "temb/kernels/embedding_spec.h"
+
+namespace temb {
+namespace {
+
+constexpr float kNan = std::numeric_limits<float>::quiet_NaN();
+constexpr float kInf = std::numeric_limits<float>::infinity();
+
+EmbeddingSpec Spec(int dim) {
+  EmbeddingSpec spec;
+  spec.dim = dim;
+  return spec;
+}
+
+void ExpectError(const absl::Status& status, absl::StatusCode code,
+                 const std::string& message) {
+  EXPECT_EQ(status.code(), code) << status;
+  EXPECT_EQ(std::string(status.message()), message);
+}
+
+TEST(ValidationTest, DimRange) {
+  ExpectError(ValidateSpec(Spec(0), Limits()),
+              absl::StatusCode::kInvalidArgument,
+              "dim must be in [1, 16384], got 0");
+  ExpectError(ValidateSpec(Spec(-3), Limits()),
+              absl::StatusCode::kInvalidArgument,
+              "dim must be in [1, 16384], got -3");
+  ExpectError(ValidateSpec(Spec(16385), Limits()),
+              absl::StatusCode::kResourceExhausted,
+              "dim must be in [1, 16384], got 16385");
+  Limits small;
+  small.max_dim = 64;
+  ExpectError(ValidateSpec(Spec(65), small),
+              absl::StatusCode::kResourceExhausted,
+              "dim must be in [1, 64], got 65");
+  EXPECT_TRUE(ValidateSpec(Spec(1), Limits()).ok());
+  EXPECT_TRUE(ValidateSpec(Spec(16384), Limits()).ok());
+}
+
+TEST(ValidationTest, ShiftThatZeroesTheDivisor) {
+  for (int dim : {2, 3}) {
+    EmbeddingSpec spec = Spec(dim);
+    spec.downscale_freq_shift = 1.0;
+    ExpectError(
+        ValidateSpec(spec, Limits()), absl::StatusCode::kInvalidArgument,
+        "dim / 2 - downscale_freq_shift must be non-zero (it divides the "
+        "frequency exponent), got dim=" +
+            std::to_string(dim) + " downscale_freq_shift=1");
+  }
+  EmbeddingSpec ddpm = Spec(4);
+  ddpm.downscale_freq_shift = 1.0;
+  EXPECT_TRUE(ValidateSpec(ddpm, Limits()).ok());
+  EmbeddingSpec one = Spec(1);  // no frequencies at all: one zero column
+  one.downscale_freq_shift = 1.0;
+  EXPECT_TRUE(ValidateSpec(one, Limits()).ok());
+}
+
+TEST(ValidationTest, MaxPeriod) {
+  for (double p : {0.0, -1.0}) {
+    EmbeddingSpec spec = Spec(8);
+    spec.max_period = p;
+    ExpectError(ValidateSpec(spec, Limits()),
+                absl::StatusCode::kInvalidArgument,
+                std::string("max_period must be finite and > 0, got ") +
+                    (p == 0 ? "0" : "-1"));
+  }
+  EmbeddingSpec spec = Spec(8);
+  spec.max_period = std::nan("");
+  ExpectError(ValidateSpec(spec, Limits()), absl::StatusCode::kInvalidArgument,
+              "max_period must be finite and > 0, got nan");
+  spec.max_period = std::numeric_limits<double>::infinity();
+  ExpectError(ValidateSpec(spec, Limits()), absl::StatusCode::kInvalidArgument,
+              "max_period must be finite and > 0, got inf");
+  spec.repeat_only = true;  // repeat_only uses no frequency parameter
+  EXPECT_TRUE(ValidateSpec(spec, Limits()).ok());
+}
+
+TEST(ValidationTest, NonFiniteParameters) {
+  EmbeddingSpec spec = Spec(8);
+  spec.downscale_freq_shift = std::nan("");
+  ExpectError(ValidateSpec(spec, Limits()), absl::StatusCode::kInvalidArgument,
+              "downscale_freq_shift must be finite, got nan");
+  spec = Spec(8);
+  spec.scale = -std::numeric_limits<double>::infinity();
+  ExpectError(ValidateSpec(spec, Limits()), absl::StatusCode::kInvalidArgument,
+              "scale must be finite, got -inf");
+  spec = Spec(8);
+  spec.time_factor = std::nan("");
+  ExpectError(ValidateSpec(spec, Limits()), absl::StatusCode::kInvalidArgument,
+              "time_factor must be finite, got nan");
+}
+
+TEST(ValidationTest, OddDimInterleaved) {
+  EmbeddingSpec spec = Spec(7);
+  spec.layout = Layout::kInterleaved;
+  ExpectError(ValidateSpec(spec, Limits()), absl::StatusCode::kInvalidArgument,
+              "dim must be even with layout=interleaved, got 7");
+  spec.dim = 8;
+  EXPECT_TRUE(ValidateSpec(spec, Limits()).ok());
+}
+
+TEST(ValidationTest, FrequencyOverflow) {
+  EmbeddingSpec spec = Spec(4);
+  spec.max_period = 1e300;  // ln(1e300) * 1 / 2 = 345 > 88
+  ExpectError(ValidateSpec(spec, Limits()), absl::StatusCode::kInvalidArgument,
+              "frequencies overflow: |ln(max_period) * (dim/2 - 1) / (dim/2 - "
+              "downscale_freq_shift)| must be <= 88, got 345.387764");
+  spec.max_period = 1e-300;  // growing frequencies overflow too
+  EXPECT_EQ(ValidateSpec(spec, Limits()).code(),
+            absl::StatusCode::kInvalidArgument);
+  spec.max_period = 1e30;  // 69 / 2: fine
+  EXPECT_TRUE(ValidateSpec(spec, Limits()).ok());
+}
+
+TEST(ValidationTest, NonFiniteTimestepsNameTheIndex) {
+  const EmbeddingSpec spec = Spec(8);
+  ExpectError(
+      ValidateTimesteps(spec, std::vector<float>{0, 1, 2, kNan}, Limits()),
+      absl::StatusCode::kInvalidArgument,
+      "timesteps[3] must be finite, got nan");
+  ExpectError(ValidateTimesteps(spec, std::vector<float>{kInf}, Limits()),
+              absl::StatusCode::kInvalidArgument,
+              "timesteps[0] must be finite, got inf");
+  ExpectError(
+      ValidateTimesteps(spec, std::vector<float>{5, -kInf, kNan}, Limits()),
+      absl::StatusCode::kInvalidArgument,
+      "timesteps[1] must be finite, got -inf");
+  EmbeddingSpec repeat = spec;
+  repeat.repeat_only = true;
+  EXPECT_EQ(
+      ValidateTimesteps(repeat, std::vector<float>{kNan}, Limits()).code(),
+      absl::StatusCode::kInvalidArgument);
+}
+
+TEST(ValidationTest, AngleOverflow) {
+  EmbeddingSpec spec = Spec(8);
+  spec.scale = 10.0;
+  ExpectError(
+      ValidateTimesteps(spec, std::vector<float>{1.0f, -3e38f, 2.0f}, Limits()),
+      absl::StatusCode::kInvalidArgument,
+      "timesteps[1] = -3.00000001e+38 overflows the angle time_factor * t * "
+      "frequency * scale (time_factor=1, scale=10)");
+  spec.scale = 1.0;
+  spec.time_factor = 1000.0;
+  EXPECT_EQ(ValidateTimesteps(spec, std::vector<float>{1e36f}, Limits()).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(
+      ValidateTimesteps(spec, std::vector<float>{1e34f}, Limits()).ok());
+  spec.precision = Precision::kFloat64;
+  spec.time_factor = 1e300;
+  EXPECT_EQ(ValidateTimesteps(spec, std::vector<float>{1e10f}, Limits()).code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+TEST(ValidationTest, BatchAndOutputLimits) {
+  Limits limits;
+  limits.max_batch = 4;
+  const EmbeddingSpec spec = Spec(8);
+  ExpectError(ValidateTimesteps(spec, std::vector<float>(5, 1.0f), limits),
+              absl::StatusCode::kResourceExhausted,
+              "batch size (number of timesteps) must be <= 4, got 5");
+  EXPECT_TRUE(
+      ValidateTimesteps(spec, std::vector<float>(4, 1.0f), limits).ok());
+
+  Limits bytes;
+  bytes.max_output_bytes = 100;
+  ExpectError(
+      ValidateTimesteps(Spec(32), std::vector<float>{1.0f}, bytes),
+      absl::StatusCode::kResourceExhausted,
+      "output size (batch * dim * dtype bytes) must be <= 100 bytes, got 128");
+  EmbeddingSpec half = Spec(32);
+  half.dtype = DType::kFloat16;  // 64 bytes fit
+  EXPECT_TRUE(ValidateTimesteps(half, std::vector<float>{1.0f}, bytes).ok());
+}
+
+TEST(ValidationTest, RepeatOnlyValueMustFitTheDType) {
+  EmbeddingSpec spec = Spec(4);
+  spec.repeat_only = true;
+  spec.dtype = DType::kFloat16;
+  ExpectError(
+      ValidateTimesteps(spec, std::vector<float>{1.0f, 70000.0f}, Limits()),
+      absl::StatusCode::kInvalidArgument,
+      "timesteps[1] = 70000 is not representable in dtype fp16 (repeat_only "
+      "copies timesteps into the output)");
+  EXPECT_TRUE(
+      ValidateTimesteps(spec, std::vector<float>{65504.0f, -65519.0f}, Limits())
+          .ok());
+  spec.dtype = DType::kBFloat16;
+  EXPECT_TRUE(
+      ValidateTimesteps(spec, std::vector<float>{70000.0f}, Limits()).ok());
+  EXPECT_EQ(
+      ValidateTimesteps(spec, std::vector<float>{3.4e38f}, Limits()).code(),
+      absl::StatusCode::kInvalidArgument);
+  spec.dtype = DType::kFloat32;
+  EXPECT_TRUE(
+      ValidateTimesteps(spec, std::vector<float>{3.4e38f}, Limits()).ok());
+}
+
+TEST(ValidationTest, AcceptedEdgeCases) {
+  EXPECT_TRUE(ValidateRequest(Spec(8), {}, Limits()).ok());  // empty batch
+  EXPECT_TRUE(
+      ValidateRequest(Spec(1), std::vector<float>{3.0f}, Limits()).ok());
+  EXPECT_TRUE(
+      ValidateRequest(Spec(7), std::vector<float>{-1e4f, 0.5f}, Limits()).ok());
+  // ValidateRequest checks the spec first.
+  EXPECT_EQ(
+      ValidateRequest(Spec(0), std::vector<float>{kNan}, Limits()).message(),
+      "dim must be in [1, 16384], got 0");
+}
+
+TEST(ValidationTest, OutputBytesSaturates) {
+  EXPECT_EQ(OutputBytes(Spec(320), 2), 2560);
+  EXPECT_EQ(OutputBytes(Spec(320), 0), 0);
+  EXPECT_EQ(OutputBytes(Spec(16384), std::numeric_limits<int64_t>::max() / 2),
+            std::numeric_limits<int64_t>::max());
+}
+
+}  // namespace
+}  // namespace temb
