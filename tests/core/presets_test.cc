@@ -106,9 +106,8 @@ TEST(PresetsTest, RejectsBadCataloguesNamingThePreset) {
     const char* message;
   };
   const Case cases[] = {
-      {R"pb(presets { name: "broken"
-                      spec { dim: })pb",
-       "line 1"},
+      {"presets {\n  name: \"broken\"\n  spec { dim: }\n}\n",
+       "line 3, column 15"},
       {R"pb(presets { name: "x" bogus_field: 1 })pb", "bogus_field"},
       {R"pb(presets {
               spec { dim: 8 flip_sin_to_cos: true downscale_freq_shift: 0 }
