@@ -125,6 +125,10 @@ std::string ToNpy(const TensorView& tensor) {
 
 std::string ToTable(const TensorView& tensor,
                     absl::Span<const float> timesteps) {
+  // Like NumPy's printing: wide rows show their first and last columns with
+  // "..." between, so a 320-wide embedding still fits a terminal.
+  constexpr int64_t kEdgeColumns = 4;
+  const bool elide = tensor.cols > 2 * kEdgeColumns + 1;
   std::string out = absl::StrFormat("# shape [%d, %d] dtype %s\n", tensor.rows,
                                     tensor.cols, DTypeName(tensor.dtype));
   for (int64_t r = 0; r < tensor.rows; ++r) {
@@ -132,6 +136,11 @@ std::string ToTable(const TensorView& tensor,
       absl::StrAppendFormat(&out, "t=%-10g", timesteps[r]);
     }
     for (int64_t c = 0; c < tensor.cols; ++c) {
+      if (elide && c == kEdgeColumns) {
+        out += "           ...";
+        c = tensor.cols - kEdgeColumns - 1;
+        continue;
+      }
       absl::StrAppendFormat(&out, " %13.6g",
                             ElementAt(tensor, r * tensor.cols + c));
     }

@@ -41,7 +41,8 @@ std::string ToJson(const TensorView& tensor);
 // values exactly with `(a.astype(np.uint32) << 16).view(np.float32)`.
 std::string ToNpy(const TensorView& tensor);
 
-// One line per row, values with 6 significant digits, for reading.
+// One line per row, values with 6 significant digits, for reading; rows
+// wider than 9 columns show the first 4 and last 4 with "..." between.
 std::string ToTable(const TensorView& tensor,
                     absl::Span<const float> timesteps);
 
