@@ -12,6 +12,10 @@ APT_PACKAGES=(
   libsleef-dev libspdlog-dev libfmt-dev nlohmann-json3-dev
   openssl curl procps python3 python3-venv python3-pip
   libb64-0d  # needed by the PyPI perf_analyzer binary (KServe load tests)
+  # scripts/fuzz.sh: clang with libFuzzer and the sanitizer runtimes
+  # (libclang-rt-14-dev is only a Recommends of clang-14), LLVM's OpenMP for
+  # the CPU backend, llvm-symbolizer for readable reports.
+  clang-14 libclang-rt-14-dev libomp-14-dev llvm-14
 )
 
 missing=()

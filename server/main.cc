@@ -1,5 +1,7 @@
 // temb-server: parses flags into AppOptions, serves until SIGTERM/SIGINT,
 // then drains and exits 0.
+#include <malloc.h>
+
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
@@ -37,6 +39,26 @@ ABSL_FLAG(std::string, presets_file, "",
           "temb.v1.PresetCatalog text proto replacing the built-in presets");
 ABSL_FLAG(absl::Duration, drain_grace, absl::Seconds(15),
           "on SIGTERM/SIGINT, how long in-flight calls may finish");
+ABSL_FLAG(int64_t, max_inflight, 1024,
+          "most calls being validated or computed at once (answers being "
+          "sent count only in --max_queued_bytes); "
+          "beyond it RESOURCE_EXHAUSTED at once. 0: unlimited");
+ABSL_FLAG(int64_t, max_queued_bytes, int64_t{512} << 20,
+          "most bytes of requests plus responses held by admitted calls; "
+          "beyond it RESOURCE_EXHAUSTED at once. 0: unlimited");
+ABSL_FLAG(std::string, on_backend_failure, "not_serving",
+          "when the backend fails a computation: not_serving (UNAVAILABLE and "
+          "health NOT_SERVING until restarted) | fallback_cpu (recompute on "
+          "a CPU backend from then on)");
+ABSL_FLAG(std::string, tls_cert, "",
+          "PEM server certificate chain; with --tls_key, serve TLS");
+ABSL_FLAG(std::string, tls_key, "", "PEM private key of --tls_cert");
+ABSL_FLAG(std::string, tls_client_ca, "",
+          "PEM CA bundle; require client certificates signed by it (mTLS)");
+ABSL_FLAG(std::string, auth_token_file, "",
+          "file of accepted bearer tokens, one per line; temb.v1 and "
+          "inference calls without one get UNAUTHENTICATED (health and "
+          "reflection stay open)");
 
 namespace {
 
@@ -50,6 +72,14 @@ int Fail(const absl::Status& status) {
 
 int main(int argc, char** argv) {
   temb::BlockTerminationSignals();  // before gRPC starts any thread
+  // Large responses allocate and free buffers of several MiB per call.  With
+  // glibc's defaults they go back to the kernel (mmap, heap trimming) and the
+  // next call faults every page in again: 14% of the server's CPU on 5 MiB
+  // responses.  Keeping up to 64 MiB of free heap per arena raised 5 MiB
+  // response throughput by ~40% (docs/benchmarks.md).  32 MiB is the largest
+  // mmap threshold glibc accepts.
+  mallopt(M_MMAP_THRESHOLD, 32 << 20);
+  mallopt(M_TRIM_THRESHOLD, 64 << 20);
   absl::SetProgramUsageMessage(
       "Serves sinusoidal timestep embeddings over gRPC.");
   absl::ParseCommandLine(argc, argv);
@@ -61,6 +91,9 @@ int main(int argc, char** argv) {
   }
   auto backend = temb::ParseBackendChoice(absl::GetFlag(FLAGS_backend));
   if (!backend.ok()) return Fail(backend.status());
+  auto on_backend_failure =
+      temb::ParseBackendFailurePolicy(absl::GetFlag(FLAGS_on_backend_failure));
+  if (!on_backend_failure.ok()) return Fail(on_backend_failure.status());
 
   temb::AppOptions options;
   options.address = absl::GetFlag(FLAGS_address);
@@ -72,6 +105,12 @@ int main(int argc, char** argv) {
   options.metrics_address = absl::GetFlag(FLAGS_metrics_address);
   options.presets_file = absl::GetFlag(FLAGS_presets_file);
   options.drain_grace = absl::GetFlag(FLAGS_drain_grace);
+  options.admission.max_inflight = absl::GetFlag(FLAGS_max_inflight);
+  options.admission.max_queued_bytes = absl::GetFlag(FLAGS_max_queued_bytes);
+  options.on_backend_failure = *on_backend_failure;
+  options.tls = {absl::GetFlag(FLAGS_tls_cert), absl::GetFlag(FLAGS_tls_key),
+                 absl::GetFlag(FLAGS_tls_client_ca)};
+  options.auth_token_file = absl::GetFlag(FLAGS_auth_token_file);
 
   auto app = temb::App::Start(options);
   if (!app.ok()) return Fail(app.status());

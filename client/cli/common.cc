@@ -7,6 +7,7 @@
 #include <iostream>
 #include <sstream>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
@@ -34,7 +35,18 @@ std::vector<FlagSpec> ConnectionFlags() {
       {"timeout", FlagType::kDuration, "per-call deadline (default 30s)"},
       {"channels", FlagType::kInt, "gRPC channels in the pool (default 1)"},
       {"max_attempts", FlagType::kInt,
-       "attempts per call for UNAVAILABLE, 1 = no retry (default 4)"},
+       "attempts per call for UNAVAILABLE/CANCELLED, 1 = no retry "
+       "(default 4)"},
+      {"tls", FlagType::kBool, "use TLS with the default roots"},
+      {"tls_ca", FlagType::kString,
+       "PEM CA bundle to verify the server with (implies --tls)"},
+      {"tls_cert", FlagType::kString,
+       "PEM client certificate for mutual TLS (with --tls_key)"},
+      {"tls_key", FlagType::kString, "PEM private key of --tls_cert"},
+      {"tls_server_name", FlagType::kString,
+       "name expected in the server certificate (default: the target host)"},
+      {"auth_token_file", FlagType::kString,
+       "file whose first line is the bearer token to send"},
   };
 }
 
@@ -51,6 +63,29 @@ absl::StatusOr<ClientOptions> ClientOptionsFromArgs(const Args& args) {
       static_cast<int>(args.Int("max_attempts").value_or(options.max_attempts));
   if (options.max_attempts < 1) {
     return absl::InvalidArgumentError("--max_attempts must be >= 1");
+  }
+  options.tls = args.Bool("tls").value_or(false);
+  options.tls_ca_file = args.String("tls_ca").value_or("");
+  options.tls_cert_file = args.String("tls_cert").value_or("");
+  options.tls_key_file = args.String("tls_key").value_or("");
+  options.tls_server_name = args.String("tls_server_name").value_or("");
+  if (options.tls_cert_file.empty() != options.tls_key_file.empty()) {
+    return absl::InvalidArgumentError(
+        "--tls_cert and --tls_key go together");
+  }
+  if (auto path = args.String("auth_token_file")) {
+    std::ifstream file(*path, std::ios::binary);
+    std::string line;
+    if (!file || !std::getline(file, line)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("cannot read --auth_token_file '", *path, "'"));
+    }
+    options.auth_token = std::string(absl::StripAsciiWhitespace(line));
+    if (options.auth_token.empty()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--auth_token_file '", *path, "' starts with an empty "
+                       "line"));
+    }
   }
   return options;
 }

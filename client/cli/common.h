@@ -25,7 +25,8 @@ int PrintError(const absl::Status& status);
 int PrintUsage(const std::string& command, const std::string& message,
                const std::vector<FlagSpec>& specs);
 
-// --target, --timeout, --channels, --max_attempts.
+// --target, --timeout, --channels, --max_attempts, the TLS flags (--tls,
+// --tls_ca, --tls_cert, --tls_key, --tls_server_name) and --auth_token_file.
 std::vector<FlagSpec> ConnectionFlags();
 absl::StatusOr<ClientOptions> ClientOptionsFromArgs(const Args& args);
 

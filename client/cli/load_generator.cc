@@ -45,6 +45,7 @@ class LoadGenerator::StreamReactor
       context_.set_deadline(absl::ToChronoTime(
           absl::Now() + o.warmup + o.duration + owner_->client_->options().deadline));
     }
+    owner_->client_->AddCallMetadata(&context_);
     owner_->client_->NextStub()->async()->EmbedStream(&context_, this);
     StartRead(&response_);
     StartCall();

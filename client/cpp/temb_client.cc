@@ -1,6 +1,8 @@
 #include "client/cpp/temb_client.h"
 
 #include <algorithm>
+#include <fstream>
+#include <sstream>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -14,7 +16,44 @@ std::string ConfigDuration(absl::Duration d) {
   return absl::StrFormat("%.3fs", absl::ToDoubleSeconds(d));
 }
 
+absl::StatusOr<std::string> ReadFile(const std::string& path,
+                                     const char* what) {
+  std::ifstream file(path, std::ios::binary);
+  std::stringstream contents;
+  if (!file || !(contents << file.rdbuf())) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("cannot read ", what, " \"", path, "\""));
+  }
+  return contents.str();
+}
+
 }  // namespace
+
+absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> ChannelCredentials(
+    const ClientOptions& options) {
+  if (!options.tls && options.tls_ca_file.empty() &&
+      options.tls_cert_file.empty() && options.tls_key_file.empty()) {
+    return grpc::InsecureChannelCredentials();
+  }
+  if (options.tls_cert_file.empty() != options.tls_key_file.empty()) {
+    return absl::InvalidArgumentError(
+        "a client certificate needs its key: set both tls_cert and tls_key, "
+        "or neither");
+  }
+  grpc::SslCredentialsOptions ssl;
+  const std::pair<const std::string*, std::string*> files[] = {
+      {&options.tls_ca_file, &ssl.pem_root_certs},
+      {&options.tls_cert_file, &ssl.pem_cert_chain},
+      {&options.tls_key_file, &ssl.pem_private_key},
+  };
+  for (const auto& [path, pem] : files) {
+    if (path->empty()) continue;
+    absl::StatusOr<std::string> contents = ReadFile(*path, "TLS file");
+    if (!contents.ok()) return contents.status();
+    *pem = *std::move(contents);
+  }
+  return grpc::SslCredentials(ssl);
+}
 
 std::string ServiceConfigJson(const ClientOptions& options) {
   const int attempts = std::clamp(options.max_attempts, 1, 5);
@@ -23,12 +62,16 @@ std::string ServiceConfigJson(const ClientOptions& options) {
     retry = absl::StrFormat(
         R"(,"retryPolicy":{"maxAttempts":%d,"initialBackoff":"%s",)"
         R"("maxBackoff":"%s","backoffMultiplier":2,)"
-        R"("retryableStatusCodes":["UNAVAILABLE"]})",
+        R"("retryableStatusCodes":["UNAVAILABLE","CANCELLED"]})",
         attempts, ConfigDuration(options.initial_backoff),
         ConfigDuration(options.max_backoff));
   }
   // Embed and GetServerInfo are idempotent; a stream is not retried because
-  // its requests may already have been answered.
+  // its requests may already have been answered.  CANCELLED is retried
+  // because a server that is shutting down cancels calls that reached it
+  // too late to be handled; a retry policy only ever acts on a status that
+  // came from the server, so a cancel by this application (or an expired
+  // deadline) is never retried.
   return absl::StrCat(
       R"({"loadBalancingConfig":[{"round_robin":{}}],"methodConfig":[{"name":[)",
       R"({"service":"temb.v1.EmbeddingService","method":"Embed"},)",
@@ -49,6 +92,9 @@ std::shared_ptr<grpc::Channel> CreateTembChannel(
   // what makes a channel pool worth having.
   args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
   args.SetInt("temb.pool_index", pool_index);
+  if (!options.tls_server_name.empty()) {
+    args.SetSslTargetNameOverride(options.tls_server_name);
+  }
   return grpc::CreateCustomChannel(options.target, credentials, args);
 }
 
@@ -95,6 +141,12 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Create(
   if (options.deadline <= absl::ZeroDuration()) {
     return absl::InvalidArgumentError("deadline must be positive");
   }
+  if (credentials == nullptr) {
+    absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> made =
+        ChannelCredentials(options);
+    if (!made.ok()) return made.status();
+    credentials = *std::move(made);
+  }
   std::unique_ptr<Client> client(new Client(options));
   for (int i = 0; i < options.channels; ++i) {
     client->channels_.push_back(CreateTembChannel(options, credentials, i));
@@ -114,6 +166,17 @@ v1::EmbeddingService::Stub* Client::NextStub() {
 
 void Client::ConfigureContext(grpc::ClientContext* context) const {
   context->set_deadline(absl::ToChronoTime(absl::Now() + options_.deadline));
+  AddCallMetadata(context);
+}
+
+void Client::AddCallMetadata(grpc::ClientContext* context) const {
+  // Plain metadata rather than call credentials: gRPC drops call
+  // credentials on insecure channels, and a token over plaintext is the
+  // operator's choice (e.g. inside a mesh that encrypts for us).
+  if (!options_.auth_token.empty()) {
+    context->AddMetadata("authorization",
+                         absl::StrCat("Bearer ", options_.auth_token));
+  }
 }
 
 absl::StatusOr<v1::EmbedResponse> Client::Embed(

@@ -6,7 +6,9 @@
 // move large tensors ask for a few channels and the client hands them out
 // round-robin.  Every channel carries the same service config: `round_robin`
 // load balancing (so a target listing several addresses spreads the load)
-// and a retry policy for UNAVAILABLE on the idempotent methods.
+// and a retry policy for UNAVAILABLE and CANCELLED on the idempotent
+// methods.  Transport security (TLS, mTLS) and the bearer token come from
+// ClientOptions.
 //
 // Thread-safe: one Client may be shared by any number of threads.
 #ifndef TEMB_CLIENT_CPP_TEMB_CLIENT_H_
@@ -40,12 +42,31 @@ struct ClientOptions {
   // batches; this matches the server's default 256 MiB output limit plus
   // room for the message framing.
   int max_message_bytes = (256 << 20) + (1 << 20);
-  // Attempts per call (1 disables retries; gRPC caps it at 5).  Only
-  // UNAVAILABLE is retried: the request never reached a healthy server.
+  // Attempts per call (1 disables retries; gRPC caps it at 5).  UNAVAILABLE
+  // and CANCELLED from the server are retried (see ServiceConfigJson).
   int max_attempts = 4;
   absl::Duration initial_backoff = absl::Milliseconds(50);
   absl::Duration max_backoff = absl::Seconds(1);
+
+  // TLS.  `tls` or any of the files below turns it on.  tls_ca_file: PEM
+  // roots to verify the server with (empty: gRPC's default roots);
+  // tls_cert_file + tls_key_file: this client's certificate for mutual TLS;
+  // tls_server_name: the name to expect in the server's certificate when
+  // it differs from the target's host.
+  bool tls = false;
+  std::string tls_ca_file;
+  std::string tls_cert_file;
+  std::string tls_key_file;
+  std::string tls_server_name;
+  // Sent as "authorization: Bearer <auth_token>" on every call; empty: none.
+  std::string auth_token;
 };
+
+// The channel credentials `options` ask for: insecure, or TLS with the given
+// roots and client certificate.  INVALID_ARGUMENT for a certificate without
+// its key (or the reverse); FAILED_PRECONDITION for an unreadable file.
+absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> ChannelCredentials(
+    const ClientOptions& options);
 
 // The service config JSON the client installs on every channel: round_robin
 // load balancing plus the retry policy of `options`.
@@ -95,11 +116,11 @@ class Client {
  public:
   // INVALID_ARGUMENT for an empty target or channels < 1.  Does not connect:
   // gRPC connects lazily, so an unreachable server shows up as UNAVAILABLE
-  // (or DEADLINE_EXCEEDED) on the first call.
+  // (or DEADLINE_EXCEEDED) on the first call.  Null `credentials`: those of
+  // ChannelCredentials(options).
   static absl::StatusOr<std::unique_ptr<Client>> Create(
       const ClientOptions& options,
-      std::shared_ptr<grpc::ChannelCredentials> credentials =
-          grpc::InsecureChannelCredentials());
+      std::shared_ptr<grpc::ChannelCredentials> credentials = nullptr);
 
   // One Embed call.  The status codes are the server's (see temb.proto).
   absl::StatusOr<v1::EmbedResponse> Embed(const v1::EmbedRequest& request);
@@ -118,7 +139,11 @@ class Client {
   // For asynchronous callers (the benchmark): the next stub of the pool and
   // a context configured like the synchronous calls' (deadline set).
   v1::EmbeddingService::Stub* NextStub();
+  // Sets the deadline and AddCallMetadata.
   void ConfigureContext(grpc::ClientContext* context) const;
+  // The per-call metadata (the bearer token), for calls with their own
+  // deadline such as long-lived streams.
+  void AddCallMetadata(grpc::ClientContext* context) const;
 
   const ClientOptions& options() const { return options_; }
 

@@ -8,6 +8,10 @@
 #include <thread>
 #include <vector>
 
+#if defined(__x86_64__)
+#include <cpuid.h>
+#endif
+
 #include "absl/strings/str_cat.h"
 #include "cpu/cpu_kernel.h"
 #include "temb/kernels/dtype.h"
@@ -22,6 +26,14 @@ constexpr int64_t kMinParallelElements = int64_t{1} << 16;
 // Each extra thread gets at least this many elements.
 constexpr int64_t kMinElementsPerThread = int64_t{1} << 15;
 
+#if defined(__x86_64__)
+// CPUID directly: clang before 15 rejects "f16c" in __builtin_cpu_supports.
+bool HasF16c() {
+  unsigned eax, ebx, ecx, edx;
+  return __get_cpuid(1, &eax, &ebx, &ecx, &edx) && (ecx & bit_F16C) != 0;
+}
+#endif
+
 bool IsaSupported(CpuIsa isa) {
 #if defined(__x86_64__)
   switch (isa) {
@@ -30,7 +42,7 @@ bool IsaSupported(CpuIsa isa) {
       return true;  // SSE2 is part of x86-64
     case CpuIsa::kAvx2:
       return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-             __builtin_cpu_supports("f16c");
+             HasF16c();
     case CpuIsa::kAvx512:
       return __builtin_cpu_supports("avx512f");
   }

@@ -11,15 +11,18 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "server/core/admission.h"
+#include "server/core/embed_service.h"
+#include "server/grpc/grpc_server.h"
 #include "temb/kernels/backend.h"
 #include "temb/kernels/embedding_spec.h"
 #include "temb/kernels/registry.h"
 
 namespace temb {
 
-class EmbedService;
-class GrpcServer;
+class CallGate;
 class NativeService;
+class TokenVerifier;
 class ObserverList;
 class PrometheusMetrics;
 class RequestLogger;
@@ -39,6 +42,17 @@ struct AppOptions {
   std::string presets_file;
   // How long in-flight calls may run on after Shutdown() starts.
   absl::Duration drain_grace = absl::Seconds(15);
+  // During a drain, the server keeps answering UNAVAILABLE until no call
+  // has arrived for this long (or the grace ends) before it closes the
+  // listener: a call arriving after that is cancelled by gRPC.
+  absl::Duration drain_quiet = absl::Milliseconds(250);
+  // Serve TLS / mTLS (grpc_server.h); all empty: plaintext.
+  TlsFiles tls;
+  // Accepted bearer tokens (token_auth.h); empty: no authentication.
+  std::string auth_token_file;
+  // max_inflight, max_queued_bytes; 0 = unlimited.
+  AdmissionLimits admission;
+  BackendFailurePolicy on_backend_failure = BackendFailurePolicy::kNotServing;
 };
 
 class App {
@@ -54,11 +68,15 @@ class App {
   int metrics_port() const { return metrics_port_; }  // 0: metrics disabled
   int max_message_bytes() const { return max_message_bytes_; }
   const EmbedService& service() const { return *service_; }
+  const AdmissionController& admission() const { return *admission_; }
   // Null when metrics are disabled.
   const PrometheusMetrics* metrics() const { return metrics_.get(); }
 
-  // Health NOT_SERVING, new calls refused, in-flight calls drain for up to
-  // options.drain_grace.  Returns when stopped; thread-safe.
+  // Drains, within options.drain_grace: health NOT_SERVING and new calls
+  // refused with UNAVAILABLE "server is draining" (KServe readiness false);
+  // then waits until no call is in flight and clients stopped calling
+  // (options.drain_quiet); only then stops gRPC with what is left of the
+  // grace.  Returns when stopped; thread-safe.
   void Shutdown();
 
  private:
@@ -71,6 +89,9 @@ class App {
   std::unique_ptr<PrometheusMetrics> metrics_;
   std::unique_ptr<RequestLogger> request_logger_;
   std::unique_ptr<ObserverList> observers_;
+  std::unique_ptr<AdmissionController> admission_;
+  std::unique_ptr<TokenVerifier> tokens_;
+  std::unique_ptr<CallGate> gate_;
   std::unique_ptr<EmbedService> service_;
   std::unique_ptr<NativeService> native_;
   std::unique_ptr<kserve::KServeService> kserve_;

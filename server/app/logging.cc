@@ -140,4 +140,18 @@ void RequestLogger::OnFinish(const RequestRecord& record) {
   }
 }
 
+void RequestLogger::OnBackendFailure(absl::string_view backend,
+                                     const absl::Status& error,
+                                     absl::string_view action) {
+  LogEvent(LogLevel::kError, "backend_failed",
+           {{"backend", backend},
+            {"error", error.ToString()},
+            {"action", action}});
+}
+
+void RequestLogger::OnServingChanged(absl::string_view state) {
+  if (state == "serving") return;  // the "serving" event says it already
+  LogEvent(LogLevel::kWarn, "serving_state", {{"state", state}});
+}
+
 }  // namespace temb

@@ -51,10 +51,14 @@ void LogEvent(LogLevel level, absl::string_view event,
 
 // Logs every finished request at debug level (method, code, latency, batch,
 // bytes, request id, and the error message on failure).
+// Also logs backend failures (error) and serving-state changes (warn).
 class RequestLogger final : public RequestObserver {
  public:
   void OnStart(absl::string_view /*method*/) override {}
   void OnFinish(const RequestRecord& record) override;
+  void OnBackendFailure(absl::string_view backend, const absl::Status& error,
+                        absl::string_view action) override;
+  void OnServingChanged(absl::string_view state) override;
 };
 
 }  // namespace temb

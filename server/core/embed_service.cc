@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "temb/kernels/registry.h"
 #include "temb/kernels/status_macros.h"
 
 namespace temb {
@@ -102,26 +103,76 @@ absl::StatusOr<EmbeddingSpec> ResolveSpec(const SpecRequest& request,
   return spec;
 }
 
+absl::StatusOr<BackendFailurePolicy> ParseBackendFailurePolicy(
+    absl::string_view name) {
+  if (name == "not_serving") return BackendFailurePolicy::kNotServing;
+  if (name == "fallback_cpu") return BackendFailurePolicy::kFallbackCpu;
+  return absl::InvalidArgumentError(absl::StrCat(
+      "on_backend_failure must be not_serving or fallback_cpu, got \"", name,
+      "\""));
+}
+
 EmbedService::EmbedService(std::unique_ptr<Backend> backend,
                            PresetCatalog presets, Options options)
     : backend_(std::move(backend)),
       presets_(std::move(presets)),
-      options_(std::move(options)) {}
+      options_(std::move(options)),
+      active_(backend_.get()) {}
 
 absl::StatusOr<Embedding> EmbedService::Embed(
-    const SpecRequest& request, absl::Span<const float> timesteps) const {
+    const SpecRequest& request, absl::Span<const float> timesteps,
+    AdmissionTicket* ticket) const {
   ASSIGN_OR_RETURN(EmbeddingSpec spec,
                    ResolveSpec(request, presets_, options_.limits));
   RETURN_IF_ERROR(ValidateTimesteps(spec, timesteps, options_.limits));
   Embedding embedding;
   embedding.spec = spec;
   embedding.rows = static_cast<int64_t>(timesteps.size());
-  embedding.backend = backend_->kind();
-  embedding.data.resize(static_cast<size_t>(OutputBytes(spec, embedding.rows)));
+  const int64_t output_bytes = OutputBytes(spec, embedding.rows);
+  if (ticket != nullptr) RETURN_IF_ERROR(ticket->Reserve(output_bytes));
+  embedding.data.resize(static_cast<size_t>(output_bytes));
   auto* bytes = reinterpret_cast<uint8_t*>(embedding.data.data());
-  RETURN_IF_ERROR(backend_->Compute(
-      spec, timesteps, absl::MakeSpan(bytes, embedding.data.size())));
+  Backend* backend = active_.load();
+  while (true) {
+    const absl::Status status = backend->Compute(
+        spec, timesteps, absl::MakeSpan(bytes, embedding.data.size()));
+    if (status.ok()) break;
+    ASSIGN_OR_RETURN(backend, HandleBackendFailure(backend, status));
+  }
+  embedding.backend = backend->kind();
   return embedding;
+}
+
+absl::StatusOr<Backend*> EmbedService::HandleBackendFailure(
+    Backend* failed, const absl::Status& error) const {
+  const std::string name(BackendKindName(failed->kind()));
+  std::lock_guard<std::mutex> lock(fallback_mu_);
+  if (options_.on_backend_failure == BackendFailurePolicy::kFallbackCpu) {
+    // Another call may already have switched over.
+    if (fallback_ != nullptr && failed != fallback_.get()) {
+      return fallback_.get();
+    }
+    if (fallback_ == nullptr) {
+      absl::StatusOr<std::unique_ptr<Backend>> cpu =
+          CreateBackend(BackendChoice::kCpu, options_.fallback_options);
+      if (cpu.ok()) {
+        if (options_.observer != nullptr) {
+          options_.observer->OnBackendFailure(name, error, "fallback_cpu");
+        }
+        fallback_ = std::move(*cpu);
+        active_.store(fallback_.get());
+        return fallback_.get();
+      }
+    }
+  }
+  if (options_.observer != nullptr) {
+    options_.observer->OnBackendFailure(name, error, "not_serving");
+  }
+  const absl::Status cause(error.code(),
+                           absl::StrCat(name, " backend: ", error.message()));
+  if (options_.admission != nullptr) options_.admission->MarkBackendFailed(cause);
+  return absl::UnavailableError(absl::StrCat(
+      "the backend failed and the server stopped serving: ", cause.message()));
 }
 
 }  // namespace temb

@@ -6,17 +6,22 @@
 #ifndef TEMB_SERVER_CORE_EMBED_SERVICE_H_
 #define TEMB_SERVER_CORE_EMBED_SERVICE_H_
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
+#include "server/core/admission.h"
 #include "server/core/presets.h"
+#include "server/core/request_observer.h"
 #include "temb/kernels/backend.h"
 #include "temb/kernels/embedding_spec.h"
+#include "temb/kernels/registry.h"
 
 namespace temb {
 
@@ -56,27 +61,66 @@ struct Embedding {
   BackendKind backend = BackendKind::kCpu;
 };
 
+// What the service does when its backend fails a computation (a device
+// error: backends never fail valid requests on a healthy device).
+enum class BackendFailurePolicy {
+  // Stop serving for good: the failing call and every later one get
+  // UNAVAILABLE (clients retry them on another replica), health turns
+  // NOT_SERVING so that the orchestrator replaces the process.
+  kNotServing,
+  // Recompute the failing call, and every later one, on a CPU backend
+  // created at that moment; only if that fails too, stop as kNotServing.
+  kFallbackCpu,
+};
+
+// "not_serving" | "fallback_cpu"; INVALID_ARGUMENT otherwise.
+absl::StatusOr<BackendFailurePolicy> ParseBackendFailurePolicy(
+    absl::string_view name);
+
 class EmbedService {
  public:
   struct Options {
     Limits limits;
+    BackendFailurePolicy on_backend_failure = BackendFailurePolicy::kNotServing;
+    // Told when the backend fails under kNotServing (may be null: the error
+    // is then only returned).  Must outlive the service.
+    AdmissionController* admission = nullptr;
+    // Hears OnBackendFailure (may be null).  Must outlive the service.
+    RequestObserver* observer = nullptr;
+    // For the CPU backend of kFallbackCpu.
+    BackendOptions fallback_options;
   };
 
   EmbedService(std::unique_ptr<Backend> backend, PresetCatalog presets,
                Options options);
 
-  // Thread-safe.  Validates the whole request before any work.
+  // Thread-safe.  Validates the whole request before any work.  With a
+  // `ticket`, the response's bytes are reserved on it before the output is
+  // allocated (RESOURCE_EXHAUSTED naming max_queued_bytes when they do not
+  // fit).  A backend failure is handled as options.on_backend_failure says
+  // and returns UNAVAILABLE when the call could not be answered.
   absl::StatusOr<Embedding> Embed(const SpecRequest& request,
-                                  absl::Span<const float> timesteps) const;
+                                  absl::Span<const float> timesteps,
+                                  AdmissionTicket* ticket = nullptr) const;
 
-  const Backend& backend() const { return *backend_; }
+  // The backend computing now: the configured one, or the CPU fallback once
+  // it took over.
+  const Backend& backend() const { return *active_.load(); }
   const PresetCatalog& presets() const { return presets_; }
   const Limits& limits() const { return options_.limits; }
 
  private:
+  // Decides what a failure of `failed` means; returns the backend to retry
+  // on, or the error to answer with.
+  absl::StatusOr<Backend*> HandleBackendFailure(Backend* failed,
+                                                const absl::Status& error) const;
+
   std::unique_ptr<Backend> backend_;
   PresetCatalog presets_;
   Options options_;
+  mutable std::mutex fallback_mu_;
+  mutable std::unique_ptr<Backend> fallback_;  // guarded by fallback_mu_
+  mutable std::atomic<Backend*> active_;
 };
 
 }  // namespace temb

@@ -30,6 +30,18 @@ class RequestObserver {
   virtual ~RequestObserver() = default;
   virtual void OnStart(absl::string_view method) = 0;
   virtual void OnFinish(const RequestRecord& record) = 0;
+
+  // Server events, for alerting; ignored unless overridden.
+  // A call refused before any work: "unauthenticated", "draining",
+  // "backend_failed", "deadline_exceeded", "max_inflight", "max_queued_bytes".
+  virtual void OnRejected(absl::string_view /*reason*/) {}
+  // The backend failed a computation; `action` is what the server did about
+  // it ("not_serving" or "fallback_cpu").
+  virtual void OnBackendFailure(absl::string_view /*backend*/,
+                                const absl::Status& /*error*/,
+                                absl::string_view /*action*/) {}
+  // "serving", "draining" or "backend_failed".
+  virtual void OnServingChanged(absl::string_view /*state*/) {}
 };
 
 // Forwards to several observers, in order.  Not owning.
@@ -42,6 +54,18 @@ class ObserverList final : public RequestObserver {
   }
   void OnFinish(const RequestRecord& record) override {
     for (RequestObserver* o : observers_) o->OnFinish(record);
+  }
+  void OnRejected(absl::string_view reason) override {
+    for (RequestObserver* o : observers_) o->OnRejected(reason);
+  }
+  void OnBackendFailure(absl::string_view backend, const absl::Status& error,
+                        absl::string_view action) override {
+    for (RequestObserver* o : observers_) {
+      o->OnBackendFailure(backend, error, action);
+    }
+  }
+  void OnServingChanged(absl::string_view state) override {
+    for (RequestObserver* o : observers_) o->OnServingChanged(state);
   }
 
  private:

@@ -3,7 +3,9 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
+#include <fstream>
 #include <limits>
+#include <sstream>
 
 #include "absl/strings/str_cat.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
@@ -21,7 +23,47 @@ constexpr int64_t kMessageHeadroomBytes = int64_t{64} << 10;
 // A negative int64 varint takes 10 bytes, the worst case per timestep.
 constexpr int64_t kMaxBytesPerTimestep = 10;
 
+absl::StatusOr<std::string> ReadPem(const std::string& path,
+                                    const char* flag) {
+  std::ifstream file(path, std::ios::binary);
+  std::stringstream contents;
+  if (!file || !(contents << file.rdbuf())) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("cannot read ", flag, " file \"", path, "\""));
+  }
+  return contents.str();
+}
+
 }  // namespace
+
+absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> MakeServerCredentials(
+    const TlsFiles& tls) {
+  if (tls.cert_file.empty() && tls.key_file.empty() &&
+      tls.client_ca_file.empty()) {
+    return grpc::InsecureServerCredentials();
+  }
+  if (tls.cert_file.empty() || tls.key_file.empty()) {
+    return absl::InvalidArgumentError(
+        "TLS needs both tls_cert and tls_key (tls_client_ca alone cannot "
+        "serve TLS)");
+  }
+  absl::StatusOr<std::string> cert = ReadPem(tls.cert_file, "tls_cert");
+  if (!cert.ok()) return cert.status();
+  absl::StatusOr<std::string> key = ReadPem(tls.key_file, "tls_key");
+  if (!key.ok()) return key.status();
+  grpc::SslServerCredentialsOptions options(
+      tls.client_ca_file.empty()
+          ? GRPC_SSL_DONT_REQUEST_CLIENT_CERTIFICATE
+          : GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY);
+  if (!tls.client_ca_file.empty()) {
+    absl::StatusOr<std::string> ca =
+        ReadPem(tls.client_ca_file, "tls_client_ca");
+    if (!ca.ok()) return ca.status();
+    options.pem_root_certs = *std::move(ca);
+  }
+  options.pem_key_cert_pairs.push_back({*std::move(key), *std::move(cert)});
+  return grpc::SslServerCredentials(options);
+}
 
 int MaxMessageBytes(const Limits& limits) {
   const int64_t request =
@@ -63,7 +105,8 @@ absl::StatusOr<std::unique_ptr<GrpcServer>> GrpcServer::Start(
     if (server != nullptr) server->Shutdown();
     return absl::UnavailableError(
         absl::StrCat("cannot listen on \"", options.address,
-                     "\" (address in use or invalid?)"));
+                     "\" (address in use or invalid, or an unusable TLS "
+                     "certificate or key?)"));
   }
   grpc::HealthCheckServiceInterface* health = server->GetHealthCheckService();
   health->SetServingStatus(true);  // the overall "" entry
@@ -78,13 +121,17 @@ GrpcServer::GrpcServer(std::unique_ptr<grpc::Server> server, int port)
 
 GrpcServer::~GrpcServer() { Shutdown(absl::ZeroDuration()); }
 
+void GrpcServer::SetNotServing() {
+  // NOT_SERVING for every entry, and later updates are ignored, so watchers
+  // and load balancers see it before the listener closes.  Idempotent.
+  server_->GetHealthCheckService()->Shutdown();
+}
+
 void GrpcServer::Shutdown(absl::Duration grace) {
   std::lock_guard<std::mutex> lock(mutex_);
   if (shut_down_) return;
   shut_down_ = true;
-  // NOT_SERVING for every entry, and later updates are ignored, so watchers
-  // and load balancers see the drain before the listener closes.
-  server_->GetHealthCheckService()->Shutdown();
+  SetNotServing();
   const auto deadline =
       std::chrono::system_clock::now() + absl::ToChronoNanoseconds(grace);
   server_->Shutdown(deadline);

@@ -30,6 +30,22 @@ namespace temb {
 // the spec.  Capped at INT32_MAX, gRPC's own ceiling.
 int MaxMessageBytes(const Limits& limits);
 
+// PEM files for serving TLS.  cert_file and key_file together enable TLS;
+// client_ca_file additionally requires every client to present a certificate
+// signed by that CA (mutual TLS).
+struct TlsFiles {
+  std::string cert_file;
+  std::string key_file;
+  std::string client_ca_file;
+};
+
+// Insecure credentials when `tls` names no files; TLS (or mTLS) otherwise.
+// INVALID_ARGUMENT for an incomplete set (a certificate without its key, a
+// client CA without a server certificate); FAILED_PRECONDITION for a file
+// that cannot be read.  The PEM contents are checked when the server starts.
+absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> MakeServerCredentials(
+    const TlsFiles& tls);
+
 struct GrpcServerOptions {
   // HOST:PORT; port 0 picks a free port (see GrpcServer::port()).
   std::string address = "0.0.0.0:50051";
@@ -57,9 +73,16 @@ class GrpcServer {
   // The port actually bound.
   int port() const { return port_; }
 
-  // Drains: health turns NOT_SERVING for every service, new calls are
-  // refused with UNAVAILABLE, in-flight calls may finish until now + grace,
-  // and what remains is then cancelled.  Returns once the server stopped.
+  // Health turns NOT_SERVING for every entry ("" included) and stays so,
+  // whatever is set later: for a drain, or a backend that failed for good.
+  // Thread-safe.
+  void SetNotServing();
+
+  // Stops: SetNotServing(), then the listener closes and calls still running
+  // may finish until now + grace; what remains is then cancelled.  gRPC
+  // cancels calls that arrive while it shuts down, so callers drain first
+  // (App::Shutdown refuses new calls and waits for in-flight ones) and come
+  // here with what is left of the grace.  Returns once the server stopped.
   // Thread-safe; a later call waits for the first to finish.
   void Shutdown(absl::Duration grace);
 

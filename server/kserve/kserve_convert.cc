@@ -358,13 +358,13 @@ void FillInferResponse(const ModelInferRequest& request, Embedding embedding,
 
 absl::Status Infer(const EmbedService& service,
                    const ModelInferRequest& request,
-                   ModelInferResponse* response) {
+                   ModelInferResponse* response, AdmissionTicket* ticket) {
   ASSIGN_OR_RETURN(const Preset* model,
                    FindModel(service.presets(), request.model_name(),
                              request.model_version()));
   ASSIGN_OR_RETURN(InferCall call, ParseInferRequest(request, *model));
   ASSIGN_OR_RETURN(Embedding embedding,
-                   service.Embed(call.spec, call.timesteps));
+                   service.Embed(call.spec, call.timesteps, ticket));
   FillInferResponse(request, std::move(embedding), response);
   return absl::OkStatus();
 }

@@ -2,6 +2,7 @@
 
 #include <chrono>
 #include <string>
+#include <utility>
 
 #include "server/core/version.h"
 #include "server/grpc/status.h"
@@ -15,9 +16,7 @@ constexpr absl::string_view kStreamMethod = "ModelStreamInfer";
 
 grpc::ServerUnaryReactor* FinishWith(grpc::CallbackServerContext* context,
                                      const absl::Status& status) {
-  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  reactor->Finish(ToGrpcStatus(status));
-  return reactor;
+  return FinishUnary(context, status);
 }
 
 absl::Status CheckCallWanted(const grpc::CallbackServerContext& context) {
@@ -42,6 +41,10 @@ class KServeService::StreamReactor final
   StreamReactor(const KServeService& service,
                 grpc::CallbackServerContext* context)
       : service_(service), context_(context) {
+    if (absl::Status status = service_.gate_.Enter(*context); !status.ok()) {
+      Finish(ToGrpcStatus(status));
+      return;
+    }
     StartRead(&request_);
   }
 
@@ -53,7 +56,11 @@ class KServeService::StreamReactor final
     response_.Clear();
     inference::ModelInferResponse* answer = response_.mutable_infer_response();
     const absl::Status status =
-        service_.Handle(kStreamMethod, *context_, request_, answer);
+        service_.Handle(kStreamMethod, *context_, request_, answer, &ticket_);
+    if (absl::IsUnavailable(status)) {
+      Finish(ToGrpcStatus(status));
+      return;
+    }
     if (!status.ok()) {
       // Only the request's identity, so that clients can match the error.
       answer->Clear();
@@ -71,6 +78,7 @@ class KServeService::StreamReactor final
                           "the stream closed before the answer was sent"));
       return;
     }
+    ticket_ = AdmissionTicket();  // the answer is out
     StartRead(&request_);
   }
 
@@ -81,19 +89,29 @@ class KServeService::StreamReactor final
   grpc::CallbackServerContext* const context_;
   inference::ModelInferRequest request_;
   inference::ModelStreamInferResponse response_;
+  AdmissionTicket ticket_;  // of the request being answered
 };
 
-KServeService::KServeService(const EmbedService& core,
+KServeService::KServeService(const EmbedService& core, const CallGate& gate,
                              RequestObserver* observer)
-    : core_(core), observer_(observer) {}
+    : core_(core), gate_(gate), observer_(observer) {}
 
 absl::Status KServeService::Handle(
     absl::string_view method, const grpc::CallbackServerContext& context,
     const inference::ModelInferRequest& request,
-    inference::ModelInferResponse* response) const {
+    inference::ModelInferResponse* response, AdmissionTicket* ticket) const {
   RequestTimer timer(observer_, method);
-  absl::Status status = CheckCallWanted(context);
-  if (status.ok()) status = Infer(core_, request, response);
+  // A unary call authenticates here; a stream did once, when it opened.
+  absl::Status status = method == kInferMethod ? gate_.Authenticate(context)
+                                               : absl::OkStatus();
+  if (status.ok()) {
+    absl::StatusOr<AdmissionTicket> admitted = gate_.Admit(
+        context, static_cast<int64_t>(request.ByteSizeLong()));
+    status = admitted.status();
+    if (admitted.ok()) *ticket = std::move(*admitted);
+  }
+  if (status.ok()) status = CheckCallWanted(context);
+  if (status.ok()) status = Infer(core_, request, response, ticket);
   if (status.ok()) {
     timer.Finish(status, response->outputs(0).shape(0),
                  static_cast<int64_t>(response->raw_output_contents(0).size()),
@@ -108,40 +126,47 @@ grpc::ServerUnaryReactor* KServeService::ServerLive(
     grpc::CallbackServerContext* context,
     const inference::ServerLiveRequest* /*request*/,
     inference::ServerLiveResponse* response) {
-  response->set_live(true);
-  return FinishWith(context, absl::OkStatus());
+  const absl::Status status = gate_.Authenticate(*context);
+  response->set_live(status.ok());
+  return FinishWith(context, status);
 }
 
 grpc::ServerUnaryReactor* KServeService::ServerReady(
     grpc::CallbackServerContext* context,
     const inference::ServerReadyRequest* /*request*/,
     inference::ServerReadyResponse* response) {
-  // A draining server no longer accepts calls, so any answer is "ready".
-  response->set_ready(true);
-  return FinishWith(context, absl::OkStatus());
+  const absl::Status status = gate_.Authenticate(*context);
+  response->set_ready(status.ok() && gate_.serving());
+  return FinishWith(context, status);
 }
 
 grpc::ServerUnaryReactor* KServeService::ModelReady(
     grpc::CallbackServerContext* context,
     const inference::ModelReadyRequest* request,
     inference::ModelReadyResponse* response) {
+  const absl::Status status = gate_.Authenticate(*context);
   response->set_ready(
+      status.ok() && gate_.serving() &&
       FindModel(core_.presets(), request->name(), request->version()).ok());
-  return FinishWith(context, absl::OkStatus());
+  return FinishWith(context, status);
 }
 
 grpc::ServerUnaryReactor* KServeService::ServerMetadata(
     grpc::CallbackServerContext* context,
     const inference::ServerMetadataRequest* /*request*/,
     inference::ServerMetadataResponse* response) {
-  FillServerMetadata(Version(), response);
-  return FinishWith(context, absl::OkStatus());
+  const absl::Status status = gate_.Enter(*context);
+  if (status.ok()) FillServerMetadata(Version(), response);
+  return FinishWith(context, status);
 }
 
 grpc::ServerUnaryReactor* KServeService::ModelMetadata(
     grpc::CallbackServerContext* context,
     const inference::ModelMetadataRequest* request,
     inference::ModelMetadataResponse* response) {
+  if (absl::Status status = gate_.Enter(*context); !status.ok()) {
+    return FinishWith(context, status);
+  }
   absl::StatusOr<const Preset*> model =
       FindModel(core_.presets(), request->name(), request->version());
   if (model.ok()) FillModelMetadata(**model, response);
@@ -152,6 +177,9 @@ grpc::ServerUnaryReactor* KServeService::ModelConfig(
     grpc::CallbackServerContext* context,
     const inference::ModelConfigRequest* request,
     inference::ModelConfigResponse* response) {
+  if (absl::Status status = gate_.Enter(*context); !status.ok()) {
+    return FinishWith(context, status);
+  }
   absl::StatusOr<const Preset*> model =
       FindModel(core_.presets(), request->name(), request->version());
   if (model.ok()) {
@@ -164,8 +192,10 @@ grpc::ServerUnaryReactor* KServeService::ModelInfer(
     grpc::CallbackServerContext* context,
     const inference::ModelInferRequest* request,
     inference::ModelInferResponse* response) {
-  return FinishWith(context,
-                    Handle(kInferMethod, *context, *request, response));
+  AdmissionTicket ticket;
+  const absl::Status status =
+      Handle(kInferMethod, *context, *request, response, &ticket);
+  return FinishUnary(context, status, std::move(ticket));
 }
 
 grpc::ServerBidiReactor<inference::ModelInferRequest,

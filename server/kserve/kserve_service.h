@@ -1,9 +1,10 @@
 // The KServe v2 / Triton-compatible gRPC frontend: inference.
 // GRPCInferenceService on top of the service core, one model per preset
 // (see kserve_convert.h for the model signature and docs/kserve.md for the
-// user's view).  Protocol only: every request goes through EmbedService.
-// Draining is the server assembly's: once it shuts down, new calls are
-// refused with UNAVAILABLE and grpc.health.v1 reports NOT_SERVING.
+// user's view).  Protocol only: every request goes through EmbedService,
+// and every call through the CallGate first (authentication, admission).
+// While the server drains, ServerReady and ModelReady answer false and the
+// other calls are refused with UNAVAILABLE.
 #ifndef TEMB_SERVER_KSERVE_KSERVE_SERVICE_H_
 #define TEMB_SERVER_KSERVE_KSERVE_SERVICE_H_
 
@@ -12,6 +13,7 @@
 #include "inference/grpc_service.grpc.pb.h"
 #include "server/core/embed_service.h"
 #include "server/core/request_observer.h"
+#include "server/grpc/call_gate.h"
 
 namespace temb::kserve {
 
@@ -22,7 +24,8 @@ class KServeService final
   // run on gRPC's callback threads and compute inline (the core is
   // thread-safe).  ModelInfer and each ModelStreamInfer request are reported
   // to `observer` (metrics, request log).
-  KServeService(const EmbedService& core, RequestObserver* observer);
+  KServeService(const EmbedService& core, const CallGate& gate,
+                RequestObserver* observer);
 
   grpc::ServerUnaryReactor* ServerLive(
       grpc::CallbackServerContext* context,
@@ -57,7 +60,8 @@ class KServeService final
       const inference::ModelInferRequest* request,
       inference::ModelInferResponse* response) override;
   // Requests are answered one at a time, in order; a failed one gets
-  // error_message (and its id) and the stream goes on.
+  // error_message (and its id) and the stream goes on, except UNAVAILABLE
+  // (draining, failed backend), which ends the stream with that status.
   grpc::ServerBidiReactor<inference::ModelInferRequest,
                           inference::ModelStreamInferResponse>*
   ModelStreamInfer(grpc::CallbackServerContext* context) override;
@@ -65,13 +69,16 @@ class KServeService final
  private:
   class StreamReactor;
 
-  // Times, reports and computes one request.
+  // Times, reports, admits (into `ticket`, held by the caller until the
+  // answer is sent) and computes one request.
   absl::Status Handle(absl::string_view method,
                       const grpc::CallbackServerContext& context,
                       const inference::ModelInferRequest& request,
-                      inference::ModelInferResponse* response) const;
+                      inference::ModelInferResponse* response,
+                      AdmissionTicket* ticket) const;
 
   const EmbedService& core_;
+  const CallGate& gate_;
   RequestObserver* const observer_;
 };
 

@@ -67,6 +67,21 @@ struct PrometheusMetrics::Impl {
           .Name("temb_backend_info")
           .Help("The backend computing embeddings (always 1)")
           .Register(*registry);
+  prometheus::Family<prometheus::Counter>& rejected =
+      prometheus::BuildCounter()
+          .Name("temb_rejected_requests_total")
+          .Help("Calls refused before any work, by reason")
+          .Register(*registry);
+  prometheus::Family<prometheus::Counter>& backend_failures =
+      prometheus::BuildCounter()
+          .Name("temb_backend_failures_total")
+          .Help("Backend computation failures, by backend and the action taken")
+          .Register(*registry);
+  prometheus::Family<prometheus::Gauge>& serving_state =
+      prometheus::BuildGauge()
+          .Name("temb_serving_state")
+          .Help("1 for the server's current state, 0 for the others")
+          .Register(*registry);
   std::unique_ptr<prometheus::Exposer> exposer;
 };
 
@@ -76,6 +91,16 @@ PrometheusMetrics::PrometheusMetrics(absl::string_view backend,
   impl_->backend_info
       .Add({{"backend", std::string(backend)}, {"device", std::string(device)}})
       .Set(1);
+  // Every reason and state exists from the start, so that alerts on
+  // rate() and absent series work before the first event.
+  for (const char* reason :
+       {"unauthenticated", "draining", "backend_failed", "deadline_exceeded",
+        "max_inflight", "max_queued_bytes"}) {
+    impl_->rejected.Add({{"reason", reason}});
+  }
+  for (const char* state : {"serving", "draining", "backend_failed"}) {
+    impl_->serving_state.Add({{"state", state}});
+  }
 }
 
 PrometheusMetrics::~PrometheusMetrics() = default;
@@ -118,6 +143,25 @@ void PrometheusMetrics::OnFinish(const RequestRecord& record) {
   if (record.status->ok()) {
     impl_->batch.Observe(static_cast<double>(record.batch));
     impl_->output_bytes.Increment(static_cast<double>(record.output_bytes));
+  }
+}
+
+
+void PrometheusMetrics::OnRejected(absl::string_view reason) {
+  impl_->rejected.Add({{"reason", std::string(reason)}}).Increment();
+}
+
+void PrometheusMetrics::OnBackendFailure(absl::string_view backend,
+                                         const absl::Status& /*error*/,
+                                         absl::string_view action) {
+  impl_->backend_failures
+      .Add({{"backend", std::string(backend)}, {"action", std::string(action)}})
+      .Increment();
+}
+
+void PrometheusMetrics::OnServingChanged(absl::string_view state) {
+  for (const char* name : {"serving", "draining", "backend_failed"}) {
+    impl_->serving_state.Add({{"state", name}}).Set(state == name ? 1 : 0);
   }
 }
 

@@ -5,8 +5,14 @@
 //   temb_request_latency_seconds{method}    histogram, 50 us .. 1 s
 //   temb_batch_size                          histogram of successful requests
 //   temb_output_bytes_total                  counter of embedding bytes
-//   returned temb_inflight_requests                   gauge
+//                                            returned
+//   temb_inflight_requests                   gauge
 //   temb_backend_info{backend,device}        gauge, always 1
+//   temb_rejected_requests_total{reason}     counter of calls refused before
+//                                            any work (see RequestObserver)
+//   temb_backend_failures_total{backend,action}  counter
+//   temb_serving_state{state}                gauge, 1 for the current state
+//                                            (serving|draining|backend_failed)
 #ifndef TEMB_SERVER_METRICS_PROMETHEUS_METRICS_H_
 #define TEMB_SERVER_METRICS_PROMETHEUS_METRICS_H_
 
@@ -34,6 +40,10 @@ class PrometheusMetrics final : public RequestObserver {
 
   void OnStart(absl::string_view method) override;
   void OnFinish(const RequestRecord& record) override;
+  void OnRejected(absl::string_view reason) override;
+  void OnBackendFailure(absl::string_view backend, const absl::Status& error,
+                        absl::string_view action) override;
+  void OnServingChanged(absl::string_view state) override;
 
  private:
   struct Impl;

@@ -70,6 +70,10 @@ class NativeService::StreamReactor final
   StreamReactor(const NativeService& service,
                 grpc::CallbackServerContext* context)
       : service_(service), context_(context) {
+    if (absl::Status status = service_.gate_.Enter(*context); !status.ok()) {
+      Finish(ToGrpcStatus(status));
+      return;
+    }
     StartRead(&request_);
   }
 
@@ -81,8 +85,13 @@ class NativeService::StreamReactor final
       return;
     }
     response_.Clear();
-    const absl::Status status = service_.Handle(
-        kStreamMethod, context_, request_, response_.mutable_response());
+    const absl::Status status =
+        service_.Handle(kStreamMethod, context_, request_,
+                        response_.mutable_response(), &ticket_);
+    if (absl::IsUnavailable(status)) {
+      Finish(ToGrpcStatus(status));
+      return;
+    }
     if (!status.ok()) {
       v1::Error* error = response_.mutable_error();  // clears `response`
       error->set_code(static_cast<int32_t>(status.code()));
@@ -98,6 +107,7 @@ class NativeService::StreamReactor final
                           "the stream was cancelled while writing"));
       return;
     }
+    ticket_ = AdmissionTicket();  // the answer is out
     request_.Clear();
     StartRead(&request_);
   }
@@ -109,21 +119,23 @@ class NativeService::StreamReactor final
   grpc::CallbackServerContext* const context_;
   v1::EmbedRequest request_;
   v1::EmbedStreamResponse response_;
+  AdmissionTicket ticket_;  // of the request being answered
 };
 
-NativeService::NativeService(const EmbedService& core,
+NativeService::NativeService(const EmbedService& core, const CallGate& gate,
                              RequestObserver* observer, Options options)
     : core_(core),
+      gate_(gate),
       observer_(observer),
       info_(MakeServerInfo(core, options.max_message_bytes)) {}
 
 grpc::ServerUnaryReactor* NativeService::Embed(
     grpc::CallbackServerContext* context, const v1::EmbedRequest* request,
     v1::EmbedResponse* response) {
-  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  reactor->Finish(
-      ToGrpcStatus(Handle(kEmbedMethod, context, *request, response)));
-  return reactor;
+  AdmissionTicket ticket;
+  const absl::Status status =
+      Handle(kEmbedMethod, context, *request, response, &ticket);
+  return FinishUnary(context, status, std::move(ticket));
 }
 
 grpc::ServerBidiReactor<v1::EmbedRequest, v1::EmbedStreamResponse>*
@@ -134,18 +146,22 @@ NativeService::EmbedStream(grpc::CallbackServerContext* context) {
 grpc::ServerUnaryReactor* NativeService::GetServerInfo(
     grpc::CallbackServerContext* context,
     const v1::GetServerInfoRequest* /*request*/, v1::ServerInfo* response) {
-  *response = info_;
-  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  reactor->Finish(grpc::Status::OK);
-  return reactor;
+  const absl::Status status = gate_.Enter(*context);
+  if (status.ok()) *response = info_;
+  return FinishUnary(context, status);
 }
 
 absl::Status NativeService::Handle(absl::string_view method,
                                    grpc::CallbackServerContext* context,
                                    const v1::EmbedRequest& request,
-                                   v1::EmbedResponse* response) const {
+                                   v1::EmbedResponse* response,
+                                   AdmissionTicket* ticket) const {
   RequestTimer timer(observer_, method);
-  const absl::Status status = Compute(context, request, response);
+  // A unary call authenticates here; a stream did once, when it opened.
+  absl::Status status = method == kEmbedMethod
+                            ? gate_.Authenticate(*context)
+                            : absl::OkStatus();
+  if (status.ok()) status = Compute(context, request, response, ticket);
   timer.Finish(
       status, request.timesteps_size() + request.integer_timesteps_size(),
       status.ok() ? static_cast<int64_t>(response->embedding().data().size())
@@ -156,7 +172,11 @@ absl::Status NativeService::Handle(absl::string_view method,
 
 absl::Status NativeService::Compute(grpc::CallbackServerContext* context,
                                     const v1::EmbedRequest& request,
-                                    v1::EmbedResponse* response) const {
+                                    v1::EmbedResponse* response,
+                                    AdmissionTicket* ticket) const {
+  ASSIGN_OR_RETURN(*ticket,
+                   gate_.Admit(*context,
+                               static_cast<int64_t>(request.ByteSizeLong())));
   ASSIGN_OR_RETURN(
       SpecRequest spec_request,
       SpecRequestFromProto(request.preset(), request.spec(), request.dtype()));
@@ -164,7 +184,8 @@ absl::Status NativeService::Compute(grpc::CallbackServerContext* context,
   ASSIGN_OR_RETURN(absl::Span<const float> timesteps,
                    Timesteps(request, &storage));
   RETURN_IF_ERROR(CheckCallWanted(*context));
-  ASSIGN_OR_RETURN(Embedding embedding, core_.Embed(spec_request, timesteps));
+  ASSIGN_OR_RETURN(Embedding embedding,
+                   core_.Embed(spec_request, timesteps, ticket));
 
   response->set_request_id(request.request_id());
   response->set_backend(std::string(BackendKindName(embedding.backend)));

@@ -8,6 +8,7 @@
 #include "absl/strings/string_view.h"
 #include "server/core/embed_service.h"
 #include "server/core/request_observer.h"
+#include "server/grpc/call_gate.h"
 #include "temb/v1/temb.grpc.pb.h"
 
 namespace temb {
@@ -19,18 +20,23 @@ class NativeService final : public v1::EmbeddingService::CallbackService {
     int max_message_bytes = 0;
   };
 
-  // `core` and `observer` (may be null) must outlive the service.
-  NativeService(const EmbedService& core, RequestObserver* observer,
-                Options options);
+  // `core`, `gate` and `observer` (may be null) must outlive the service.
+  // Every call passes `gate` first (see call_gate.h).
+  NativeService(const EmbedService& core, const CallGate& gate,
+                RequestObserver* observer, Options options);
 
   // A call whose deadline has passed or that was cancelled before the
   // computation starts ends with DEADLINE_EXCEEDED / CANCELLED, uncomputed.
+  // UNAUTHENTICATED, UNAVAILABLE (draining) and RESOURCE_EXHAUSTED
+  // (overload) come from the gate, before any work.
   grpc::ServerUnaryReactor* Embed(grpc::CallbackServerContext* context,
                                   const v1::EmbedRequest* request,
                                   v1::EmbedResponse* response) override;
 
   // One response per request, in order; one request is processed at a time.
-  // A failed request yields an `error` entry and the stream goes on.  The
+  // A failed request yields an `error` entry and the stream goes on, except
+  // UNAVAILABLE (the server drains or its backend failed): the stream then
+  // ends with that status, so that the client reconnects elsewhere.  The
   // call ends OK when the client half-closes.
   grpc::ServerBidiReactor<v1::EmbedRequest, v1::EmbedStreamResponse>*
   EmbedStream(grpc::CallbackServerContext* context) override;
@@ -43,16 +49,21 @@ class NativeService final : public v1::EmbeddingService::CallbackService {
  private:
   class StreamReactor;
 
-  // Times and reports one request, then computes it into `response`.
+  // Times and reports one request, admits it (into `ticket`, which the
+  // caller holds until the answer is sent), then computes it into
+  // `response`.
   absl::Status Handle(absl::string_view method,
                       grpc::CallbackServerContext* context,
                       const v1::EmbedRequest& request,
-                      v1::EmbedResponse* response) const;
+                      v1::EmbedResponse* response,
+                      AdmissionTicket* ticket) const;
   absl::Status Compute(grpc::CallbackServerContext* context,
                        const v1::EmbedRequest& request,
-                       v1::EmbedResponse* response) const;
+                       v1::EmbedResponse* response,
+                       AdmissionTicket* ticket) const;
 
   const EmbedService& core_;
+  const CallGate& gate_;
   RequestObserver* const observer_;
   v1::ServerInfo info_;  // immutable after construction
 };

@@ -54,9 +54,10 @@ class EmbedServiceTest : public ::testing::Test {
     limits.max_dim = 1024;
     limits.max_batch = 16;
     limits.max_output_bytes = 16 * 1024;
-    service_ = std::make_unique<EmbedService>(std::move(backend),
-                                              PresetCatalog::BuiltIn(),
-                                              EmbedService::Options{limits});
+    EmbedService::Options options;
+    options.limits = limits;
+    service_ = std::make_unique<EmbedService>(
+        std::move(backend), PresetCatalog::BuiltIn(), std::move(options));
   }
 
   static SpecRequest Explicit(int dim) {

@@ -478,8 +478,9 @@ def test_health_reports_the_kserve_service(tmp_path_factory, channel):
 
 
 def test_draining_server_refuses_new_calls(tmp_path):
-    """After SIGTERM an open stream may finish its work, while new calls
-    (readiness and inference alike) are refused with UNAVAILABLE."""
+    """After SIGTERM readiness turns false and new calls are refused with
+    UNAVAILABLE; an open stream's next request ends it with UNAVAILABLE, so
+    that its client reconnects to a serving replica."""
     srv = Server(tmp_path, ["--drain_grace=60s"])
     requests = queue.Queue()
     try:
@@ -497,7 +498,8 @@ def test_draining_server_refuses_new_calls(tmp_path):
                 deadline = time.monotonic() + 30
                 while True:
                     try:
-                        fresh.is_server_ready()
+                        if not fresh.is_server_ready():
+                            break
                     except InferenceServerException as error:
                         assert error.status() == "StatusCode.UNAVAILABLE"
                         break
@@ -506,10 +508,11 @@ def test_draining_server_refuses_new_calls(tmp_path):
                 expect_error("StatusCode.UNAVAILABLE", infer, fresh, "sd15",
                              TIMESTEPS)
 
-            requests.put(request)  # the open stream still gets answers
-            assert next(responses).error_message == ""
+            requests.put(request)  # the open stream is told to go elsewhere
+            with pytest.raises(grpc.RpcError) as error:
+                next(responses)
+            assert error.value.code() == grpc.StatusCode.UNAVAILABLE
             requests.put(None)
-            assert list(responses) == []
         assert srv.process.wait(timeout=30) == 0
     finally:
         requests.put(None)

@@ -29,25 +29,35 @@ def _pem(value: Union[bytes, str, None]) -> Optional[bytes]:
 
 
 def service_config(retries: int) -> str:
-    """A service config retrying UNAVAILABLE `retries` times with backoff.
+    """A service config retrying failed calls `retries` times with backoff.
 
-    Only UNAVAILABLE is retried: the request never reached a server (or the
-    server was draining), and embeddings are pure, so repeating is safe.
+    UNAVAILABLE is retried everywhere: the request never reached a server
+    (or the server was draining), and embeddings are pure, so repeating is
+    safe.  The idempotent unary calls (Embed, GetServerInfo, health Check)
+    also retry CANCELLED: a server that is shutting down cancels calls that
+    reached it too late to be handled.  A retry policy only acts on statuses
+    received from the server, so a cancel by this application (or an expired
+    deadline) is never retried.  EmbedStream keeps UNAVAILABLE only: a
+    cancelled stream may already have had requests answered.
     """
     if retries < 0:
         raise ValueError(f"retries must be >= 0, got {retries}")
-    config: dict = {"methodConfig": [{
-        "name": [{"service": SERVICE}, {"service": "grpc.health.v1.Health"}],
-    }]}
+    unary = {"name": [{"service": SERVICE, "method": "Embed"},
+                      {"service": SERVICE, "method": "GetServerInfo"},
+                      {"service": "grpc.health.v1.Health"}]}
+    other = {"name": [{"service": SERVICE}]}
     if retries:
-        config["methodConfig"][0]["retryPolicy"] = {
-            "maxAttempts": min(retries + 1, _MAX_ATTEMPTS),
-            "initialBackoff": "0.1s",
-            "maxBackoff": "2s",
-            "backoffMultiplier": 2,
-            "retryableStatusCodes": ["UNAVAILABLE"],
-        }
-    return json.dumps(config)
+        for method_config, codes in ((unary, ["UNAVAILABLE", "CANCELLED"]),
+                                     (other, ["UNAVAILABLE"])):
+            method_config["retryPolicy"] = {
+                "maxAttempts": min(retries + 1, _MAX_ATTEMPTS),
+                "initialBackoff": "0.1s",
+                "maxBackoff": "2s",
+                "backoffMultiplier": 2,
+                "retryableStatusCodes": codes,
+            }
+    # gRPC picks the most specific name, so the order does not matter.
+    return json.dumps({"methodConfig": [other, unary]})
 
 
 def channel_options(retries: int, max_message_bytes: int,

@@ -1,0 +1,133 @@
+// CUDA kernel timings for the benchmark suite (bench/run.py --gpu).
+//
+// Times the fused embedding kernel alone (device memory in and out, CUDA
+// events around a burst of launches), next to cudaMemsetAsync of the same
+// output in the same process: the ratio is the share of the device's write
+// bandwidth the kernel reaches.  Also times the small batches a UNet step
+// sends (1..64 x 320), where launch latency dominates; run.py compares those
+// with eager PyTorch on the same device.
+//
+//   temb_cuda_kernel_benchmark --json
+// prints {"large": {...}, "batches": [{"batch": N, "kernel_us": x}, ...]}.
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
+#include <vector>
+
+#include "cuda/embed_kernel.cuh"
+#include "temb/kernels/embedding_spec.h"
+#include "temb/kernels/frequencies.h"
+
+namespace temb {
+namespace {
+
+bool Ok(cudaError_t error, const char* what) {
+  if (error == cudaSuccess) return true;
+  std::fprintf(stderr, "%s: %s\n", what, cudaGetErrorString(error));
+  return false;
+}
+
+// Median milliseconds per call of `launch` over `reps` timed bursts of
+// `burst` calls each.
+template <typename Fn>
+double TimeMs(Fn launch, int burst, int reps) {
+  cudaEvent_t start, stop;
+  cudaEventCreate(&start);
+  cudaEventCreate(&stop);
+  for (int i = 0; i < burst; ++i) launch();  // warm-up
+  std::vector<double> samples;
+  for (int r = 0; r < reps; ++r) {
+    cudaEventRecord(start);
+    for (int i = 0; i < burst; ++i) launch();
+    cudaEventRecord(stop);
+    cudaEventSynchronize(stop);
+    float ms = 0;
+    cudaEventElapsedTime(&ms, start, stop);
+    samples.push_back(ms / burst);
+  }
+  cudaEventDestroy(start);
+  cudaEventDestroy(stop);
+  std::sort(samples.begin(), samples.end());
+  return samples[samples.size() / 2];
+}
+
+struct DeviceRequest {
+  cuda::EmbedArgs args;
+  std::vector<void*> owned;
+};
+
+bool MakeRequest(int64_t rows, int dim, DeviceRequest* request) {
+  EmbeddingSpec spec;
+  spec.dim = dim;
+  const std::vector<float> freqs = Float32Frequencies(spec);
+  std::vector<float> t(rows);
+  for (int64_t n = 0; n < rows; ++n) t[n] = static_cast<float>((n * 37) % 1000);
+  void *d_t, *d_f, *d_out;
+  const size_t out_bytes = static_cast<size_t>(rows) * dim * sizeof(float);
+  if (!Ok(cudaMalloc(&d_t, t.size() * sizeof(float)), "cudaMalloc") ||
+      !Ok(cudaMalloc(&d_f, freqs.size() * sizeof(float)), "cudaMalloc") ||
+      !Ok(cudaMalloc(&d_out, out_bytes), "cudaMalloc")) {
+    return false;
+  }
+  cudaMemcpy(d_t, t.data(), t.size() * sizeof(float), cudaMemcpyHostToDevice);
+  cudaMemcpy(d_f, freqs.data(), freqs.size() * sizeof(float),
+             cudaMemcpyHostToDevice);
+  request->owned = {d_t, d_f, d_out};
+  request->args.timesteps = static_cast<const float*>(d_t);
+  request->args.frequencies = d_f;
+  request->args.out = d_out;
+  request->args.rows = rows;
+  request->args.dim = dim;
+  return true;
+}
+
+void Free(DeviceRequest* request) {
+  for (void* p : request->owned) cudaFree(p);
+}
+
+int Run() {
+  int devices = 0;
+  if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) {
+    std::fprintf(stderr, "no usable CUDA device\n");
+    return 1;
+  }
+  // 1 GiB of fp32 output: well past the 256 MiB of the target, and past any
+  // cache, so both kernels stream to HBM.
+  constexpr int64_t kLargeRows = 262144;
+  constexpr int kLargeDim = 1024;
+  DeviceRequest large;
+  if (!MakeRequest(kLargeRows, kLargeDim, &large)) return 1;
+  const size_t bytes = static_cast<size_t>(kLargeRows) * kLargeDim * 4;
+  const double kernel_ms =
+      TimeMs([&] { cuda::LaunchEmbed(large.args, nullptr); }, 5, 7);
+  const double memset_ms =
+      TimeMs([&] { cudaMemsetAsync(large.args.out, 1, bytes); }, 5, 7);
+  if (!Ok(cudaGetLastError(), "large")) return 1;
+  std::printf("{\"large\": {\"bytes\": %zu, \"kernel_gbs\": %.3f, "
+              "\"memset_gbs\": %.3f}, \"batches\": [",
+              bytes, bytes / kernel_ms / 1e6, bytes / memset_ms / 1e6);
+  Free(&large);
+
+  const int kBatches[] = {1, 2, 4, 8, 16, 32, 64};
+  bool first = true;
+  for (int batch : kBatches) {
+    DeviceRequest small;
+    if (!MakeRequest(batch, 320, &small)) return 1;
+    const double ms =
+        TimeMs([&] { cuda::LaunchEmbed(small.args, nullptr); }, 200, 7);
+    if (!Ok(cudaGetLastError(), "small")) return 1;
+    std::printf("%s{\"batch\": %d, \"kernel_us\": %.3f}", first ? "" : ", ",
+                batch, ms * 1e3);
+    first = false;
+    Free(&small);
+  }
+  std::printf("]}\n");
+  return 0;
+}
+
+}  // namespace
+}  // namespace temb
+
+int main() { return temb::Run(); }

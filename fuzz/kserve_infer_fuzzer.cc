@@ -1,0 +1,94 @@
+// Fuzzes the KServe v2 frontend's conversion without gRPC: bytes parsed as an
+// inference.ModelInferRequest -> kserve::Infer (model lookup, tensor and
+// parameter decoding, the service core on the CPU backend, the response).
+//
+// Rejections must carry a client-error code; accepted requests must give one
+// EMBEDDING output whose shape, datatype and raw bytes agree with the spec the
+// request resolves to, and satisfy CheckEmbedding.
+#include <cstddef>
+#include <cstdint>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "fuzz/embedding_checks.h"
+#include "google/protobuf/stubs/logging.h"
+#include "inference/grpc_service.pb.h"
+#include "server/core/embed_service.h"
+#include "server/core/presets.h"
+#include "server/kserve/kserve_convert.h"
+#include "temb/kernels/dtype.h"
+#include "temb/kernels/registry.h"
+
+namespace temb::fuzz {
+namespace {
+
+const EmbedService& Service() {
+  static const EmbedService* service = [] {
+    BackendOptions backend_options;
+    backend_options.cpu_threads = 2;
+    auto backend = CreateBackend(BackendChoice::kCpu, backend_options);
+    TEMB_FUZZ_CHECK(backend.ok(), backend.status().ToString());
+    EmbedService::Options options;
+    options.limits = FuzzLimits();
+    return new EmbedService(*std::move(backend), PresetCatalog::BuiltIn(),
+                            options);
+  }();
+  return *service;
+}
+
+void Run(const inference::ModelInferRequest& request) {
+  const EmbedService& service = Service();
+  inference::ModelInferResponse response;
+  const absl::Status status = kserve::Infer(service, request, &response);
+  if (!status.ok()) return CheckRejection(status);
+
+  // Infer succeeded, so each step it is made of must succeed on its own.
+  absl::StatusOr<const Preset*> model = kserve::FindModel(
+      service.presets(), request.model_name(), request.model_version());
+  TEMB_FUZZ_CHECK(model.ok(), model.status().ToString());
+  absl::StatusOr<kserve::InferCall> call =
+      kserve::ParseInferRequest(request, **model);
+  TEMB_FUZZ_CHECK(call.ok(), call.status().ToString());
+  absl::StatusOr<EmbeddingSpec> spec =
+      ResolveSpec(call->spec, service.presets(), service.limits());
+  TEMB_FUZZ_CHECK(spec.ok(), spec.status().ToString());
+
+  TEMB_FUZZ_CHECK(response.id() == request.id(),
+                  "response id differs from request id");
+  TEMB_FUZZ_CHECK(
+      response.outputs_size() == 1 && response.raw_output_contents_size() == 1,
+      absl::StrCat("expected one output, got ", response.outputs_size(),
+                   " tensors and ", response.raw_output_contents_size(),
+                   " raw contents"));
+  const auto& output = response.outputs(0);
+  const int64_t rows = static_cast<int64_t>(call->timesteps.size());
+  TEMB_FUZZ_CHECK(output.name() == kserve::kOutputName, "output name");
+  TEMB_FUZZ_CHECK(
+      output.shape_size() == 2 && output.shape(0) == rows &&
+          output.shape(1) == spec->dim,
+      absl::StrCat("output shape [", absl::StrJoin(output.shape(), ", "),
+                   "], expected [", rows, ", ", spec->dim, "]"));
+  absl::StatusOr<DType> datatype =
+      ParseDType(absl::AsciiStrToLower(output.datatype()));
+  TEMB_FUZZ_CHECK(datatype.ok() && *datatype == spec->dtype,
+                  absl::StrCat("output datatype ", output.datatype(),
+                               " for dtype ", DTypeName(spec->dtype)));
+  CheckEmbedding(*spec, call->timesteps, response.raw_output_contents(0));
+}
+
+}  // namespace
+}  // namespace temb::fuzz
+
+extern "C" int LLVMFuzzerInitialize(int*, char***) {
+  // Parse warnings (e.g. invalid UTF-8 in a string field) are expected here.
+  google::protobuf::SetLogHandler(nullptr);
+  return 0;
+}
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  inference::ModelInferRequest request;
+  if (!request.ParseFromArray(data, static_cast<int>(size))) return 0;
+  temb::fuzz::Run(request);
+  return 0;
+}

@@ -1,0 +1,98 @@
+// Fuzzes the native temb.v1 request path without gRPC: bytes parsed as an
+// EmbedRequest -> SpecRequestFromProto -> EmbedService::Embed (preset
+// resolution, validation, the CPU backend), as the Embed handler does.
+//
+// Rejections must carry a client-error code; accepted requests must produce
+// an embedding of the resolved spec's shape that satisfies CheckEmbedding
+// (no NaN, exact edge-case columns).
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "fuzz/embedding_checks.h"
+#include "google/protobuf/stubs/logging.h"
+#include "server/core/embed_service.h"
+#include "server/core/presets.h"
+#include "server/core/proto_conversions.h"
+#include "temb/kernels/registry.h"
+#include "temb/v1/temb.pb.h"
+
+namespace temb::fuzz {
+namespace {
+
+const EmbedService& Service() {
+  static const EmbedService* service = [] {
+    BackendOptions backend_options;
+    backend_options.cpu_threads = 2;
+    auto backend = CreateBackend(BackendChoice::kCpu, backend_options);
+    TEMB_FUZZ_CHECK(backend.ok(), backend.status().ToString());
+    EmbedService::Options options;
+    options.limits = FuzzLimits();
+    return new EmbedService(*std::move(backend), PresetCatalog::BuiltIn(),
+                            options);
+  }();
+  return *service;
+}
+
+// The frontend's rule: one of the two timestep fields, integers become
+// float32 first.
+absl::StatusOr<std::vector<float>> Timesteps(const v1::EmbedRequest& request) {
+  if (request.integer_timesteps_size() == 0) {
+    return std::vector<float>(request.timesteps().begin(),
+                              request.timesteps().end());
+  }
+  if (request.timesteps_size() > 0) {
+    return absl::InvalidArgumentError(
+        "set either timesteps or integer_timesteps, not both");
+  }
+  std::vector<float> timesteps;
+  for (int64_t t : request.integer_timesteps()) {
+    timesteps.push_back(static_cast<float>(t));
+  }
+  return timesteps;
+}
+
+void Run(const v1::EmbedRequest& request) {
+  absl::StatusOr<SpecRequest> spec_request =
+      SpecRequestFromProto(request.preset(), request.spec(), request.dtype());
+  if (!spec_request.ok()) return CheckRejection(spec_request.status());
+  absl::StatusOr<std::vector<float>> timesteps = Timesteps(request);
+  if (!timesteps.ok()) return CheckRejection(timesteps.status());
+
+  const EmbedService& service = Service();
+  absl::StatusOr<Embedding> embedding =
+      service.Embed(*spec_request, *timesteps);
+  if (!embedding.ok()) return CheckRejection(embedding.status());
+
+  // The embedding's spec must be what resolution alone gives.  Compared as
+  // text: a repeat_only spec may carry a NaN in fields it never uses.
+  absl::StatusOr<EmbeddingSpec> resolved =
+      ResolveSpec(*spec_request, service.presets(), service.limits());
+  TEMB_FUZZ_CHECK(resolved.ok() && SpecDebugString(*resolved) ==
+                                       SpecDebugString(embedding->spec),
+                  absl::StrCat("Embed used ", SpecDebugString(embedding->spec),
+                               " but ResolveSpec gives ",
+                               resolved.ok() ? SpecDebugString(*resolved)
+                                             : resolved.status().ToString()));
+  TEMB_FUZZ_CHECK(
+      embedding->rows == static_cast<int64_t>(timesteps->size()),
+      absl::StrCat("rows ", embedding->rows, " != batch ", timesteps->size()));
+  CheckEmbedding(embedding->spec, *timesteps, embedding->data);
+}
+
+}  // namespace
+}  // namespace temb::fuzz
+
+extern "C" int LLVMFuzzerInitialize(int*, char***) {
+  // Parse warnings (e.g. invalid UTF-8 in a string field) are expected here.
+  google::protobuf::SetLogHandler(nullptr);
+  return 0;
+}
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  temb::v1::EmbedRequest request;
+  if (!request.ParseFromArray(data, static_cast<int>(size))) return 0;
+  temb::fuzz::Run(request);
+  return 0;
+}
