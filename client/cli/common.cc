@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "server/core/proto_conversions.h"
 
 namespace temb::cli {
 
@@ -153,36 +154,6 @@ absl::StatusOr<SpecRequest> SpecRequestFromArgs(const Args& args) {
   return request;
 }
 
-v1::DType ToProto(DType dtype) {
-  switch (dtype) {
-    case DType::kFloat32:
-      return v1::DTYPE_FP32;
-    case DType::kFloat16:
-      return v1::DTYPE_FP16;
-    case DType::kBFloat16:
-      return v1::DTYPE_BF16;
-    case DType::kFloat64:
-      return v1::DTYPE_FP64;
-  }
-  return v1::DTYPE_UNSPECIFIED;
-}
-
-absl::StatusOr<DType> FromProto(v1::DType dtype) {
-  switch (dtype) {
-    case v1::DTYPE_FP32:
-      return DType::kFloat32;
-    case v1::DTYPE_FP16:
-      return DType::kFloat16;
-    case v1::DTYPE_BF16:
-      return DType::kBFloat16;
-    case v1::DTYPE_FP64:
-      return DType::kFloat64;
-    default:
-      return absl::InvalidArgumentError(
-          absl::StrCat("unexpected tensor dtype ", static_cast<int>(dtype)));
-  }
-}
-
 v1::EmbedRequest ToProto(const SpecRequest& spec,
                          const std::vector<float>& timesteps) {
   v1::EmbedRequest request;
@@ -197,17 +168,9 @@ v1::EmbedRequest ToProto(const SpecRequest& spec,
   if (spec.scale) out->set_scale(*spec.scale);
   if (spec.time_factor) out->set_time_factor(*spec.time_factor);
   if (spec.repeat_only) out->set_repeat_only(*spec.repeat_only);
-  if (spec.layout) {
-    out->set_layout(*spec.layout == Layout::kInterleaved
-                        ? v1::LAYOUT_INTERLEAVED
-                        : v1::LAYOUT_HALVES);
-  }
-  if (spec.precision) {
-    out->set_precision(*spec.precision == Precision::kFloat64
-                           ? v1::PRECISION_FP64
-                           : v1::PRECISION_FP32);
-  }
-  if (spec.dtype) request.set_dtype(ToProto(*spec.dtype));
+  if (spec.layout) out->set_layout(LayoutToProto(*spec.layout));
+  if (spec.precision) out->set_precision(PrecisionToProto(*spec.precision));
+  if (spec.dtype) request.set_dtype(DTypeToProto(*spec.dtype));
   request.mutable_timesteps()->Add(timesteps.begin(), timesteps.end());
   return request;
 }

@@ -41,10 +41,6 @@ absl::StatusOr<SpecRequest> SpecRequestFromArgs(const Args& args);
 v1::EmbedRequest ToProto(const SpecRequest& spec,
                          const std::vector<float>& timesteps);
 
-v1::DType ToProto(DType dtype);
-// INVALID_ARGUMENT for DTYPE_UNSPECIFIED or an unknown value.
-absl::StatusOr<DType> FromProto(v1::DType dtype);
-
 // Parses "1,2.5,999" or "@path" (a file of numbers separated by commas and
 // whitespace).  Each value is rounded once, from its decimal text, to
 // float32; "nan" and "inf" parse (the server decides what is valid).

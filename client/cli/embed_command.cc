@@ -3,6 +3,7 @@
 #include <cstdio>
 #include <iostream>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -14,6 +15,7 @@
 #include "client/cpp/temb_client.h"
 #include "server/core/embed_service.h"
 #include "server/core/presets.h"
+#include "server/core/proto_conversions.h"
 #include "temb/kernels/registry.h"
 
 namespace temb::cli {
@@ -61,12 +63,16 @@ absl::StatusOr<Result> EmbedRemote(const ClientOptions& options,
       (*client)->Embed(ToProto(spec, timesteps));
   if (!response.ok()) return response.status();
   v1::Tensor* tensor = response->mutable_embedding();
-  absl::StatusOr<DType> dtype = FromProto(tensor->dtype());
+  absl::StatusOr<std::optional<DType>> dtype =
+      DTypeFromProto(tensor->dtype(), "embedding.dtype");
   if (!dtype.ok()) return dtype.status();
+  if (!dtype->has_value()) {
+    return absl::InvalidArgumentError("server sent a tensor without a dtype");
+  }
   if (tensor->shape_size() != 2) {
     return absl::InternalError("server sent a tensor that is not 2-D");
   }
-  Result result{tensor->shape(0), tensor->shape(1), *dtype,
+  Result result{tensor->shape(0), tensor->shape(1), **dtype,
                 std::move(*tensor->mutable_data())};
   const uint64_t expected = static_cast<uint64_t>(result.rows) *
                             static_cast<uint64_t>(result.cols) *

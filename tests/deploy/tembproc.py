@@ -7,17 +7,15 @@ Every wait is bounded.
 
 import json
 import os
-import re
-import signal
 import subprocess
+import sys
 import time
-import urllib.request
 from pathlib import Path
 
-STARTUP_TIMEOUT_S = 30.0
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "pylib"))
+from temb_testing import TembServer  # noqa: E402
 
-_SAMPLE = re.compile(r"^(\w+)(?:\{(.*)\})?\s+(\S+)$")
-_LABEL = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
+STARTUP_TIMEOUT_S = 30.0
 
 
 def bin_dir():
@@ -32,20 +30,6 @@ def binary(name):
     if not os.access(path, os.X_OK):
         raise RuntimeError(f"{path} does not exist: build the {name} target first")
     return path
-
-
-def _read_port(path, deadline, proc, log):
-    while time.monotonic() < deadline:
-        text = path.read_text().strip() if path.exists() else ""
-        if text.isdigit():
-            return int(text)
-        if proc.poll() is not None:
-            raise RuntimeError(
-                f"temb-server exited with {proc.returncode} before writing "
-                f"{path.name}:\n{log.read_text()}")
-        time.sleep(0.05)
-    raise RuntimeError(f"temb-server did not write {path.name} in time:\n"
-                       f"{log.read_text()}")
 
 
 class Server:
@@ -64,34 +48,23 @@ class Server:
     def start(self):
         """Starts the server (on the port of its previous life, if any) and
         waits until it is listening and SERVING."""
-        assert self.proc is None or self.proc.poll() is not None
+        assert not self.alive()
         self.starts += 1
         tag = f"{self.name}.{self.starts}"
-        port_file = self.workdir / f"{tag}.port"
-        metrics_port_file = self.workdir / f"{tag}.metrics_port"
-        self.log_path = self.workdir / f"{tag}.log"
-        args = [
-            str(binary("temb-server")),
-            f"--address=127.0.0.1:{self.port}",
-            f"--port_file={port_file}",
-            "--metrics_address=127.0.0.1:0",
-            f"--metrics_port_file={metrics_port_file}",
-            "--backend=cpu",
-            f"--drain_grace={self.drain_grace}",
-            "--log_level=info",
-            *self.extra_args,
-        ]
-        with open(self.log_path, "wb") as log:
-            self.proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT,
-                                         stdin=subprocess.DEVNULL)
+        workdir = self.workdir / tag
+        workdir.mkdir()
         deadline = time.monotonic() + STARTUP_TIMEOUT_S
-        port = _read_port(port_file, deadline, self.proc, self.log_path)
-        assert self.port in (0, port), f"{tag} came back on {port}, not {self.port}"
-        self.port = port
-        self.metrics_port = _read_port(metrics_port_file, deadline, self.proc,
-                                       self.log_path)
+        self.proc = TembServer(
+            binary("temb-server"), workdir, "--backend=cpu",
+            f"--drain_grace={self.drain_grace}", "--log_level=info",
+            *self.extra_args, port=self.port, metrics=True,
+            start_timeout=STARTUP_TIMEOUT_S)
+        assert self.port in (0, self.proc.port), \
+            f"{tag} came back on {self.proc.port}, not {self.port}"
+        self.port = self.proc.port
+        self.metrics_port = self.proc.metrics_port
         while not health(self.address):
-            if self.proc.poll() is not None or time.monotonic() > deadline:
+            if not self.alive() or time.monotonic() > deadline:
                 raise RuntimeError(f"{tag} never became SERVING:\n{self.log()}")
             time.sleep(0.1)
 
@@ -100,45 +73,24 @@ class Server:
         return f"127.0.0.1:{self.port}"
 
     def alive(self):
-        return self.proc is not None and self.proc.poll() is None
+        return self.proc is not None and self.proc.alive()
 
     def signal(self, sig):
-        self.proc.send_signal(sig)
+        self.proc.process.send_signal(sig)
 
     def wait(self, timeout):
-        return self.proc.wait(timeout=timeout)
+        return self.proc.process.wait(timeout=timeout)
 
     def stop(self):
         if self.alive():
-            self.proc.send_signal(signal.SIGKILL)
-            self.proc.wait(timeout=10)
+            self.proc.kill()
 
     def log(self):
-        return self.log_path.read_text(errors="replace")
-
-    def metrics(self):
-        url = f"http://127.0.0.1:{self.metrics_port}/metrics"
-        with urllib.request.urlopen(url, timeout=5) as response:
-            return response.read().decode()
+        return self.proc.log()
 
     def requests_ok(self):
         """Calls this process has answered with OK, over every method."""
-        total = 0.0
-        for name, labels, value in parse_metrics(self.metrics()):
-            if name == "temb_requests_total" and labels.get("code") == "OK":
-                total += value
-        return int(total)
-
-
-def parse_metrics(text):
-    """Yields (name, labels, value) for each sample of a Prometheus text page."""
-    for line in text.splitlines():
-        if not line or line.startswith("#"):
-            continue
-        match = _SAMPLE.match(line)
-        if match:
-            labels = dict(_LABEL.findall(match.group(2) or ""))
-            yield match.group(1), labels, float(match.group(3))
+        return int(self.proc.metric("temb_requests_total", code="OK"))
 
 
 def health(target, service=None, timeout=10):

@@ -2,21 +2,19 @@
 Python client: metadata, inference against a float64 reference and against
 the native API byte for byte, streaming, and the error codes."""
 
-import os
 import queue
-import sys
 import time
 
 import grpc
-from grpc_tools import protoc
 import numpy as np
 import pytest
 import tritonclient.grpc as triton
 from tritonclient.grpc import model_config_pb2, service_pb2, service_pb2_grpc
 from tritonclient.utils import InferenceServerException, np_to_triton_dtype
 
-import reference
-from server_process import Server
+from conftest import require_env, start_server
+import temb_reference as reference
+from temb_testing import generate_stubs
 
 TIMESTEPS = np.array([0.0, 1.0, 2.5, 49.0, 500.0, 999.0, -3.25, 1e4],
                      dtype=np.float32)
@@ -165,8 +163,9 @@ def test_reference_matches_published_golden_row():
     # semantics.md: LDM, D=8, t=999.
     golden = [0.999649853, 0.807458658, -0.844469696, 0.541143507,
               -0.0264607527, -0.589924161, -0.535603335, 0.840930262]
-    np.testing.assert_allclose(reference.embedding("ldm", [999.0], dim=8)[0],
-                               golden, atol=1e-8)
+    np.testing.assert_allclose(
+        reference.preset_embedding("ldm", [999.0], dim=8)[0], golden,
+        atol=1e-8)
 
 
 @pytest.mark.parametrize("model,values", [
@@ -181,11 +180,11 @@ def test_fp32_matches_float64_reference(client, model, values):
     assert result.get_response().model_name == model
     assert result.get_response().model_version == "1"
     out = result.as_numpy("EMBEDDING")
-    expected = reference.embedding(model, values)
+    expected = reference.preset_embedding(model, values)
     assert out.dtype == np.float32
     assert out.shape == expected.shape
     error = np.abs(out.astype(np.float64) - expected)
-    assert np.all(error <= reference.fp32_tolerance(model, values)), \
+    assert np.all(error <= reference.preset_fp32_bound(model, values)), \
         error.max()
 
 
@@ -235,7 +234,7 @@ def test_fp64_output_and_precision_parameter(client):
     assert tensor.datatype == "FP64"
     out = np.frombuffer(data, dtype="<f8").reshape(len(TIMESTEPS), 320)
     # Angles in double: far closer to the float64 ideal than any fp32 path.
-    np.testing.assert_allclose(out, reference.embedding("sd15", TIMESTEPS),
+    np.testing.assert_allclose(out, reference.preset_embedding("sd15", TIMESTEPS),
                                rtol=0, atol=1e-10)
     fp32 = infer(client, "sd15", TIMESTEPS,
                  parameters={"precision": "FP64"}).as_numpy("EMBEDDING")
@@ -248,8 +247,8 @@ def test_dim_parameter(client):
         tensor, _ = raw_output(result)
         assert list(tensor.shape) == [6, dim]
         out = result.as_numpy("EMBEDDING").astype(np.float64)
-        expected = reference.embedding(model, TIMESTEPS[:6], dim=dim)
-        assert np.all(np.abs(out - expected) <= reference.fp32_tolerance(
+        expected = reference.preset_embedding(model, TIMESTEPS[:6], dim=dim)
+        assert np.all(np.abs(out - expected) <= reference.preset_fp32_bound(
             model, TIMESTEPS[:6]))
 
 
@@ -463,12 +462,9 @@ def test_stream_error_echoes_id(kserve_stub):
 
 
 def test_health_reports_the_kserve_service(tmp_path_factory, channel):
-    out = tmp_path_factory.mktemp("health_stubs")
-    proto_dir = os.environ["TEMB_PROTO_DIR"]
-    assert protoc.main(["protoc", f"-Ikserve_health={proto_dir}",
-                        f"--python_out={out}", f"--grpc_python_out={out}",
-                        f"{proto_dir}/grpc/health/v1/health.proto"]) == 0
-    sys.path.insert(0, str(out))
+    generate_stubs(tmp_path_factory.mktemp("health_stubs"),
+                   "grpc/health/v1/health.proto", prefix="kserve_health",
+                   proto_dir=require_env("TEMB_PROTO_DIR"))
     # pylint: disable=import-outside-toplevel
     from kserve_health.grpc.health.v1 import health_pb2, health_pb2_grpc
     stub = health_pb2_grpc.HealthStub(channel)
@@ -481,10 +477,10 @@ def test_draining_server_refuses_new_calls(tmp_path):
     """After SIGTERM readiness turns false and new calls are refused with
     UNAVAILABLE; an open stream's next request ends it with UNAVAILABLE, so
     that its client reconnects to a serving replica."""
-    srv = Server(tmp_path, ["--drain_grace=60s"])
+    srv = start_server(tmp_path, "--drain_grace=60s")
     requests = queue.Queue()
     try:
-        with grpc.insecure_channel(srv.address) as ch:
+        with grpc.insecure_channel(srv.target) as ch:
             stub = service_pb2_grpc.GRPCInferenceServiceStub(ch)
             responses = stub.ModelStreamInfer(iter(requests.get, None),
                                               timeout=60)
@@ -494,7 +490,7 @@ def test_draining_server_refuses_new_calls(tmp_path):
             assert next(responses).error_message == ""
 
             srv.process.terminate()
-            with triton.InferenceServerClient(srv.address) as fresh:
+            with triton.InferenceServerClient(srv.target) as fresh:
                 deadline = time.monotonic() + 30
                 while True:
                     try:

@@ -40,7 +40,7 @@ def find_perf_analyzer():
 def test_perf_analyzer_sd15(server, tmp_path):
     csv_path = tmp_path / "out.csv"
     command = [
-        find_perf_analyzer(), "-i", "grpc", "-u", server.address, "-m", "sd15",
+        find_perf_analyzer(), "-i", "grpc", "-u", server.target, "-m", "sd15",
         "-b", "8", "--concurrency-range", "4", "--measurement-interval",
         "1000", "-f", str(csv_path),
         # A shared 2-core CI machine is noisy: accept any window as stable

@@ -13,10 +13,8 @@ older than their sources, and client/python is put first on sys.path.
 
 import os
 import pathlib
-import signal
 import subprocess
 import sys
-import time
 
 import pytest
 
@@ -39,9 +37,10 @@ def _generate_stubs() -> None:
 
 _generate_stubs()
 sys.path.insert(0, str(CLIENT_DIR))
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "pylib"))
 
 import temb  # noqa: E402  (needs the stubs and the path above)
+from temb_testing import TembServer  # noqa: E402
 
 
 def pytest_configure(config):
@@ -52,41 +51,6 @@ def pytest_configure(config):
 def _binary(variable):
     value = os.environ.get(variable)
     return pathlib.Path(value) if value and pathlib.Path(value).is_file() else None
-
-
-class Server:
-    """A temb-server process listening on 127.0.0.1:<picked port>."""
-
-    def __init__(self, binary, workdir, *extra_flags):
-        self.port_file = workdir / "port"
-        self.log_path = workdir / "server.log"
-        self._log = open(self.log_path, "wb")
-        self.process = subprocess.Popen(
-            [str(binary), "--address=127.0.0.1:0",
-             f"--port_file={self.port_file}", "--metrics_address=",
-             "--backend=cpu", *extra_flags],
-            stdout=self._log, stderr=subprocess.STDOUT)
-        deadline = time.monotonic() + SERVER_START_SECONDS
-        while not (self.port_file.exists() and self.port_file.read_text().strip()):
-            if self.process.poll() is not None or time.monotonic() > deadline:
-                self.stop()
-                pytest.fail(f"temb-server did not start:\n{self.log()}")
-            time.sleep(0.05)
-        self.port = int(self.port_file.read_text().strip())
-        self.target = f"127.0.0.1:{self.port}"
-
-    def log(self):
-        return self.log_path.read_text(errors="replace")
-
-    def stop(self):
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-            try:
-                self.process.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait(timeout=15)
-        self._log.close()
 
 
 @pytest.fixture(scope="session")
@@ -103,9 +67,14 @@ def server_binary():
 
 @pytest.fixture(scope="session")
 def server(server_binary, tmp_path_factory):
-    process = Server(server_binary, tmp_path_factory.mktemp("server"))
+    try:
+        process = TembServer(server_binary, tmp_path_factory.mktemp("server"),
+                             "--backend=cpu",
+                             start_timeout=SERVER_START_SECONDS)
+    except RuntimeError as error:
+        pytest.fail(str(error))
     yield process
-    process.stop()
+    process.stop(timeout=15)
 
 
 @pytest.fixture(scope="session")

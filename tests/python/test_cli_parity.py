@@ -7,7 +7,7 @@ import subprocess
 import numpy as np
 import pytest
 
-import reference
+import temb_reference as reference
 
 TIMESTEPS = np.array([0.0, 1.0, 0.5, 10.5, 999.0, 500.25, -3.0, 1234.5],
                      dtype=np.float32)

@@ -4,7 +4,7 @@ inputs and limits."""
 import numpy as np
 import pytest
 
-import reference
+import temb_reference as reference
 import temb
 
 TIMESTEPS = [0.0, 1.0, 0.5, 10.5, 999.0, 500.25, -3.0, 1234.5]

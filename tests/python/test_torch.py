@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-import reference
+import temb_reference as reference
 
 LDM = dict(flip_sin_to_cos=True, downscale_freq_shift=0.0)
 

@@ -1,0 +1,172 @@
+"""Real temb-server processes for the Python test suites.
+
+A server listens on 127.0.0.1 with port 0 (or a given port) and reports the
+picked ports through --port_file and --metrics_port_file, so tests never
+guess a free port. Every wait is bounded.
+"""
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+# Set by ctest; a direct pytest run uses the default build tree.
+BIN_DIR = Path(os.environ.get("TEMB_BIN_DIR", REPO / "build" / "bin"))
+
+_SAMPLE = re.compile(r"^(\w+)(?:\{(.*)\})?\s+(\S+)$")
+_LABEL = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
+
+
+def parse_metrics(text):
+    """Yields (name, labels, value) for each sample of a Prometheus text page."""
+    for line in text.splitlines():
+        if not line or line.startswith("#"):
+            continue
+        match = _SAMPLE.match(line)
+        if match:
+            labels = dict(_LABEL.findall(match.group(2) or ""))
+            yield match.group(1), labels, float(match.group(3))
+
+
+class TembServer:
+    """One temb-server process; its files (port, metrics_port, server.log)
+    live in `workdir`.
+
+    `flags` follow the address, port and metrics flags, so they can override
+    them. With metrics=False the metrics endpoint is off. Raises RuntimeError
+    (with the server's log) when the server exits or does not report its
+    ports within `start_timeout` seconds.
+    """
+
+    def __init__(self, binary, workdir, *flags, port=0, metrics=False,
+                 start_timeout=30.0):
+        workdir = Path(workdir)
+        port_file = workdir / "port"
+        metrics_port_file = workdir / "metrics_port"
+        self.log_path = workdir / "server.log"
+        args = [str(binary), f"--address=127.0.0.1:{port}",
+                f"--port_file={port_file}"]
+        if metrics:
+            args += ["--metrics_address=127.0.0.1:0",
+                     f"--metrics_port_file={metrics_port_file}"]
+        else:
+            args.append("--metrics_address=")
+        # The child keeps its own descriptor of the log.
+        with open(self.log_path, "wb") as log:
+            self.process = subprocess.Popen(
+                [*args, *flags], stdout=log, stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL)
+        deadline = time.monotonic() + start_timeout
+        try:
+            self.port = self._read_port(port_file, deadline)
+            self.metrics_port = (self._read_port(metrics_port_file, deadline)
+                                 if metrics else None)
+        except RuntimeError:
+            self.kill()
+            raise
+        self.target = f"127.0.0.1:{self.port}"
+
+    def _read_port(self, path, deadline):
+        while time.monotonic() < deadline:
+            text = path.read_text().strip() if path.exists() else ""
+            if text.isdigit():
+                return int(text)
+            if self.process.poll() is not None:
+                raise RuntimeError(
+                    f"temb-server exited with {self.process.returncode} before "
+                    f"writing {path.name}:\n{self.log()}")
+            time.sleep(0.05)
+        raise RuntimeError(
+            f"temb-server did not write {path.name} in time:\n{self.log()}")
+
+    def log(self):
+        return self.log_path.read_text(errors="replace")
+
+    def alive(self):
+        return self.process.poll() is None
+
+    def terminate(self, timeout=30):
+        """SIGTERM, then waits; returns the exit code."""
+        self.process.send_signal(signal.SIGTERM)
+        return self.process.wait(timeout=timeout)
+
+    def stop(self, timeout=20):
+        """SIGTERM, and SIGKILL if it has not exited within `timeout`."""
+        if self.alive():
+            try:
+                self.terminate(timeout)
+            except subprocess.TimeoutExpired:
+                self.kill()
+
+    def kill(self):
+        if self.alive():
+            self.process.kill()
+            self.process.wait(timeout=10)
+
+    def rss_bytes(self):
+        """Resident memory now, from /proc/PID/status (VmRSS, in kB)."""
+        status = Path(f"/proc/{self.process.pid}/status").read_text()
+        return int(re.search(r"^VmRSS:\s+(\d+) kB", status, re.M).group(1)) * 1024
+
+    def metrics_text(self):
+        url = f"http://127.0.0.1:{self.metrics_port}/metrics"
+        with urllib.request.urlopen(url, timeout=10) as response:
+            return response.read().decode()
+
+    def metrics(self):
+        """{(name, frozenset(labels)): value} from /metrics."""
+        return {(name, frozenset(labels.items())): value
+                for name, labels, value in parse_metrics(self.metrics_text())}
+
+    def metric(self, name, **labels):
+        """The sum of the samples of `name` whose labels include `labels`."""
+        wanted = set(labels.items())
+        return sum(v for (n, ls), v in self.metrics().items()
+                   if n == name and wanted <= ls)
+
+
+def server_factory(tmp_path_factory, binary, *default_flags, **options):
+    """The body of a `start_server` fixture: yields start(*flags) ->
+    TembServer (each in a fresh directory, after `default_flags`) and kills
+    every server it started when the fixture ends."""
+    servers = []
+
+    def start(*flags):
+        server = TembServer(binary, tmp_path_factory.mktemp("server"),
+                            *default_flags, *flags, **options)
+        servers.append(server)
+        return server
+
+    yield start
+    for server in servers:
+        server.kill()
+
+
+def generate_stubs(out, *protos, proto_dir=REPO / "proto", prefix=None):
+    """Generates the Python modules of `protos` (paths under `proto_dir`) into
+    `out` and puts `out` first on sys.path.
+
+    The generated directories become regular packages, so that an installed
+    `temb` Python client cannot shadow the generated `temb.v1` modules. With
+    `prefix` they go under that top-level package instead (needed for protos
+    whose package would collide with a real module, like grpc.health.v1);
+    the wire names do not change.
+    """
+    out = Path(out)
+    include = f"-I{prefix}={proto_dir}" if prefix else f"-I{proto_dir}"
+    files = [f"{proto_dir}/{proto}" if prefix else proto for proto in protos]
+    subprocess.run(
+        [sys.executable, "-m", "grpc_tools.protoc", include,
+         f"--python_out={out}", f"--grpc_python_out={out}", *files],
+        check=True, timeout=120)
+    for generated in list(out.rglob("*_pb2.py")):
+        package = generated.parent
+        while package != out:
+            (package / "__init__.py").touch()
+            package = package.parent
+    sys.path.insert(0, str(out))
