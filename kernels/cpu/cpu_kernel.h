@@ -8,13 +8,11 @@
 //
 // Every engine evaluates, per element, exactly:
 //   a = fl32(t_scaled * f_i), then fl32(scale * a) when apply_scale,
-//   (sin a, cos a) with SLEEF's 1-ulp sincosf, or (AVX2, |a| < 2^20) in
-//   double precision, which is at least as accurate,
+//   (sin a, cos a) with SLEEF's 1-ulp sincosf,
 // and rounds to the output dtype to nearest, ties to even.  Engines may still
 // differ by 1 ulp of float32 in a small fraction of elements: SLEEF's vector
 // sincosf picks its argument reduction per vector (the precise one as soon as
-// one lane is large), the AVX-512 build uses its FMA variant, and the AVX2
-// engine rounds correctly where SLEEF is 1 ulp off.
+// one lane is large), and the AVX2/AVX-512 builds use its FMA variant.
 #ifndef TEMB_KERNELS_CPU_CPU_KERNEL_H_
 #define TEMB_KERNELS_CPU_CPU_KERNEL_H_
 

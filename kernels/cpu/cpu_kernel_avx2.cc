@@ -1,5 +1,5 @@
-// The AVX2 engine (compiled with -mavx2 -mfma -mf16c): 8 lanes, sin/cos
-// evaluated in double (below), F16C conversions for fp16.
+// The AVX2 engine (compiled with -mavx2 -mfma -mf16c): 8 lanes, SLEEF's
+// AVX2 (FMA) sincosf, F16C conversions for fp16.
 #include <immintrin.h>
 #include <sleef.h>
 
@@ -9,60 +9,6 @@ namespace temb {
 namespace cpu_avx2 {
 namespace {
 
-// Angles below this magnitude take the double-precision path.  Its two-term
-// pi/2 reduction stays exact to far below float resolution well past 2^20
-// (|q| * 1e-33 of representation error); beyond it SLEEF's Payne-Hanek
-// reduction is used.  Diffusion angles are below 1e4.
-constexpr float kDoublePathLimit = 1048576.0f;  // 2^20
-
-// sin and cos of four float32 angles (widened to double, exact), to double
-// accuracy ~1e-11: Cody-Waite reduction by a two-term pi/2 with FMA, then
-// Taylor polynomials on [-pi/4, pi/4] (truncation < 8e-12) and the quadrant
-// swap/sign.  Rounded to float32 this is correctly rounded except in rare
-// near-halfway cases (1 ulp), i.e. at least as accurate as SLEEF's u10.
-// Why: SLEEF's u10 sincosf leaves its cheap reduction for any vector holding
-// a lane >= 125, and its Payne-Hanek path costs ~5x; the columns of the
-// highest frequencies (a fifth of a row at t ~ 1000) always hit it.  This
-// path costs the same as SLEEF's cheap one at every magnitude.
-void SinCosDouble(__m256d a, __m256d* s, __m256d* c) {
-  // Adding 1.5 * 2^52 rounds to an integer (ties to even) and leaves it, as
-  // two's complement, in the low mantissa bits.
-  const __m256d magic = _mm256_set1_pd(6755399441055744.0);
-  const __m256d qm =
-      _mm256_fmadd_pd(a, _mm256_set1_pd(0.63661977236758134), magic);
-  const __m256d q = _mm256_sub_pd(qm, magic);
-  const __m256i qi = _mm256_castpd_si256(qm);
-  __m256d r = _mm256_fnmadd_pd(q, _mm256_set1_pd(1.5707963267948966), a);
-  r = _mm256_fnmadd_pd(q, _mm256_set1_pd(6.123233995736766e-17), r);
-  const __m256d r2 = _mm256_mul_pd(r, r);
-  // 1/(2k+1)! and 1/(2k)! with alternating signs.
-  __m256d ps = _mm256_set1_pd(-2.505210838544172e-08);
-  ps = _mm256_fmadd_pd(ps, r2, _mm256_set1_pd(2.755731922398589e-06));
-  ps = _mm256_fmadd_pd(ps, r2, _mm256_set1_pd(-1.984126984126984e-04));
-  ps = _mm256_fmadd_pd(ps, r2, _mm256_set1_pd(8.333333333333333e-03));
-  ps = _mm256_fmadd_pd(ps, r2, _mm256_set1_pd(-1.666666666666667e-01));
-  ps = _mm256_fmadd_pd(_mm256_mul_pd(ps, r2), r, r);
-  __m256d pc = _mm256_set1_pd(2.08767569878681e-09);
-  pc = _mm256_fmadd_pd(pc, r2, _mm256_set1_pd(-2.755731922398589e-07));
-  pc = _mm256_fmadd_pd(pc, r2, _mm256_set1_pd(2.48015873015873e-05));
-  pc = _mm256_fmadd_pd(pc, r2, _mm256_set1_pd(-1.388888888888889e-03));
-  pc = _mm256_fmadd_pd(pc, r2, _mm256_set1_pd(4.166666666666667e-02));
-  pc = _mm256_fmadd_pd(pc, r2, _mm256_set1_pd(-0.5));
-  pc = _mm256_fmadd_pd(pc, r2, _mm256_set1_pd(1.0));
-  // Quadrant q: sin a = (q odd ? cos r : sin r), negated when q & 2;
-  // cos a = (q odd ? sin r : cos r), negated when (q + 1) & 2.
-  const __m256i one = _mm256_set1_epi64x(1);
-  const __m256i two = _mm256_set1_epi64x(2);
-  const __m256d swap = _mm256_castsi256_pd(
-      _mm256_cmpeq_epi64(_mm256_and_si256(qi, one), one));
-  const __m256d sin_sign = _mm256_castsi256_pd(
-      _mm256_slli_epi64(_mm256_and_si256(qi, two), 62));
-  const __m256d cos_sign = _mm256_castsi256_pd(_mm256_slli_epi64(
-      _mm256_and_si256(_mm256_add_epi64(qi, one), two), 62));
-  *s = _mm256_xor_pd(_mm256_blendv_pd(ps, pc, swap), sin_sign);
-  *c = _mm256_xor_pd(_mm256_blendv_pd(pc, ps, swap), cos_sign);
-}
-
 struct Isa {
   static constexpr int kLanes = 8;
   using V = __m256;
@@ -70,18 +16,6 @@ struct Isa {
   static V Set1(float x) { return _mm256_set1_ps(x); }
   static V Mul(V a, V b) { return _mm256_mul_ps(a, b); }
   static void SinCos(V a, V* s, V* c) {
-    const V magnitude = _mm256_andnot_ps(_mm256_set1_ps(-0.0f), a);
-    // All lanes in range (false for NaN, so those take SLEEF's path too).
-    if (_mm256_movemask_ps(_mm256_cmp_ps(
-            magnitude, _mm256_set1_ps(kDoublePathLimit), _CMP_LT_OQ)) ==
-        0xff) {
-      __m256d s_lo, c_lo, s_hi, c_hi;
-      SinCosDouble(_mm256_cvtps_pd(_mm256_castps256_ps128(a)), &s_lo, &c_lo);
-      SinCosDouble(_mm256_cvtps_pd(_mm256_extractf128_ps(a, 1)), &s_hi, &c_hi);
-      *s = _mm256_set_m128(_mm256_cvtpd_ps(s_hi), _mm256_cvtpd_ps(s_lo));
-      *c = _mm256_set_m128(_mm256_cvtpd_ps(c_hi), _mm256_cvtpd_ps(c_lo));
-      return;
-    }
     const Sleef___m256_2 r = Sleef_sincosf8_u10avx2(a);
     *s = r.x;
     *c = r.y;
