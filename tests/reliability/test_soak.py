@@ -61,7 +61,9 @@ def test_soak_zero_errors_and_flat_memory(start_server):
     assert server.metric("temb_inflight_requests") == 0
 
     measured = [rss for t, rss in samples if t >= WARMUP_SECONDS]
-    assert len(measured) >= 60, f"too few RSS samples: {len(measured)}"
+    # One sample a second; half of them is plenty to compare thirds.
+    assert len(measured) >= SOAK_SECONDS // 2, (
+        f"too few RSS samples: {len(measured)}")
     third = len(measured) // 3
     first, last = max(measured[:third]), max(measured[-third:])
     print(f"calls {report['requests']}, {report['throughput_rps']:.0f}/s; "
