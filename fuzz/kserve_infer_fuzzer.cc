@@ -12,33 +12,18 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "fuzz/embedding_checks.h"
+#include "fuzz/fuzz_service.h"
 #include "google/protobuf/stubs/logging.h"
 #include "inference/grpc_service.pb.h"
 #include "server/core/embed_service.h"
-#include "server/core/presets.h"
 #include "server/kserve/kserve_convert.h"
 #include "temb/kernels/dtype.h"
-#include "temb/kernels/registry.h"
 
 namespace temb::fuzz {
 namespace {
 
-const EmbedService& Service() {
-  static const EmbedService* service = [] {
-    BackendOptions backend_options;
-    backend_options.cpu_threads = 2;
-    auto backend = CreateBackend(BackendChoice::kCpu, backend_options);
-    TEMB_FUZZ_CHECK(backend.ok(), backend.status().ToString());
-    EmbedService::Options options;
-    options.limits = FuzzLimits();
-    return new EmbedService(*std::move(backend), PresetCatalog::BuiltIn(),
-                            options);
-  }();
-  return *service;
-}
-
 void Run(const inference::ModelInferRequest& request) {
-  const EmbedService& service = Service();
+  const EmbedService& service = FuzzService();
   inference::ModelInferResponse response;
   const absl::Status status = kserve::Infer(service, request, &response);
   if (!status.ok()) return CheckRejection(status);

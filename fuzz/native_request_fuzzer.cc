@@ -11,29 +11,14 @@
 
 #include "absl/strings/str_cat.h"
 #include "fuzz/embedding_checks.h"
+#include "fuzz/fuzz_service.h"
 #include "google/protobuf/stubs/logging.h"
 #include "server/core/embed_service.h"
-#include "server/core/presets.h"
 #include "server/core/proto_conversions.h"
-#include "temb/kernels/registry.h"
 #include "temb/v1/temb.pb.h"
 
 namespace temb::fuzz {
 namespace {
-
-const EmbedService& Service() {
-  static const EmbedService* service = [] {
-    BackendOptions backend_options;
-    backend_options.cpu_threads = 2;
-    auto backend = CreateBackend(BackendChoice::kCpu, backend_options);
-    TEMB_FUZZ_CHECK(backend.ok(), backend.status().ToString());
-    EmbedService::Options options;
-    options.limits = FuzzLimits();
-    return new EmbedService(*std::move(backend), PresetCatalog::BuiltIn(),
-                            options);
-  }();
-  return *service;
-}
 
 // The frontend's rule: one of the two timestep fields, integers become
 // float32 first.
@@ -60,7 +45,7 @@ void Run(const v1::EmbedRequest& request) {
   absl::StatusOr<std::vector<float>> timesteps = Timesteps(request);
   if (!timesteps.ok()) return CheckRejection(timesteps.status());
 
-  const EmbedService& service = Service();
+  const EmbedService& service = FuzzService();
   absl::StatusOr<Embedding> embedding =
       service.Embed(*spec_request, *timesteps);
   if (!embedding.ok()) return CheckRejection(embedding.status());
