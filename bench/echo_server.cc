@@ -26,6 +26,7 @@
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
+#include "absl/synchronization/mutex.h"
 #include "grpcpp/grpcpp.h"
 #include "grpcpp/support/byte_buffer.h"
 #include "temb/v1/temb.grpc.pb.h"
@@ -113,6 +114,9 @@ class EchoService final : public Base {
 
 int main(int argc, char** argv) {
   absl::ParseCommandLine(argc, argv);
+  // As temb-server does (server/main.cc), so that the transport limit and
+  // the server run the same gRPC locking.
+  absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
   temb::EchoService service(absl::GetFlag(FLAGS_dim));
   grpc::ServerBuilder builder;
   int port = 0;

@@ -169,17 +169,13 @@ absl::Status ValidateTimesteps(const EmbeddingSpec& spec,
   // it with the exact operations the kernels perform.
   bool finite;
   if (spec.precision == Precision::kFloat32) {
-    const std::vector<float> freqs = Float32Frequencies(spec);
-    float f_max = 0.0f;
-    for (float f : freqs) f_max = std::fmax(f_max, f);
+    const float f_max = Float32LargestFrequency(spec);
     const float t_scaled = static_cast<float>(spec.time_factor) * std::fabs(t_max);
     const float angle = Float32Angle(t_scaled, f_max, static_cast<float>(spec.scale),
                                      spec.scale != 1.0);
     finite = std::isfinite(t_scaled) && std::isfinite(angle);
   } else {
-    const std::vector<double> freqs = Float64Frequencies(spec);
-    double f_max = 0.0;
-    for (double f : freqs) f_max = std::fmax(f_max, f);
+    const double f_max = Float64LargestFrequency(spec);
     finite = std::isfinite(spec.time_factor * std::fabs(t_max) * f_max * spec.scale);
   }
   if (!finite) {

@@ -3,31 +3,63 @@
 #include <cmath>
 
 namespace temb {
+namespace {
 
-std::vector<float> Float32Frequencies(const EmbeddingSpec& spec) {
-  const int half = spec.half_dim();
-  std::vector<float> freqs(half);
-  // -math.log(P) is a Python double that PyTorch rounds to the tensor dtype.
-  const float neg_log_period = static_cast<float>(-std::log(spec.max_period));
-  // `half - shift` is computed on Python numbers (double), then rounded.
-  const float divisor = static_cast<float>(half - spec.downscale_freq_shift);
-  for (int i = 0; i < half; ++i) {
+// The two float32 constants of the exponent e_i = fl32(fl32(c * i) / d).
+struct Float32Exponent {
+  explicit Float32Exponent(const EmbeddingSpec& spec)
+      // -math.log(P) is a Python double that PyTorch rounds to the tensor
+      // dtype; `half - shift` is computed on Python numbers, then rounded.
+      : neg_log_period(static_cast<float>(-std::log(spec.max_period))),
+        divisor(static_cast<float>(spec.half_dim() - spec.downscale_freq_shift)) {}
+
+  float Frequency(int i) const {
     const float exponent = (neg_log_period * static_cast<float>(i)) / divisor;
     // exp in double then one rounding: a correctly rounded expf.
-    freqs[i] = static_cast<float>(std::exp(static_cast<double>(exponent)));
+    return static_cast<float>(std::exp(static_cast<double>(exponent)));
   }
+
+  float neg_log_period;
+  float divisor;
+};
+
+struct Float64Exponent {
+  explicit Float64Exponent(const EmbeddingSpec& spec)
+      : neg_log_period(-std::log(spec.max_period)),
+        divisor(spec.half_dim() - spec.downscale_freq_shift) {}
+
+  double Frequency(int i) const { return std::exp(neg_log_period * i / divisor); }
+
+  double neg_log_period;
+  double divisor;
+};
+
+}  // namespace
+
+std::vector<float> Float32Frequencies(const EmbeddingSpec& spec) {
+  const Float32Exponent exponent(spec);
+  std::vector<float> freqs(spec.half_dim());
+  for (int i = 0; i < spec.half_dim(); ++i) freqs[i] = exponent.Frequency(i);
   return freqs;
 }
 
 std::vector<double> Float64Frequencies(const EmbeddingSpec& spec) {
-  const int half = spec.half_dim();
-  std::vector<double> freqs(half);
-  const double neg_log_period = -std::log(spec.max_period);
-  const double divisor = half - spec.downscale_freq_shift;
-  for (int i = 0; i < half; ++i) {
-    freqs[i] = std::exp(neg_log_period * i / divisor);
-  }
+  const Float64Exponent exponent(spec);
+  std::vector<double> freqs(spec.half_dim());
+  for (int i = 0; i < spec.half_dim(); ++i) freqs[i] = exponent.Frequency(i);
   return freqs;
+}
+
+// Every rounding step of the exponent is monotonic in i, and so is exp: the
+// largest frequency is the first or the last one.
+float Float32LargestFrequency(const EmbeddingSpec& spec) {
+  const Float32Exponent exponent(spec);
+  return std::fmax(exponent.Frequency(0), exponent.Frequency(spec.half_dim() - 1));
+}
+
+double Float64LargestFrequency(const EmbeddingSpec& spec) {
+  const Float64Exponent exponent(spec);
+  return std::fmax(exponent.Frequency(0), exponent.Frequency(spec.half_dim() - 1));
 }
 
 }  // namespace temb

@@ -121,21 +121,27 @@ EmbedService::EmbedService(std::unique_ptr<Backend> backend,
 
 absl::StatusOr<Embedding> EmbedService::Embed(
     const SpecRequest& request, absl::Span<const float> timesteps,
-    AdmissionTicket* ticket) const {
+    AdmissionTicket* ticket, OutputAllocator* allocator) const {
   ASSIGN_OR_RETURN(EmbeddingSpec spec,
                    ResolveSpec(request, presets_, options_.limits));
   RETURN_IF_ERROR(ValidateTimesteps(spec, timesteps, options_.limits));
   Embedding embedding;
   embedding.spec = spec;
   embedding.rows = static_cast<int64_t>(timesteps.size());
-  const int64_t output_bytes = OutputBytes(spec, embedding.rows);
-  if (ticket != nullptr) RETURN_IF_ERROR(ticket->Reserve(output_bytes));
-  embedding.data.resize(static_cast<size_t>(output_bytes));
-  auto* bytes = reinterpret_cast<uint8_t*>(embedding.data.data());
+  embedding.size_bytes = OutputBytes(spec, embedding.rows);
+  if (ticket != nullptr) RETURN_IF_ERROR(ticket->Reserve(embedding.size_bytes));
+  const auto size = static_cast<size_t>(embedding.size_bytes);
+  absl::Span<uint8_t> output;
+  if (allocator != nullptr) {
+    output = allocator->Allocate(size);
+  } else {
+    embedding.data.resize(size);
+    output = absl::MakeSpan(reinterpret_cast<uint8_t*>(embedding.data.data()),
+                            size);
+  }
   Backend* backend = active_.load();
   while (true) {
-    const absl::Status status = backend->Compute(
-        spec, timesteps, absl::MakeSpan(bytes, embedding.data.size()));
+    const absl::Status status = backend->Compute(spec, timesteps, output);
     if (status.ok()) break;
     ASSIGN_OR_RETURN(backend, HandleBackendFailure(backend, status));
   }

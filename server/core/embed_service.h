@@ -54,10 +54,22 @@ absl::StatusOr<EmbeddingSpec> ResolveSpec(const SpecRequest& request,
 // A computed embedding: `rows` x spec.dim elements of spec.dtype, row-major,
 // little-endian, in `data` (a std::string so that frontends can move it into a
 // protobuf bytes field without copying).
+// Where Embed() writes an embedding's bytes when the caller wants them
+// somewhere other than Embedding::data (the native frontend: in a gRPC slice
+// it then sends without copying it, or zero-filling it first).
+class OutputAllocator {
+ public:
+  virtual ~OutputAllocator() = default;
+  // `bytes` bytes of writable memory that outlive the Embed() call.  They may
+  // be uninitialised: the backend writes every byte.
+  virtual absl::Span<uint8_t> Allocate(size_t bytes) = 0;
+};
+
 struct Embedding {
   EmbeddingSpec spec;
   int64_t rows = 0;
-  std::string data;
+  int64_t size_bytes = 0;  // of the output, wherever it was written
+  std::string data;        // the output, unless Embed() had an OutputAllocator
   BackendKind backend = BackendKind::kCpu;
 };
 
@@ -98,10 +110,13 @@ class EmbedService {
   // `ticket`, the response's bytes are reserved on it before the output is
   // allocated (RESOURCE_EXHAUSTED naming max_queued_bytes when they do not
   // fit).  A backend failure is handled as options.on_backend_failure says
-  // and returns UNAVAILABLE when the call could not be answered.
+  // and returns UNAVAILABLE when the call could not be answered.  With an
+  // `allocator`, the output goes to the memory it gives and `data` stays
+  // empty.
   absl::StatusOr<Embedding> Embed(const SpecRequest& request,
                                   absl::Span<const float> timesteps,
-                                  AdmissionTicket* ticket = nullptr) const;
+                                  AdmissionTicket* ticket = nullptr,
+                                  OutputAllocator* allocator = nullptr) const;
 
   // The backend computing now: the configured one, or the CPU fallback once
   // it took over.

@@ -1,10 +1,14 @@
 #include "server/metrics/prometheus_metrics.h"
 
+#include <array>
 #include <exception>
 #include <string>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "prometheus/counter.h"
 #include "prometheus/exposer.h"
 #include "prometheus/gauge.h"
@@ -14,6 +18,8 @@
 
 namespace temb {
 namespace {
+
+constexpr int kStatusCodes = 17;  // absl::StatusCode OK .. UNAUTHENTICATED
 
 // From a small cached CPU request (~50 us) to a large GPU batch (~1 s).
 const prometheus::Histogram::BucketBoundaries& LatencyBuckets() {
@@ -83,6 +89,52 @@ struct PrometheusMetrics::Impl {
           .Help("1 for the server's current state, 0 for the others")
           .Register(*registry);
   std::unique_ptr<prometheus::Exposer> exposer;
+
+  // The series a finished request updates.  Family::Add looks labels up in
+  // a std::map and builds a throw-away metric on every call, a measurable
+  // share of a small request; these handles are looked up once per method
+  // and code instead (the family owns the metrics, so pointers stay valid).
+  struct MethodSeries {
+    prometheus::Histogram* latency = nullptr;
+    std::array<prometheus::Counter*, kStatusCodes> requests{};
+  };
+  struct Series {
+    prometheus::Histogram* latency;
+    prometheus::Counter* requests;
+  };
+
+  Series SeriesFor(absl::string_view method, absl::StatusCode code) {
+    const int index = static_cast<int>(code);
+    if (index < 0 || index >= kStatusCodes) {  // not a canonical code
+      return {&LatencyFor(method), &RequestsFor(method, code)};
+    }
+    {
+      absl::ReaderMutexLock lock(&mu);
+      const auto it = by_method.find(method);
+      if (it != by_method.end() && it->second.requests[index] != nullptr) {
+        return {it->second.latency, it->second.requests[index]};
+      }
+    }
+    absl::MutexLock lock(&mu);
+    MethodSeries& series = by_method[method];
+    if (series.latency == nullptr) series.latency = &LatencyFor(method);
+    if (series.requests[index] == nullptr) {
+      series.requests[index] = &RequestsFor(method, code);
+    }
+    return {series.latency, series.requests[index]};
+  }
+
+  prometheus::Histogram& LatencyFor(absl::string_view method) {
+    return latency.Add({{"method", std::string(method)}}, LatencyBuckets());
+  }
+  prometheus::Counter& RequestsFor(absl::string_view method,
+                                   absl::StatusCode code) {
+    return requests.Add({{"method", std::string(method)},
+                         {"code", absl::StatusCodeToString(code)}});
+  }
+
+  absl::Mutex mu;
+  absl::flat_hash_map<std::string, MethodSeries> by_method ABSL_GUARDED_BY(mu);
 };
 
 PrometheusMetrics::PrometheusMetrics(absl::string_view backend,
@@ -133,13 +185,10 @@ void PrometheusMetrics::OnStart(absl::string_view /*method*/) {
 
 void PrometheusMetrics::OnFinish(const RequestRecord& record) {
   impl_->inflight.Decrement();
-  const std::string method(record.method);
-  impl_->requests
-      .Add({{"method", method},
-            {"code", absl::StatusCodeToString(record.status->code())}})
-      .Increment();
-  impl_->latency.Add({{"method", method}}, LatencyBuckets())
-      .Observe(record.latency_seconds);
+  const Impl::Series series =
+      impl_->SeriesFor(record.method, record.status->code());
+  series.requests->Increment();
+  series.latency->Observe(record.latency_seconds);
   if (record.status->ok()) {
     impl_->batch.Observe(static_cast<double>(record.batch));
     impl_->output_bytes.Increment(static_cast<double>(record.output_bytes));

@@ -8,6 +8,7 @@
 #include "server/core/proto_conversions.h"
 #include "server/core/version.h"
 #include "server/grpc/status.h"
+#include "server/native/embed_response_bytes.h"
 #include "temb/kernels/status_macros.h"
 
 namespace temb {
@@ -43,6 +44,34 @@ absl::StatusOr<absl::Span<const float>> Timesteps(
     storage->push_back(static_cast<float>(t));
   }
   return absl::MakeConstSpan(*storage);
+}
+
+absl::Status ParseEmbedRequest(const grpc::ByteBuffer& bytes,
+                               v1::EmbedRequest* request) {
+  grpc::ByteBuffer copy(bytes);  // shares the slices; parsing consumes them
+  if (!grpc::SerializationTraits<v1::EmbedRequest>::Deserialize(&copy, request)
+           .ok()) {
+    return absl::InvalidArgumentError(
+        "the request is not a valid temb.v1.EmbedRequest message");
+  }
+  return absl::OkStatus();
+}
+
+// Every field of the response but embedding.data.
+v1::EmbedResponse ResponseHead(const v1::EmbedRequest& request,
+                               const Embedding& embedding) {
+  v1::EmbedResponse head;
+  head.set_request_id(request.request_id());
+  head.set_backend(std::string(BackendKindName(embedding.backend)));
+  v1::Tensor* tensor = head.mutable_embedding();
+  tensor->add_shape(embedding.rows);
+  tensor->add_shape(embedding.spec.dim);
+  tensor->set_dtype(DTypeToProto(embedding.spec.dtype));
+  return head;
+}
+
+int64_t BatchOf(const v1::EmbedRequest& request) {
+  return request.timesteps_size() + request.integer_timesteps_size();
 }
 
 v1::ServerInfo MakeServerInfo(const EmbedService& core, int max_message_bytes) {
@@ -85,15 +114,22 @@ class NativeService::StreamReactor final
       return;
     }
     response_.Clear();
-    const absl::Status status =
-        service_.Handle(kStreamMethod, context_, request_,
-                        response_.mutable_response(), &ticket_);
+    RequestTimer timer(service_.observer_, kStreamMethod);
+    absl::StatusOr<Embedding> embedding =
+        service_.Compute(context_, request_, &ticket_);
+    const absl::Status status = embedding.status();
+    timer.Finish(status, BatchOf(request_),
+                 status.ok() ? embedding->size_bytes : 0, request_.request_id());
     if (absl::IsUnavailable(status)) {
       Finish(ToGrpcStatus(status));
       return;
     }
-    if (!status.ok()) {
-      v1::Error* error = response_.mutable_error();  // clears `response`
+    if (status.ok()) {
+      v1::EmbedResponse* response = response_.mutable_response();
+      *response = ResponseHead(request_, *embedding);
+      response->mutable_embedding()->set_data(std::move(embedding->data));
+    } else {
+      v1::Error* error = response_.mutable_error();
       error->set_code(static_cast<int32_t>(status.code()));
       error->set_message(std::string(status.message()));
     }
@@ -130,11 +166,27 @@ NativeService::NativeService(const EmbedService& core, const CallGate& gate,
       info_(MakeServerInfo(core, options.max_message_bytes)) {}
 
 grpc::ServerUnaryReactor* NativeService::Embed(
-    grpc::CallbackServerContext* context, const v1::EmbedRequest* request,
-    v1::EmbedResponse* response) {
+    grpc::CallbackServerContext* context,
+    const grpc::ByteBuffer* request_bytes, grpc::ByteBuffer* response_bytes) {
+  RequestTimer timer(observer_, kEmbedMethod);
   AdmissionTicket ticket;
-  const absl::Status status =
-      Handle(kEmbedMethod, context, *request, response, &ticket);
+  v1::EmbedRequest request;
+  // A unary call authenticates here; a stream did once, when it opened.
+  absl::Status status = gate_.Authenticate(*context);
+  if (status.ok()) status = ParseEmbedRequest(*request_bytes, &request);
+  int64_t output_bytes = 0;
+  if (status.ok()) {
+    SliceAllocator output;
+    absl::StatusOr<Embedding> embedding =
+        Compute(context, request, &ticket, &output);
+    status = embedding.status();
+    if (status.ok()) {
+      output_bytes = embedding->size_bytes;
+      *response_bytes =
+          EmbedResponseBytes(ResponseHead(request, *embedding), output.slice());
+    }
+  }
+  timer.Finish(status, BatchOf(request), output_bytes, request.request_id());
   return FinishUnary(context, status, std::move(ticket));
 }
 
@@ -151,29 +203,9 @@ grpc::ServerUnaryReactor* NativeService::GetServerInfo(
   return FinishUnary(context, status);
 }
 
-absl::Status NativeService::Handle(absl::string_view method,
-                                   grpc::CallbackServerContext* context,
-                                   const v1::EmbedRequest& request,
-                                   v1::EmbedResponse* response,
-                                   AdmissionTicket* ticket) const {
-  RequestTimer timer(observer_, method);
-  // A unary call authenticates here; a stream did once, when it opened.
-  absl::Status status = method == kEmbedMethod
-                            ? gate_.Authenticate(*context)
-                            : absl::OkStatus();
-  if (status.ok()) status = Compute(context, request, response, ticket);
-  timer.Finish(
-      status, request.timesteps_size() + request.integer_timesteps_size(),
-      status.ok() ? static_cast<int64_t>(response->embedding().data().size())
-                  : 0,
-      request.request_id());
-  return status;
-}
-
-absl::Status NativeService::Compute(grpc::CallbackServerContext* context,
-                                    const v1::EmbedRequest& request,
-                                    v1::EmbedResponse* response,
-                                    AdmissionTicket* ticket) const {
+absl::StatusOr<Embedding> NativeService::Compute(
+    grpc::CallbackServerContext* context, const v1::EmbedRequest& request,
+    AdmissionTicket* ticket, OutputAllocator* output) const {
   ASSIGN_OR_RETURN(*ticket,
                    gate_.Admit(*context,
                                static_cast<int64_t>(request.ByteSizeLong())));
@@ -184,17 +216,7 @@ absl::Status NativeService::Compute(grpc::CallbackServerContext* context,
   ASSIGN_OR_RETURN(absl::Span<const float> timesteps,
                    Timesteps(request, &storage));
   RETURN_IF_ERROR(CheckCallWanted(*context));
-  ASSIGN_OR_RETURN(Embedding embedding,
-                   core_.Embed(spec_request, timesteps, ticket));
-
-  response->set_request_id(request.request_id());
-  response->set_backend(std::string(BackendKindName(embedding.backend)));
-  v1::Tensor* tensor = response->mutable_embedding();
-  tensor->add_shape(embedding.rows);
-  tensor->add_shape(embedding.spec.dim);
-  tensor->set_dtype(DTypeToProto(embedding.spec.dtype));
-  tensor->set_data(std::move(embedding.data));  // moves: no copy of the bytes
-  return absl::OkStatus();
+  return core_.Embed(spec_request, timesteps, ticket, output);
 }
 
 }  // namespace temb

@@ -8,12 +8,18 @@
 #include "absl/strings/string_view.h"
 #include "server/core/embed_service.h"
 #include "server/core/request_observer.h"
+#include "absl/status/statusor.h"
 #include "server/grpc/call_gate.h"
 #include "temb/v1/temb.grpc.pb.h"
 
 namespace temb {
 
-class NativeService final : public v1::EmbeddingService::CallbackService {
+// Embed is registered as a raw method: its request is parsed here and its
+// response is framed around the embedding bytes without copying them
+// (embed_response_bytes.h).  The other methods are typed.
+class NativeService final
+    : public v1::EmbeddingService::WithRawCallbackMethod_Embed<
+          v1::EmbeddingService::CallbackService> {
  public:
   struct Options {
     // The server's gRPC message limit, reported in ServerInfo.limits.
@@ -28,10 +34,11 @@ class NativeService final : public v1::EmbeddingService::CallbackService {
   // A call whose deadline has passed or that was cancelled before the
   // computation starts ends with DEADLINE_EXCEEDED / CANCELLED, uncomputed.
   // UNAUTHENTICATED, UNAVAILABLE (draining) and RESOURCE_EXHAUSTED
-  // (overload) come from the gate, before any work.
+  // (overload) come from the gate, before any work; bytes that are not an
+  // EmbedRequest get INVALID_ARGUMENT.
   grpc::ServerUnaryReactor* Embed(grpc::CallbackServerContext* context,
-                                  const v1::EmbedRequest* request,
-                                  v1::EmbedResponse* response) override;
+                                  const grpc::ByteBuffer* request_bytes,
+                                  grpc::ByteBuffer* response_bytes) override;
 
   // One response per request, in order; one request is processed at a time.
   // A failed request yields an `error` entry and the stream goes on, except
@@ -49,18 +56,12 @@ class NativeService final : public v1::EmbeddingService::CallbackService {
  private:
   class StreamReactor;
 
-  // Times and reports one request, admits it (into `ticket`, which the
-  // caller holds until the answer is sent), then computes it into
-  // `response`.
-  absl::Status Handle(absl::string_view method,
-                      grpc::CallbackServerContext* context,
-                      const v1::EmbedRequest& request,
-                      v1::EmbedResponse* response,
-                      AdmissionTicket* ticket) const;
-  absl::Status Compute(grpc::CallbackServerContext* context,
-                       const v1::EmbedRequest& request,
-                       v1::EmbedResponse* response,
-                       AdmissionTicket* ticket) const;
+  // Admits one request (into `ticket`, which the caller holds until the
+  // answer is sent) and computes it, into `output` when one is given.
+  absl::StatusOr<Embedding> Compute(grpc::CallbackServerContext* context,
+                                    const v1::EmbedRequest& request,
+                                    AdmissionTicket* ticket,
+                                    OutputAllocator* output = nullptr) const;
 
   const EmbedService& core_;
   const CallGate& gate_;

@@ -6,6 +6,7 @@
 
 #include "gtest/gtest.h"
 #include "temb/kernels/embedding_spec.h"
+#include "temb/kernels/frequencies.h"
 
 namespace temb {
 namespace {
@@ -157,6 +158,31 @@ TEST(ValidationTest, AngleOverflow) {
   spec.time_factor = 1e300;
   EXPECT_EQ(ValidateTimesteps(spec, std::vector<float>{1e10f}, Limits()).code(),
             absl::StatusCode::kInvalidArgument);
+}
+
+// The angle check bounds the largest frequency from the table's two ends;
+// that must be the table's maximum whichever way the exponent runs
+// (max_period below 1, or a shift beyond dim/2, makes it grow with i).
+TEST(ValidationTest, LargestFrequencyIsTheTableMaximum) {
+  struct Case {
+    int dim;
+    double max_period;
+    double shift;
+  };
+  for (const Case& c : {Case{320, 10000, 0}, Case{321, 10000, 1},
+                        Case{2, 10000, 0}, Case{256, 0.01, 0},
+                        Case{64, 10000, 40}, Case{64, 0.5, 40.5}}) {
+    EmbeddingSpec spec = Spec(c.dim);
+    spec.max_period = c.max_period;
+    spec.downscale_freq_shift = c.shift;
+    ASSERT_TRUE(ValidateSpec(spec, Limits()).ok()) << spec.dim;
+    float max32 = 0;
+    for (float f : Float32Frequencies(spec)) max32 = std::fmax(max32, f);
+    double max64 = 0;
+    for (double f : Float64Frequencies(spec)) max64 = std::fmax(max64, f);
+    EXPECT_EQ(Float32LargestFrequency(spec), max32) << c.dim << " " << c.shift;
+    EXPECT_EQ(Float64LargestFrequency(spec), max64) << c.dim << " " << c.shift;
+  }
 }
 
 TEST(ValidationTest, BatchAndOutputLimits) {

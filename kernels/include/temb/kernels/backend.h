@@ -32,7 +32,8 @@ class Backend {
   // Writes the [timesteps.size(), spec.dim] embedding, row-major, elements of
   // spec.dtype in little-endian order, into `out`.
   // Preconditions: ValidateRequest(spec, timesteps, ...) is OK and
-  // out.size() == OutputBytes(spec, timesteps.size()).
+  // out.size() == OutputBytes(spec, timesteps.size()).  `out` may be
+  // uninitialised: every byte is written, zero columns included.
   // Thread-safe: may be called concurrently from many threads.
   // Errors: INTERNAL or UNAVAILABLE when the device fails (e.g. a CUDA error);
   // never for a valid request on a healthy device.

@@ -23,6 +23,11 @@ std::vector<float> Float32Frequencies(const EmbeddingSpec& spec);
 // H frequencies evaluated in double: exp(-ln(P) * i / (H - shift)).
 std::vector<double> Float64Frequencies(const EmbeddingSpec& spec);
 
+// The largest value of each table, without building it (validation bounds
+// the largest angle with it on every request).  Requires H >= 1.
+float Float32LargestFrequency(const EmbeddingSpec& spec);
+double Float64LargestFrequency(const EmbeddingSpec& spec);
+
 // The angle step after the frequency, in float32 op order:
 //   a = fl32(fl32(time_factor * t) * f), then fl32(fl32(scale) * a) when
 //   scale != 1.  Shared by the scalar paths of every backend.
