@@ -24,16 +24,20 @@ namespace {
 struct Shape {
   int64_t batch;
   int dim;
+  // Every row the same timestep, as a pipeline sends for one denoising step
+  // of a batch of images (fp32 only).
+  bool one_step = false;
 };
 
-constexpr Shape kShapes[] = {{1, 320}, {64, 320}, {1024, 1280}, {16384, 1280}};
+constexpr Shape kShapes[] = {{1, 320},     {64, 320},        {1024, 1280},
+                             {16384, 1280}, {1024, 1280, true}};
 constexpr DType kDTypes[] = {DType::kFloat32, DType::kFloat16,
                              DType::kBFloat16};
 
-std::vector<float> Timesteps(int64_t batch) {
-  std::vector<float> t(batch);
-  for (int64_t n = 0; n < batch; ++n)
-    t[n] = static_cast<float>((n * 37) % 1000);
+std::vector<float> Timesteps(Shape shape) {
+  std::vector<float> t(shape.batch);
+  for (int64_t n = 0; n < shape.batch; ++n)
+    t[n] = static_cast<float>(shape.one_step ? 999 : (n * 37) % 1000);
   return t;
 }
 
@@ -52,7 +56,7 @@ void Embed(benchmark::State& state, CpuIsa isa, int threads, DType dtype,
   EmbeddingSpec spec;
   spec.dim = shape.dim;
   spec.dtype = dtype;
-  const std::vector<float> t = Timesteps(shape.batch);
+  const std::vector<float> t = Timesteps(shape);
   std::vector<uint8_t> out(OutputBytes(spec, shape.batch));
   for (auto _ : state) {
     const absl::Status status =
@@ -88,7 +92,7 @@ void Memcpy(benchmark::State& state, size_t element_size, Shape shape) {
 }
 
 std::string ShapeName(Shape shape) {
-  return absl::StrCat(shape.batch, "x", shape.dim);
+  return absl::StrCat(shape.batch, "x", shape.dim, shape.one_step ? "-same-t" : "");
 }
 
 void RegisterAll() {
@@ -98,6 +102,7 @@ void RegisterAll() {
   if (all_threads > 1) thread_counts.push_back(all_threads);
   for (Shape shape : kShapes) {
     for (DType dtype : kDTypes) {
+      if (shape.one_step && dtype != DType::kFloat32) continue;
       const size_t size = DTypeSize(dtype);
       const std::string suffix =
           absl::StrCat(DTypeName(dtype), "/", ShapeName(shape));

@@ -636,7 +636,10 @@ def write_report(path, info, quick, rounds, seconds, concurrencies, batches,
           "Benchmark) times `Backend::Compute` of the CPU backend for every "
           "engine this CPU runs, on the shapes diffusion pipelines use (1x320 "
           "and 64x320: an SD UNet step; 1024x1280 and 16384x1280: large "
-          "batches at SDXL width), LDM spec, timesteps spread over [0, 1000). "
+          "batches at SDXL width), LDM spec, timesteps spread over [0, 1000); "
+          "1024x1280-same-t: one timestep for every row, what a pipeline sends "
+          "for one denoising step of a batch (each run of equal timesteps is "
+          "computed once and copied). "
           "Memset and memcpy of the same output size run in the same process. "
           f"Medians of {kernel_reps} repetitions, G output elements/s "
           "(wall clock).", "")
@@ -658,8 +661,11 @@ def write_report(path, info, quick, rounds, seconds, concurrencies, batches,
         header.append(f"{best} {all_threads}t")
     header.append(f"{best} 1t / memset")
     rows = []
-    for shape in ("1x320", "64x320", "1024x1280", "16384x1280"):
+    for shape in ("1x320", "64x320", "1024x1280", "16384x1280",
+                  "1024x1280-same-t"):
         for dtype in ("fp32", "fp16", "bf16"):
+            if shape.endswith("-same-t") and dtype != "fp32":
+                continue
             memset = kernels.get(f"Memset/{dtype}/{shape}")
             row = [shape, dtype, fmt(memset), fmt(kernels.get(
                 f"Memcpy/{dtype}/{shape}"))]

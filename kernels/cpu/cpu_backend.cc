@@ -174,6 +174,35 @@ void RepeatRows(const EmbeddingSpec& spec, const float* timesteps, int64_t rows,
   }
 }
 
+bool SameBits(float a, float b) {
+  uint32_t x, y;
+  std::memcpy(&x, &a, 4);
+  std::memcpy(&y, &b, 4);
+  return x == y;
+}
+
+// Pipelines embed one timestep for every image of a denoising step (twice
+// over with classifier-free guidance), so batches are often runs of equal
+// timesteps.  A row depends only on its timestep, so compute(begin, end)
+// runs over the rows that differ from the row before, and the others are
+// copies of it: the same bytes, at memcpy speed.  Bit equality, because
+// -0 and +0 give different rows (sin(-0) = -0).
+template <typename Compute>
+void ComputeOncePerRepeat(const float* t, int64_t rows, int64_t row_bytes,
+                          uint8_t* out, const Compute& compute) {
+  int64_t begin = 0;
+  while (begin < rows) {
+    int64_t end = begin + 1;
+    while (end < rows && !SameBits(t[end], t[end - 1])) ++end;
+    compute(begin, end);
+    for (; end < rows && SameBits(t[end], t[end - 1]); ++end) {
+      std::memcpy(out + end * row_bytes, out + (end - 1) * row_bytes,
+                  static_cast<size_t>(row_bytes));
+    }
+    begin = end;
+  }
+}
+
 // Calls fn(begin, end) over disjoint row ranges covering [0, rows), on up to
 // `threads` OpenMP threads when the request is large enough to benefit.
 template <typename Fn>
@@ -236,8 +265,13 @@ class CpuBackend final : public Backend {
     if (spec.precision == Precision::kFloat64) {
       ForEachRowRange(
           rows, spec.dim, threads_, [&](int64_t begin, int64_t end) {
-            Float64Rows(spec, freqs.f64.data(), t + begin, end - begin,
-                        out.data() + begin * row_bytes);
+            uint8_t* range_out = out.data() + begin * row_bytes;
+            ComputeOncePerRepeat(
+                t + begin, end - begin, row_bytes, range_out,
+                [&](int64_t first, int64_t last) {
+                  Float64Rows(spec, freqs.f64.data(), t + begin + first,
+                              last - first, range_out + first * row_bytes);
+                });
           });
       return absl::OkStatus();
     }
@@ -254,7 +288,12 @@ class CpuBackend final : public Backend {
     job.dtype = spec.dtype;
     const Float32RowsFn engine = engine_;
     ForEachRowRange(rows, spec.dim, threads_, [&](int64_t begin, int64_t end) {
-      engine(job, t + begin, end - begin, out.data() + begin * row_bytes);
+      uint8_t* range_out = out.data() + begin * row_bytes;
+      ComputeOncePerRepeat(t + begin, end - begin, row_bytes, range_out,
+                           [&](int64_t first, int64_t last) {
+                             engine(job, t + begin + first, last - first,
+                                    range_out + first * row_bytes);
+                           });
     });
     return absl::OkStatus();
   }
