@@ -132,6 +132,15 @@ absl::StatusOr<AdmissionTicket> AdmissionController::Admit(
   return AdmissionTicket(this, bytes);
 }
 
+absl::StatusOr<AdmissionTicket> AdmissionController::OpenStream() {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (state_ != State::kServing) return NotServingLocked();
+  ++tickets_;
+  AdmissionTicket ticket(this, 0);
+  ticket.answered_ = true;  // holds no in-flight slot
+  return ticket;
+}
+
 void AdmissionController::EndInflightLocked() { --inflight_; }
 
 void AdmissionController::Release(int64_t bytes, bool answered) {

@@ -41,8 +41,9 @@ struct AdmissionLimits {
 class AdmissionController;
 
 // An admitted request: holds one in-flight slot and its bytes until it is
-// destroyed (or reset by assigning an empty ticket).  Move-only; an empty
-// (default-constructed) ticket holds nothing.
+// destroyed (or reset by assigning an empty ticket); or an open stream (see
+// AdmissionController::OpenStream), which holds neither.  Move-only; an
+// empty (default-constructed) ticket holds nothing.
 class AdmissionTicket {
  public:
   AdmissionTicket() = default;
@@ -95,6 +96,14 @@ class AdmissionController {
   // max_inflight or max_queued_bytes.  Never blocks.
   absl::StatusOr<AdmissionTicket> Admit(int64_t bytes, absl::Time deadline);
 
+  // For opening a stream: UNAVAILABLE when not serving; otherwise a ticket
+  // to hold while the stream is open.  It takes no in-flight slot and no
+  // bytes, but a drain waits for it like for a request (WaitUntilIdle):
+  // the stream's next request is refused with UNAVAILABLE, which ends the
+  // stream and sends its client to a serving replica, where stopping gRPC
+  // would cancel it instead.
+  absl::StatusOr<AdmissionTicket> OpenStream();
+
   State state() const;
   bool serving() const { return state() == State::kServing; }
   int64_t inflight() const;
@@ -112,7 +121,8 @@ class AdmissionController {
   // once, before requests arrive.
   void SetNotServingListener(std::function<void(State)> listener);
 
-  // Blocks until every ticket is gone (answers sent) and no call was refused for `quiet`
+  // Blocks until every ticket is gone (answers sent, streams ended) and no
+  // call was refused for `quiet`
   // (the clients have noticed and gone elsewhere), or until `deadline`.
   // True when idle.  Meant for draining: see App::Shutdown.
   bool WaitUntilIdle(absl::Time deadline, absl::Duration quiet);

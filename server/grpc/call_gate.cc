@@ -56,6 +56,12 @@ absl::Status CallGate::Enter(const grpc::CallbackServerContext& context) const {
   return admission_->CheckServing();
 }
 
+absl::StatusOr<AdmissionTicket> CallGate::OpenStream(
+    const grpc::CallbackServerContext& context) const {
+  if (absl::Status status = Authenticate(context); !status.ok()) return status;
+  return admission_->OpenStream();
+}
+
 absl::StatusOr<AdmissionTicket> CallGate::Admit(
     const grpc::CallbackServerContext& context, int64_t request_bytes) const {
   return admission_->Admit(request_bytes, Deadline(context));

@@ -38,8 +38,13 @@ class CallGate {
   absl::Status Authenticate(const grpc::CallbackServerContext& context) const;
 
   // Authenticate, then UNAVAILABLE unless serving.  For calls that compute
-  // nothing (metadata) and for opening a stream.
+  // nothing (metadata).
   absl::Status Enter(const grpc::CallbackServerContext& context) const;
+
+  // Enter, for opening a stream: the ticket is held for as long as the
+  // stream is open (AdmissionController::OpenStream).
+  absl::StatusOr<AdmissionTicket> OpenStream(
+      const grpc::CallbackServerContext& context) const;
 
   // Admission of one computation carrying `request_bytes` (authentication is
   // separate: a stream authenticates once, when it opens).  Codes as

@@ -41,10 +41,12 @@ class KServeService::StreamReactor final
   StreamReactor(const KServeService& service,
                 grpc::CallbackServerContext* context)
       : service_(service), context_(context) {
-    if (absl::Status status = service_.gate_.Enter(*context); !status.ok()) {
-      Finish(ToGrpcStatus(status));
+    absl::StatusOr<AdmissionTicket> open = service_.gate_.OpenStream(*context);
+    if (!open.ok()) {
+      Finish(ToGrpcStatus(open.status()));
       return;
     }
+    open_ = std::move(*open);
     StartRead(&request_);
   }
 
@@ -90,6 +92,7 @@ class KServeService::StreamReactor final
   inference::ModelInferRequest request_;
   inference::ModelStreamInferResponse response_;
   AdmissionTicket ticket_;  // of the request being answered
+  AdmissionTicket open_;    // held until the stream ends, for the drain
 };
 
 KServeService::KServeService(const EmbedService& core, const CallGate& gate,

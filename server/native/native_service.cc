@@ -99,10 +99,12 @@ class NativeService::StreamReactor final
   StreamReactor(const NativeService& service,
                 grpc::CallbackServerContext* context)
       : service_(service), context_(context) {
-    if (absl::Status status = service_.gate_.Enter(*context); !status.ok()) {
-      Finish(ToGrpcStatus(status));
+    absl::StatusOr<AdmissionTicket> open = service_.gate_.OpenStream(*context);
+    if (!open.ok()) {
+      Finish(ToGrpcStatus(open.status()));
       return;
     }
+    open_ = std::move(*open);
     StartRead(&request_);
   }
 
@@ -156,6 +158,7 @@ class NativeService::StreamReactor final
   v1::EmbedRequest request_;
   v1::EmbedStreamResponse response_;
   AdmissionTicket ticket_;  // of the request being answered
+  AdmissionTicket open_;    // held until the stream ends, for the drain
 };
 
 NativeService::NativeService(const EmbedService& core, const CallGate& gate,

@@ -178,6 +178,34 @@ TEST(AdmissionTest, WaitUntilIdleWaitsForInflightAndForQuiet) {
                                       absl::Milliseconds(10)));
 }
 
+// An open stream takes no in-flight slot and no bytes, but a drain waits
+// for it to end (its next request is refused, which ends it); once draining,
+// no stream opens.
+TEST(AdmissionTest, OpenStreamsHoldTheDrainButNoSlots) {
+  AdmissionController admission({/*max_inflight=*/1, 0});
+  auto stream = admission.OpenStream();
+  ASSERT_TRUE(stream.ok()) << stream.status();
+  EXPECT_EQ(admission.inflight(), 0);
+  EXPECT_EQ(admission.held_bytes(), 0);
+  auto request = admission.Admit(10, Later());
+  ASSERT_TRUE(request.ok()) << request.status();  // the one slot is free
+  *request = AdmissionTicket();
+
+  admission.StartDraining();
+  EXPECT_EQ(admission.OpenStream().status().code(),
+            absl::StatusCode::kUnavailable);
+  EXPECT_FALSE(admission.WaitUntilIdle(absl::Now() + absl::Milliseconds(50),
+                                       absl::ZeroDuration()));
+  std::thread end([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    *stream = AdmissionTicket();
+  });
+  EXPECT_TRUE(admission.WaitUntilIdle(absl::Now() + absl::Seconds(30),
+                                      absl::ZeroDuration()));
+  end.join();
+  EXPECT_EQ(admission.inflight(), 0);
+}
+
 TEST(TokenVerifierTest, AcceptsOnlyListedBearerTokens) {
   auto verifier = TokenVerifier::FromTokens({"alpha-1", "", "  beta.2  "});
   ASSERT_TRUE(verifier.ok()) << verifier.status();
