@@ -358,14 +358,17 @@ void FillInferResponse(const ModelInferRequest& request, Embedding embedding,
 
 absl::Status Infer(const EmbedService& service,
                    const ModelInferRequest& request,
-                   ModelInferResponse* response, AdmissionTicket* ticket) {
+                   ModelInferResponse* response, AdmissionTicket* ticket,
+                   OutputAllocator* output) {
   ASSIGN_OR_RETURN(const Preset* model,
                    FindModel(service.presets(), request.model_name(),
                              request.model_version()));
   ASSIGN_OR_RETURN(InferCall call, ParseInferRequest(request, *model));
   ASSIGN_OR_RETURN(Embedding embedding,
-                   service.Embed(call.spec, call.timesteps, ticket));
+                   service.Embed(call.spec, call.timesteps, ticket, output));
   FillInferResponse(request, std::move(embedding), response);
+  // The bytes are in `output`'s memory: the caller appends them.
+  if (output != nullptr) response->clear_raw_output_contents();
   return absl::OkStatus();
 }
 

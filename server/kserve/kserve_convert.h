@@ -58,10 +58,14 @@ void FillInferResponse(const inference::ModelInferRequest& request,
 // FindModel, ParseInferRequest, EmbedService::Embed, FillInferResponse.
 // Codes: NOT_FOUND (model), INVALID_ARGUMENT, RESOURCE_EXHAUSTED (limits),
 // or the backend's error.  `ticket` (may be null) as in EmbedService::Embed.
+// With `output`, the embedding is computed into the memory it gives and the
+// response has no raw_output_contents: the caller sends that memory as its
+// one entry.
 absl::Status Infer(const EmbedService& service,
                    const inference::ModelInferRequest& request,
                    inference::ModelInferResponse* response,
-                   AdmissionTicket* ticket = nullptr);
+                   AdmissionTicket* ticket = nullptr,
+                   OutputAllocator* output = nullptr);
 
 // Shapes include the batch dimension as -1: TIMESTEP [-1, 1], EMBEDDING
 // [-1, dim] ([-1, -1] when the caller may choose dim).  The output datatype

@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "server/core/version.h"
+#include "server/grpc/raw_messages.h"
 #include "server/grpc/status.h"
 #include "server/kserve/kserve_convert.h"
 
@@ -57,8 +58,17 @@ class KServeService::StreamReactor final
     }
     response_.Clear();
     inference::ModelInferResponse* answer = response_.mutable_infer_response();
+    RequestTimer timer(service_.observer_, kStreamMethod);
     const absl::Status status =
-        service_.Handle(kStreamMethod, *context_, request_, answer, &ticket_);
+        service_.Compute(*context_, request_, answer, &ticket_);
+    if (status.ok()) {
+      timer.Finish(
+          status, answer->outputs(0).shape(0),
+          static_cast<int64_t>(answer->raw_output_contents(0).size()),
+          request_.id());
+    } else {
+      timer.Finish(status, 0, 0, request_.id());
+    }
     if (absl::IsUnavailable(status)) {
       Finish(ToGrpcStatus(status));
       return;
@@ -99,30 +109,19 @@ KServeService::KServeService(const EmbedService& core, const CallGate& gate,
                              RequestObserver* observer)
     : core_(core), gate_(gate), observer_(observer) {}
 
-absl::Status KServeService::Handle(
-    absl::string_view method, const grpc::CallbackServerContext& context,
+absl::Status KServeService::Compute(
+    const grpc::CallbackServerContext& context,
     const inference::ModelInferRequest& request,
-    inference::ModelInferResponse* response, AdmissionTicket* ticket) const {
-  RequestTimer timer(observer_, method);
-  // A unary call authenticates here; a stream did once, when it opened.
-  absl::Status status = method == kInferMethod ? gate_.Authenticate(context)
-                                               : absl::OkStatus();
-  if (status.ok()) {
-    absl::StatusOr<AdmissionTicket> admitted = gate_.Admit(
-        context, static_cast<int64_t>(request.ByteSizeLong()));
-    status = admitted.status();
-    if (admitted.ok()) *ticket = std::move(*admitted);
+    inference::ModelInferResponse* response, AdmissionTicket* ticket,
+    OutputAllocator* output) const {
+  absl::StatusOr<AdmissionTicket> admitted =
+      gate_.Admit(context, static_cast<int64_t>(request.ByteSizeLong()));
+  if (!admitted.ok()) return admitted.status();
+  *ticket = std::move(*admitted);
+  if (absl::Status status = CheckCallWanted(context); !status.ok()) {
+    return status;
   }
-  if (status.ok()) status = CheckCallWanted(context);
-  if (status.ok()) status = Infer(core_, request, response, ticket);
-  if (status.ok()) {
-    timer.Finish(status, response->outputs(0).shape(0),
-                 static_cast<int64_t>(response->raw_output_contents(0).size()),
-                 request.id());
-  } else {
-    timer.Finish(status, 0, 0, request.id());
-  }
-  return status;
+  return Infer(core_, request, response, ticket, output);
 }
 
 grpc::ServerUnaryReactor* KServeService::ServerLive(
@@ -193,11 +192,26 @@ grpc::ServerUnaryReactor* KServeService::ModelConfig(
 
 grpc::ServerUnaryReactor* KServeService::ModelInfer(
     grpc::CallbackServerContext* context,
-    const inference::ModelInferRequest* request,
-    inference::ModelInferResponse* response) {
+    const grpc::ByteBuffer* request_bytes, grpc::ByteBuffer* response_bytes) {
+  RequestTimer timer(observer_, kInferMethod);
   AdmissionTicket ticket;
-  const absl::Status status =
-      Handle(kInferMethod, *context, *request, response, &ticket);
+  inference::ModelInferRequest request;
+  // A unary call authenticates here; a stream did once, when it opened.
+  absl::Status status = gate_.Authenticate(*context);
+  if (status.ok()) status = ParseRequest(*request_bytes, &request);
+  inference::ModelInferResponse head;
+  SliceAllocator output;
+  if (status.ok()) status = Compute(*context, request, &head, &ticket, &output);
+  if (status.ok()) {
+    *response_bytes = WithBytesField(
+        head.SerializeAsString(),
+        inference::ModelInferResponse::kRawOutputContentsFieldNumber,
+        output.slice());
+    timer.Finish(status, head.outputs(0).shape(0),
+                 static_cast<int64_t>(output.slice().size()), request.id());
+  } else {
+    timer.Finish(status, 0, 0, request.id());
+  }
   return FinishUnary(context, status, std::move(ticket));
 }
 

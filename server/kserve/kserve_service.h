@@ -17,8 +17,12 @@
 
 namespace temb::kserve {
 
+// ModelInfer is registered as a raw method: its request is parsed here and
+// its response is framed around the embedding bytes without copying them
+// (server/grpc/raw_messages.h).  The other methods are typed.
 class KServeService final
-    : public inference::GRPCInferenceService::CallbackService {
+    : public inference::GRPCInferenceService::WithRawCallbackMethod_ModelInfer<
+          inference::GRPCInferenceService::CallbackService> {
  public:
   // `core` and `observer` (may be null) must outlive the service.  Handlers
   // run on gRPC's callback threads and compute inline (the core is
@@ -54,11 +58,12 @@ class KServeService final
       const inference::ModelConfigRequest* request,
       inference::ModelConfigResponse* response) override;
   // Codes as kserve::Infer; CANCELLED / DEADLINE_EXCEEDED, uncomputed, for a
-  // call already abandoned by its client.
+  // call already abandoned by its client; INVALID_ARGUMENT for bytes that
+  // are not a ModelInferRequest.
   grpc::ServerUnaryReactor* ModelInfer(
       grpc::CallbackServerContext* context,
-      const inference::ModelInferRequest* request,
-      inference::ModelInferResponse* response) override;
+      const grpc::ByteBuffer* request_bytes,
+      grpc::ByteBuffer* response_bytes) override;
   // Requests are answered one at a time, in order; a failed one gets
   // error_message (and its id) and the stream goes on, except UNAVAILABLE
   // (draining, failed backend), which ends the stream with that status.
@@ -69,13 +74,14 @@ class KServeService final
  private:
   class StreamReactor;
 
-  // Times, reports, admits (into `ticket`, held by the caller until the
-  // answer is sent) and computes one request.
-  absl::Status Handle(absl::string_view method,
-                      const grpc::CallbackServerContext& context,
-                      const inference::ModelInferRequest& request,
-                      inference::ModelInferResponse* response,
-                      AdmissionTicket* ticket) const;
+  // Admits (into `ticket`, held by the caller until the answer is sent) and
+  // computes one request; the embedding goes to `output` when one is given
+  // (see kserve::Infer).
+  absl::Status Compute(const grpc::CallbackServerContext& context,
+                       const inference::ModelInferRequest& request,
+                       inference::ModelInferResponse* response,
+                       AdmissionTicket* ticket,
+                       OutputAllocator* output = nullptr) const;
 
   const EmbedService& core_;
   const CallGate& gate_;

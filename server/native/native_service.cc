@@ -7,6 +7,7 @@
 
 #include "server/core/proto_conversions.h"
 #include "server/core/version.h"
+#include "server/grpc/raw_messages.h"
 #include "server/grpc/status.h"
 #include "server/native/embed_response_bytes.h"
 #include "temb/kernels/status_macros.h"
@@ -44,17 +45,6 @@ absl::StatusOr<absl::Span<const float>> Timesteps(
     storage->push_back(static_cast<float>(t));
   }
   return absl::MakeConstSpan(*storage);
-}
-
-absl::Status ParseEmbedRequest(const grpc::ByteBuffer& bytes,
-                               v1::EmbedRequest* request) {
-  grpc::ByteBuffer copy(bytes);  // shares the slices; parsing consumes them
-  if (!grpc::SerializationTraits<v1::EmbedRequest>::Deserialize(&copy, request)
-           .ok()) {
-    return absl::InvalidArgumentError(
-        "the request is not a valid temb.v1.EmbedRequest message");
-  }
-  return absl::OkStatus();
 }
 
 // Every field of the response but embedding.data.
@@ -176,7 +166,7 @@ grpc::ServerUnaryReactor* NativeService::Embed(
   v1::EmbedRequest request;
   // A unary call authenticates here; a stream did once, when it opened.
   absl::Status status = gate_.Authenticate(*context);
-  if (status.ok()) status = ParseEmbedRequest(*request_bytes, &request);
+  if (status.ok()) status = ParseRequest(*request_bytes, &request);
   int64_t output_bytes = 0;
   if (status.ok()) {
     SliceAllocator output;

@@ -1,6 +1,7 @@
 // The hand-framed EmbedResponse must parse to exactly the message a typed
 // handler would have sent, and must carry the computed bytes without a copy.
 #include "server/native/embed_response_bytes.h"
+#include "server/grpc/raw_messages.h"
 
 #include <cstring>
 #include <string>
