@@ -36,11 +36,10 @@ size_t FieldHeaderSize(int field_number, uint64_t length) {
          CodedOutputStream::VarintSize64(length);
 }
 
-grpc::ByteBuffer WithBytesField(const std::string& prefix, int field_number,
+grpc::ByteBuffer WithBytesField(std::string prefix, int field_number,
                                 const grpc::Slice& payload) {
-  std::string head = prefix;
-  AppendFieldHeader(field_number, payload.size(), &head);
-  const grpc::Slice slices[2] = {grpc::Slice(head), payload};
+  AppendFieldHeader(field_number, payload.size(), &prefix);
+  const grpc::Slice slices[2] = {grpc::Slice(prefix), payload};
   return grpc::ByteBuffer(slices, 2);
 }
 

@@ -41,7 +41,7 @@ size_t FieldHeaderSize(int field_number, uint64_t length);
 
 // `prefix` (serialised fields of a message) followed by field `field_number`
 // holding `payload`, which the buffer shares rather than copies.
-grpc::ByteBuffer WithBytesField(const std::string& prefix, int field_number,
+grpc::ByteBuffer WithBytesField(std::string prefix, int field_number,
                                 const grpc::Slice& payload);
 
 // Parses a raw request.  INVALID_ARGUMENT when the bytes are not a `Message`.

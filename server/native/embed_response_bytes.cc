@@ -1,12 +1,13 @@
 #include "server/native/embed_response_bytes.h"
 
 #include <string>
+#include <utility>
 
 #include "server/grpc/raw_messages.h"
 
 namespace temb {
 
-grpc::ByteBuffer EmbedResponseBytes(const v1::EmbedResponse& head,
+grpc::ByteBuffer EmbedResponseBytes(v1::EmbedResponse head,
                                     const grpc::Slice& data) {
   if (data.size() == 0) {  // proto3 leaves empty bytes out: nothing to frame
     grpc::Slice whole(head.SerializeAsString());
@@ -15,9 +16,8 @@ grpc::ByteBuffer EmbedResponseBytes(const v1::EmbedResponse& head,
   // EmbedResponse{..., embedding: Tensor{..., data}}: the Tensor's length
   // covers its other fields, the data field's header and the data.
   const std::string tensor_fields = head.embedding().SerializeAsString();
-  v1::EmbedResponse outer = head;  // small: ids and names
-  outer.clear_embedding();
-  std::string prefix = outer.SerializeAsString();
+  head.clear_embedding();
+  std::string prefix = head.SerializeAsString();
   AppendFieldHeader(
       v1::EmbedResponse::kEmbeddingFieldNumber,
       tensor_fields.size() +
@@ -25,7 +25,7 @@ grpc::ByteBuffer EmbedResponseBytes(const v1::EmbedResponse& head,
           data.size(),
       &prefix);
   prefix += tensor_fields;
-  return WithBytesField(prefix, v1::Tensor::kDataFieldNumber, data);
+  return WithBytesField(std::move(prefix), v1::Tensor::kDataFieldNumber, data);
 }
 
 }  // namespace temb

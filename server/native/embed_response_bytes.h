@@ -11,7 +11,8 @@ namespace temb {
 
 // `head` must have an empty embedding.data; `data` becomes its value and is
 // shared (reference counted), not copied.
-grpc::ByteBuffer EmbedResponseBytes(const v1::EmbedResponse& head,
+// Taken by value: its embedding is cleared to serialise the other fields.
+grpc::ByteBuffer EmbedResponseBytes(v1::EmbedResponse head,
                                     const grpc::Slice& data);
 
 }  // namespace temb
