@@ -7,8 +7,9 @@
 // sends (1..64 x 320), where launch latency dominates; run.py compares those
 // with eager PyTorch on the same device.
 //
-//   temb_cuda_kernel_benchmark --json
-// prints {"large": {...}, "batches": [{"batch": N, "kernel_us": x}, ...]}.
+//   temb_cuda_kernel_benchmark
+// prints {"large": [{"bytes": B, "dtype": "fp32", "kernel_gbs": x,
+// "memset_gbs": y}, ...], "batches": [{"batch": N, "kernel_us": x}, ...]}.
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
@@ -23,10 +24,24 @@
 namespace temb {
 namespace {
 
+using cuda::OutType;
+
 bool Ok(cudaError_t error, const char* what) {
   if (error == cudaSuccess) return true;
   std::fprintf(stderr, "%s: %s\n", what, cudaGetErrorString(error));
   return false;
+}
+
+size_t ElementBytes(OutType type) {
+  switch (type) {
+    case OutType::kFloat16:
+    case OutType::kBFloat16:
+      return 2;
+    case OutType::kFloat64:
+      return 8;
+    default:
+      return 4;
+  }
 }
 
 // Median milliseconds per call of `launch` over `reps` timed bursts of
@@ -58,14 +73,14 @@ struct DeviceRequest {
   std::vector<void*> owned;
 };
 
-bool MakeRequest(int64_t rows, int dim, DeviceRequest* request) {
+bool MakeRequest(int64_t rows, int dim, OutType out_type, DeviceRequest* request) {
   EmbeddingSpec spec;
   spec.dim = dim;
   const std::vector<float> freqs = Float32Frequencies(spec);
   std::vector<float> t(rows);
   for (int64_t n = 0; n < rows; ++n) t[n] = static_cast<float>((n * 37) % 1000);
   void *d_t, *d_f, *d_out;
-  const size_t out_bytes = static_cast<size_t>(rows) * dim * sizeof(float);
+  const size_t out_bytes = static_cast<size_t>(rows) * dim * ElementBytes(out_type);
   if (!Ok(cudaMalloc(&d_t, t.size() * sizeof(float)), "cudaMalloc") ||
       !Ok(cudaMalloc(&d_f, freqs.size() * sizeof(float)), "cudaMalloc") ||
       !Ok(cudaMalloc(&d_out, out_bytes), "cudaMalloc")) {
@@ -80,6 +95,7 @@ bool MakeRequest(int64_t rows, int dim, DeviceRequest* request) {
   request->args.out = d_out;
   request->args.rows = rows;
   request->args.dim = dim;
+  request->args.out_type = out_type;
   return true;
 }
 
@@ -93,28 +109,38 @@ int Run() {
     std::fprintf(stderr, "no usable CUDA device\n");
     return 1;
   }
-  // 1 GiB of fp32 output: well past the 256 MiB of the target, and past any
-  // cache, so both kernels stream to HBM.
-  constexpr int64_t kLargeRows = 262144;
+  // Outputs from the 256 MiB of the target to 1 GiB, far past the L2, so
+  // both the kernel and the memset stream to HBM.
+  struct Large {
+    int64_t rows;
+    OutType type;
+    const char* name;
+  };
+  const Large kLarge[] = {{65536, OutType::kFloat32, "fp32"},
+                          {262144, OutType::kFloat32, "fp32"},
+                          {524288, OutType::kBFloat16, "bf16"}};
   constexpr int kLargeDim = 1024;
-  DeviceRequest large;
-  if (!MakeRequest(kLargeRows, kLargeDim, &large)) return 1;
-  const size_t bytes = static_cast<size_t>(kLargeRows) * kLargeDim * 4;
-  const double kernel_ms =
-      TimeMs([&] { cuda::LaunchEmbed(large.args, nullptr); }, 5, 7);
-  const double memset_ms =
-      TimeMs([&] { cudaMemsetAsync(large.args.out, 1, bytes); }, 5, 7);
-  if (!Ok(cudaGetLastError(), "large")) return 1;
-  std::printf("{\"large\": {\"bytes\": %zu, \"kernel_gbs\": %.3f, "
-              "\"memset_gbs\": %.3f}, \"batches\": [",
-              bytes, bytes / kernel_ms / 1e6, bytes / memset_ms / 1e6);
-  Free(&large);
+  std::printf("{\"large\": [");
+  for (const Large& shape : kLarge) {
+    DeviceRequest large;
+    if (!MakeRequest(shape.rows, kLargeDim, shape.type, &large)) return 1;
+    const size_t bytes = static_cast<size_t>(shape.rows) * kLargeDim * ElementBytes(shape.type);
+    const double kernel_ms = TimeMs([&] { cuda::LaunchEmbed(large.args, nullptr); }, 5, 7);
+    const double memset_ms = TimeMs([&] { cudaMemsetAsync(large.args.out, 1, bytes); }, 5, 7);
+    if (!Ok(cudaGetLastError(), "large")) return 1;
+    std::printf("%s{\"bytes\": %zu, \"dtype\": \"%s\", \"kernel_gbs\": %.3f, "
+                "\"memset_gbs\": %.3f}",
+                &shape == kLarge ? "" : ", ", bytes, shape.name, bytes / kernel_ms / 1e6,
+                bytes / memset_ms / 1e6);
+    Free(&large);
+  }
+  std::printf("], \"batches\": [");
 
   const int kBatches[] = {1, 2, 4, 8, 16, 32, 64};
   bool first = true;
   for (int batch : kBatches) {
     DeviceRequest small;
-    if (!MakeRequest(batch, 320, &small)) return 1;
+    if (!MakeRequest(batch, 320, OutType::kFloat32, &small)) return 1;
     const double ms =
         TimeMs([&] { cuda::LaunchEmbed(small.args, nullptr); }, 200, 7);
     if (!Ok(cudaGetLastError(), "small")) return 1;

@@ -37,7 +37,6 @@ import numpy as np
 
 REPO = Path(__file__).resolve().parents[1]
 DOC = REPO / "docs" / "benchmarks.md"
-FIGURES = REPO / "docs" / "benchmarks"
 NOTES = Path(__file__).resolve().parent / "report_notes.md"
 TARGETS = ["temb-server", "temb", "temb-echo-server", "temb_kernel_benchmark"]
 
@@ -49,9 +48,16 @@ def log(message):
           flush=True)
 
 
+def shown(cmd):
+    """A command as the report shows it: relative to the repository."""
+    words = ["python3" if str(c) == sys.executable else
+             str(c).replace(str(REPO) + "/", "") for c in cmd]
+    return " ".join(shlex.quote(w) for w in words)
+
+
 def run(cmd, timeout, record=True, **kwargs):
     if record:
-        COMMANDS.append(" ".join(shlex.quote(str(c)) for c in cmd))
+        COMMANDS.append(shown(cmd))
     return subprocess.run([str(c) for c in cmd], timeout=timeout, check=True,
                           stdout=subprocess.PIPE, text=True, **kwargs).stdout
 
@@ -68,7 +74,8 @@ def build(build_dir, cuda):
          f"-DTEMB_ENABLE_CUDA={'ON' if cuda else 'OFF'}",
          f"-DTEMB_PYTHON={sys.executable}"],
         check=True, timeout=600, stdout=subprocess.DEVNULL)
-    targets = TARGETS + (["temb_cuda_kernel_benchmark"] if cuda else [])
+    targets = TARGETS + (["temb_cuda_kernel_benchmark",
+                          "temb_backend_benchmark"] if cuda else [])
     log(f"building {' '.join(targets)}")
     subprocess.run(["cmake", "--build", build_dir, "--target", *targets,
                     "-j", os.environ.get("JOBS", "2")], check=True,
@@ -92,9 +99,16 @@ def machine():
     info["load"] = " ".join(f"{x:.1f}" for x in os.getloadavg())
 
     def git(*args):
-        return subprocess.run(["git", "-C", REPO, *args], stdout=subprocess.PIPE,
-                              text=True, timeout=10).stdout.strip()
-    info["commit"] = git("rev-parse", "--short", "HEAD")
+        try:
+            return subprocess.run(["git", "-C", REPO, *args],
+                                  stdout=subprocess.PIPE,
+                                  stderr=subprocess.DEVNULL, text=True,
+                                  timeout=10).stdout.strip()
+        except OSError:
+            return ""
+    # A copy without .git (a bundle run on a GPU machine) names its commit.
+    info["commit"] = (git("rev-parse", "--short", "HEAD") or
+                      os.environ.get("BENCH_COMMIT", "unknown"))
     if git("status", "--porcelain", "--untracked-files=no"):
         info["commit"] += " (with uncommitted changes)"
     info["date"] = datetime.datetime.now().strftime("%Y-%m-%d %H:%M")
@@ -118,7 +132,7 @@ class Server:
         self.process = subprocess.Popen(
             [str(c) for c in cmd] + [f"--port_file={port_file}"],
             stdout=self._log, stderr=subprocess.STDOUT)
-        COMMANDS.append(" ".join(shlex.quote(str(c)) for c in cmd))
+        COMMANDS.append(shown(cmd))
         deadline = time.monotonic() + 60
         while not (port_file.exists() and port_file.read_text().strip()):
             if self.process.poll() is not None or time.monotonic() > deadline:
@@ -435,7 +449,7 @@ def main():
     numpy_g = statistics.median(numpy_rounds)
     torch_g = statistics.median(torch_rounds) if torch_rounds else None
 
-    gpu = run_gpu(bin_dir, torch, rounds) if args.gpu else None
+    gpu = run_gpu(bin_dir, torch, rounds, quick) if args.gpu else None
 
     m = dict(info=info, quick=quick, rounds=rounds, seconds=seconds,
              concurrencies=concurrencies, batches=batches, latency=latency,
@@ -443,7 +457,8 @@ def main():
              kernel_reps=kernel_reps, kernel_g=kernel_g, numpy_g=numpy_g,
              torch_g=torch_g,
              torch_version=torch.__version__ if torch else None, gpu=gpu,
-             elapsed=time.monotonic() - started, commands=COMMANDS)
+             elapsed=time.monotonic() - started, commands=COMMANDS,
+             command=shlex.join(["bench/run.sh", *sys.argv[1:]]))
     results.write_text(json.dumps(m, indent=1))
     report(m, Path(args.output))
 
@@ -459,13 +474,18 @@ def int_keys(value):
 
 
 def report(m, output):
-    FIGURES.mkdir(parents=True, exist_ok=True)
-    plot_latency(FIGURES / "latency_vs_concurrency.png", m["concurrencies"],
+    # docs/NAME.md keeps its plots in docs/NAME/.
+    figures = output.with_suffix("")
+    figures.mkdir(parents=True, exist_ok=True)
+    plot_latency(figures / "latency_vs_concurrency.png", m["concurrencies"],
                  m["latency"])
-    plot_batches(FIGURES / "throughput_vs_batch.png", m["batches"],
+    plot_batches(figures / "throughput_vs_batch.png", m["batches"],
                  m["per_batch"])
+    if m["gpu"]:
+        plot_gpu_service(figures / "gpu_service.png", m["gpu"]["service"])
     COMMANDS[:] = m["commands"]
-    write_report(output, m["info"], m["quick"], m["rounds"], m["seconds"],
+    write_report(output, m.get("command", "bench/run.sh" + (
+        " --quick" if m["quick"] else "")), m["info"], m["quick"], m["rounds"], m["seconds"],
                  m["concurrencies"], m["batches"], m["latency"],
                  m["per_batch"], m["large"], m["kernels"], m["kernel_reps"],
                  m["kernel_g"], m["numpy_g"], m["torch_g"], m["torch_version"],
@@ -475,32 +495,212 @@ def report(m, output):
 
 # ---------------------------------------------------------------- GPU
 
-def run_gpu(bin_dir, torch, rounds):
+def run_gpu(bin_dir, torch, rounds, quick):
     """The CUDA kernel against cudaMemset of the same output and against
-    eager PyTorch on the same device, interleaved round by round."""
+    eager PyTorch on the same device, interleaved round by round; then
+    Backend::Compute of the CPU and CUDA backends; then the service with each
+    backend against the echo under many concurrent clients."""
     results = {"bandwidth": [], "batches": {}}
     exe = bin_dir / "temb_cuda_kernel_benchmark"
-    embed = torch_embedding(torch) if torch is not None else None
+    cuda_torch = torch is not None and torch.cuda.is_available()
+    embed = torch_embedding(torch) if cuda_torch else None
+    log("CUDA kernel vs cudaMemset and eager PyTorch")
     for _ in range(rounds):
-        data = json.loads(run([exe, "--json"], timeout=600))
+        data = json.loads(run([exe], timeout=600))
         results["bandwidth"].append(data["large"])
         for row in data["batches"]:
             b = row["batch"]
             entry = results["batches"].setdefault(b, {"temb_us": [],
                                                       "torch_us": []})
             entry["temb_us"].append(row["kernel_us"])
-            if embed is not None and torch.cuda.is_available():
-                t = torch.arange(b, device="cuda", dtype=torch.float32) * 7
-                entry["torch_us"].append(1e6 * time_calls(
-                    lambda: embed(t, 320), 0.2, sync=torch.cuda.synchronize))
+            if embed is not None:
+                entry["torch_us"].append(torch_cuda_us(torch, embed, b))
+    log("Backend::Compute, CPU and CUDA backends")
+    results["backends"] = json.loads(run(
+        [bin_dir / "temb_backend_benchmark",
+         f"--seconds={0.4 if quick else 1.0}"], timeout=1200))
+    results["service"] = gpu_service(bin_dir, rounds, 1.5 if quick else 3.0)
     return results
 
 
-def write_report(path, info, quick, rounds, seconds, concurrencies, batches,
+def torch_cuda_us(torch, embed, batch, burst=200, reps=7):
+    """Microseconds per eager call, timed exactly like the temb kernel: CUDA
+    events around a burst of back-to-back calls, median of the bursts."""
+    t = (torch.arange(batch, device="cuda", dtype=torch.float32) * 37) % 1000
+    for _ in range(burst):
+        embed(t, 320)
+    start = torch.cuda.Event(enable_timing=True)
+    stop = torch.cuda.Event(enable_timing=True)
+    samples = []
+    for _ in range(reps):
+        start.record()
+        for _ in range(burst):
+            embed(t, 320)
+        stop.record()
+        stop.synchronize()
+        samples.append(start.elapsed_time(stop) * 1e3 / burst)
+    return statistics.median(samples)
+
+
+GPU_CONCURRENCIES = [1, 4, 16, 64]
+GPU_BATCHES = [1, 32, 256, 1024, 4096]
+
+
+def gpu_service(bin_dir, rounds, seconds):
+    """temb-server on the GPU and on the CPU against the echo, many clients:
+    1x320 against concurrency, and Nx1280 at concurrency 16."""
+    result = {"latency": {}, "batches": {}}
+    with tempfile.TemporaryDirectory() as workdir:
+        servers = []
+        try:
+            for backend in ("cuda", "cpu"):
+                servers.append(Server(f"temb-{backend}", [
+                    bin_dir / "temb-server", "--address=127.0.0.1:0",
+                    "--metrics_address=127.0.0.1:0", "--log_level=warn",
+                    f"--backend={backend}"], workdir))
+            servers.append(Server("echo", [
+                bin_dir / "temb-echo-server", "--address=127.0.0.1:0"],
+                workdir))
+            log("GPU service: 1x320 against concurrency")
+            for c in GPU_CONCURRENCIES:
+                res = rounds_over(servers, rounds, lambda s, c=c: temb_bench(
+                    bin_dir, s.target, 1, c, seconds, channels=min(c, 8)))
+                for name, runs in res.items():
+                    entry = result["latency"].setdefault(name, {})
+                    entry[c] = {q: median_of(runs, lambda r, q=q:
+                                             r["latency_us"][q])
+                                for q in ("p50", "p99")}
+                    entry[c]["rps"] = median_of(runs, lambda r: r["ok_rps"])
+                    entry[c]["failed"] = sum(r["failed"] for r in runs)
+            log("GPU service: Nx1280 at concurrency 16")
+            for b in GPU_BATCHES:
+                res = rounds_over(servers, rounds, lambda s, b=b: temb_bench(
+                    bin_dir, s.target, b, 16, seconds, dim=1280, channels=8))
+                for name, runs in res.items():
+                    result["batches"].setdefault(name, {})[b] = median_of(
+                        runs, lambda r: r["embeddings_per_s"])
+        finally:
+            for s in servers:
+                s.stop()
+    return result
+
+
+def plot_gpu_service(path, service):
+    import matplotlib  # pylint: disable=import-outside-toplevel
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt  # pylint: disable=import-outside-toplevel
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+    styles = {"temb-cuda": "-o", "temb-cpu": "-.d", "echo": "--s"}
+    for name, style in styles.items():
+        lat = service["latency"][name]
+        cs = sorted(lat)
+        axes[0].plot(cs, [lat[c]["p50"] for c in cs], style, label=name)
+        bat = service["batches"][name]
+        bs = sorted(bat)
+        axes[1].plot(bs, [bat[b] for b in bs], style, label=name)
+    axes[0].set(xscale="log", yscale="log", xlabel="concurrency",
+                ylabel="p50 latency (us)", title="unary 1x320 fp32")
+    axes[1].set(xscale="log", yscale="log", xlabel="batch",
+                ylabel="embeddings/s", title="unary Nx1280 fp32, concurrency 16")
+    for ax in axes:
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+
+
+def large_gpu_sizes(gpu):
+    return list(dict.fromkeys(
+        f"{x['bytes'] / 2**20:.0f} MiB {x['dtype']}"
+        for x in gpu["bandwidth"][0]))
+
+
+def large_gpu(gpu, size):
+    """Median kernel and memset GB/s over the rounds for one output size."""
+    same = [x for rnd in gpu["bandwidth"] for x in rnd
+            if f"{x['bytes'] / 2**20:.0f} MiB {x['dtype']}" == size]
+    return (statistics.median(x["kernel_gbs"] for x in same),
+            statistics.median(x["memset_gbs"] for x in same))
+
+
+def gpu_sections(r, gpu, path):
+    r.add("## Kernels (CUDA)", "",
+          "`temb_cuda_kernel_benchmark` (bench/cuda_kernel_benchmark.cc): the "
+          "fused kernel alone, device memory in and out, next to "
+          "`cudaMemsetAsync` of the same output in the same process (the "
+          "device's write bandwidth). Small batches: CUDA events around 200 "
+          "back-to-back launches; eager PyTorch (cos/sin/exp/cat, PyTorch's "
+          "op order) is timed the same way, from this Python process.", "")
+    rows = []
+    for size in large_gpu_sizes(gpu):
+        k, m = large_gpu(gpu, size)
+        rows.append([size, f"{k:.0f}", f"{m:.0f}", f"{k / m:.2f}"])
+    r.table(["output", "kernel GB/s", "memset GB/s", "kernel / memset"], rows)
+    rows = []
+    for b, e in sorted(gpu["batches"].items()):
+        k = statistics.median(e["temb_us"])
+        t = statistics.median(e["torch_us"]) if e["torch_us"] else None
+        rows.append([b, f"{k:.2f}", fmt(t), fmt(t / k if t else None)])
+    r.table(["batch (x320 fp32)", "temb kernel us", "PyTorch eager us",
+             "speed-up"], rows)
+
+    be = gpu["backends"]
+    r.add("## Backends: the whole Backend::Compute call", "",
+          "`temb_backend_benchmark` (bench/backend_benchmark.cc) times what the "
+          "server calls, host memory in and out: on the GPU that includes the "
+          "upload, the launch, the download and the synchronisation. Latency: "
+          "one caller, median of 7 rounds. Throughput: "
+          f"{be['rows'][0]['callers']} callers back to back. "
+          + "; ".join(f"{k}: {v}" for k, v in be["backends"].items()) + ".",
+          "")
+    by = {}
+    for row in be["rows"]:
+        by.setdefault((row["batch"], row["dim"]), {})[row["backend"]] = row
+    rows = []
+    for (b, d), x in by.items():
+        cpu, cuda = x.get("cpu"), x.get("cuda")
+        rows.append([f"{b}x{d}", fmt(cpu and cpu["latency_us"], 1),
+                     fmt(cuda and cuda["latency_us"], 1),
+                     fmt(cpu and cuda and cpu["latency_us"] /
+                         cuda["latency_us"]),
+                     fmt(cpu and cpu["throughput_eps"] / 1e6, 3),
+                     fmt(cuda and cuda["throughput_eps"] / 1e6, 3),
+                     fmt(cpu and cuda and cuda["throughput_eps"] /
+                         cpu["throughput_eps"])])
+    r.table(["shape (fp32)", "cpu us", "cuda us", "cpu us / cuda us",
+             "cpu M emb/s", "cuda M emb/s", "cuda / cpu throughput"], rows)
+
+    svc = gpu["service"]
+    r.add("## Service on the GPU machine: many concurrent clients", "",
+          f"![gpu service]({path.stem}/gpu_service.png)", "",
+          "temb-server with `--backend=cuda` and with `--backend=cpu`, and the "
+          "echo, driven by the same `temb bench` (8 channels).", "")
+    rows = []
+    for c in sorted(svc["latency"]["echo"]):
+        e = svc["latency"]["echo"][c]
+        for name in ("temb-cuda", "temb-cpu", "echo"):
+            x = svc["latency"][name][c]
+            rows.append([c, name, f"{x['p50']:.0f}", f"{x['p99']:.0f}",
+                         f"{x['rps']:.0f}", x["failed"],
+                         f"{x['rps'] / e['rps']:.2f}"])
+    r.table(["concurrency (1x320)", "server", "p50 us", "p99 us", "ok rps",
+             "failed", "rps / echo"], rows)
+    rows = []
+    for b in sorted(svc["batches"]["echo"]):
+        c, p, e = (svc["batches"][n][b] for n in ("temb-cuda", "temb-cpu",
+                                                  "echo"))
+        rows.append([f"{b}x1280", f"{c:.0f}", f"{p:.0f}", f"{e:.0f}",
+                     f"{c / e:.2f}", f"{c / p:.2f}"])
+    r.table(["batch (concurrency 16)", "cuda emb/s", "cpu emb/s", "echo emb/s",
+             "cuda / echo", "cuda / cpu"], rows)
+
+
+def write_report(path, command, info, quick, rounds, seconds, concurrencies, batches,
                  latency, per_batch, large, kernels, kernel_reps, kernel_g,
                  numpy_g, torch_g, torch_version, gpu, elapsed):
     r = Report()
-    cmd = "bench/run.sh" + (" --quick" if quick else "")
+    cmd = command
     r.add("# Benchmarks", "",
           "Generated by `bench/run.sh` (bench/run.py); do not edit by hand: "
           "the prose that is not measured lives in bench/report_notes.md.", "",
@@ -565,21 +765,20 @@ def write_report(path, info, quick, rounds, seconds, concurrencies, batches,
                  f"numpy {np.__version__} {numpy_g:.3f} G elem/s",
                  f"{kernel_g / numpy_g:.2f}x", "-", "-"])
     if gpu:
-        bw = statistics.median(x["kernel_gbs"] / x["memset_gbs"]
-                               for x in gpu["bandwidth"])
-        rows.append(["CUDA kernel, >= 256 MiB output, vs cudaMemset",
-                     f"{statistics.median(x['kernel_gbs'] for x in gpu['bandwidth']):.0f} GB/s",
-                     f"memset {statistics.median(x['memset_gbs'] for x in gpu['bandwidth']):.0f} GB/s",
-                     f"{bw:.2f}x", ">= 0.85x", verdict(bw >= 0.85)])
+        for size in large_gpu_sizes(gpu):
+            k, m = large_gpu(gpu, size)
+            rows.append([f"CUDA kernel, {size} output, vs cudaMemset",
+                         f"{k:.0f} GB/s", f"memset {m:.0f} GB/s",
+                         f"{k / m:.2f}x", ">= 0.85x", verdict(k / m >= 0.85)])
         worst = None
         for b, e in sorted(gpu["batches"].items()):
             if e["torch_us"]:
                 ratio = statistics.median(e["torch_us"]) / statistics.median(
                     e["temb_us"])
                 worst = ratio if worst is None else min(worst, ratio)
-        rows.append(["CUDA kernel vs eager PyTorch CUDA, batches 1..64 (worst)",
-                     "-", "PyTorch eager", fmt(worst) + "x" if worst else
-                     "not measured", ">= 5x",
+        rows.append(["CUDA kernel vs eager PyTorch CUDA, batches 1..64 x320 "
+                     "(worst)", "-", "PyTorch eager", fmt(worst) + "x"
+                     if worst else "not measured", ">= 5x",
                      verdict(worst is not None and worst >= 5)])
     else:
         for what, goal in (("CUDA kernel, >= 256 MiB output, vs device write "
@@ -594,7 +793,7 @@ def write_report(path, info, quick, rounds, seconds, concurrencies, batches,
 
     # Service tables.
     r.add("## Service: unary 1x320 fp32 (sdxl preset) against concurrency", "",
-          "![latency](benchmarks/latency_vs_concurrency.png)", "")
+          f"![latency]({path.stem}/latency_vs_concurrency.png)", "")
     rows = []
     for c in concurrencies:
         for name in ("temb-server", "echo", "python"):
@@ -609,7 +808,7 @@ def write_report(path, info, quick, rounds, seconds, concurrencies, batches,
 
     r.add("## Service: throughput against batch size (Nx320 fp32, "
           "concurrency 8)", "",
-          "![throughput](benchmarks/throughput_vs_batch.png)", "")
+          f"![throughput]({path.stem}/throughput_vs_batch.png)", "")
     rows = []
     for b in batches:
         t, e, p = (per_batch[n][b] for n in ("temb-server", "echo", "python"))
@@ -681,23 +880,10 @@ def write_report(path, info, quick, rounds, seconds, concurrencies, batches,
     r.table(header, rows)
 
     if gpu:
-        r.add("## Kernels (CUDA)", "")
-        bw = gpu["bandwidth"]
-        r.add(f"- Output {bw[0]['bytes'] / 2**20:.0f} MiB fp32: kernel "
-              f"{statistics.median(x['kernel_gbs'] for x in bw):.0f} GB/s, "
-              f"cudaMemsetAsync "
-              f"{statistics.median(x['memset_gbs'] for x in bw):.0f} GB/s "
-              f"(medians of {len(bw)} rounds).", "")
-        rows = []
-        for b, e in sorted(gpu["batches"].items()):
-            k = statistics.median(e["temb_us"])
-            t = statistics.median(e["torch_us"]) if e["torch_us"] else None
-            rows.append([b, f"{k:.2f}", fmt(t), fmt(t / k if t else None)])
-        r.table(["batch (x320 fp32)", "temb kernel us", "PyTorch eager us",
-                 "speed-up"], rows)
+        gpu_sections(r, gpu, path)
 
     r.add("## Commands run", "", "```")
-    for c in sorted({c.replace(str(REPO) + "/", "") for c in COMMANDS}):
+    for c in sorted(set(COMMANDS)):
         r.add(c)
     r.add("```", "")
     if NOTES.exists():
