@@ -6,6 +6,9 @@
 // synchronisation.  This measures exactly what the server calls, per shape,
 // with one caller (latency) and with many concurrent callers (throughput),
 // so the CPU and CUDA backends can be compared where a router would choose.
+// A backend that lends its own output memory (Backend::AllocateOutput, as
+// the server uses it) is timed both ways: into ordinary memory, and into the
+// memory it lends, as "<name>+lent".
 //
 //   temb_backend_benchmark [--callers=N] [--seconds=S]
 // prints {"backends": {"cpu": "...", "cuda": "..."}, "rows": [{"backend":
@@ -51,13 +54,25 @@ EmbeddingSpec Spec(int dim) {
   return spec;
 }
 
+// An output buffer: ordinary memory, or (`lent`) the backend's own.
+class Output {
+ public:
+  Output(Backend& backend, size_t bytes, bool lent)
+      : lent_(lent ? backend.AllocateOutput(bytes) : nullptr), ordinary_(lent_ ? 0 : bytes) {}
+  absl::Span<uint8_t> span() { return lent_ ? lent_->bytes() : absl::MakeSpan(ordinary_); }
+
+ private:
+  std::unique_ptr<HostBuffer> lent_;
+  std::vector<uint8_t> ordinary_;
+};
+
 // Median microseconds per call over rounds of `seconds / 7` each.
-double LatencyUs(Backend& backend, const Shape& shape, double seconds) {
+double LatencyUs(Backend& backend, const Shape& shape, bool lent, double seconds) {
   const EmbeddingSpec spec = Spec(shape.dim);
   const std::vector<float> t = Timesteps(shape.batch);
-  std::vector<uint8_t> out(OutputBytes(spec, shape.batch));
+  Output out(backend, OutputBytes(spec, shape.batch), lent);
   auto call = [&] {
-    if (!backend.Compute(spec, t, absl::MakeSpan(out)).ok()) std::abort();
+    if (!backend.Compute(spec, t, out.span()).ok()) std::abort();
   };
   for (int i = 0; i < 3; ++i) call();  // warm-up: pools, page faults
   std::vector<double> rounds;
@@ -77,7 +92,8 @@ double LatencyUs(Backend& backend, const Shape& shape, double seconds) {
 }
 
 // Embeddings per second with `callers` threads calling back to back.
-double ThroughputEps(Backend& backend, const Shape& shape, int callers, double seconds) {
+double ThroughputEps(Backend& backend, const Shape& shape, bool lent, int callers,
+                     double seconds) {
   const EmbeddingSpec spec = Spec(shape.dim);
   const std::vector<float> t = Timesteps(shape.batch);
   std::atomic<int64_t> calls{0};
@@ -85,10 +101,10 @@ double ThroughputEps(Backend& backend, const Shape& shape, int callers, double s
   std::vector<std::thread> threads;
   for (int c = 0; c < callers; ++c) {
     threads.emplace_back([&] {
-      std::vector<uint8_t> out(OutputBytes(spec, shape.batch));
+      Output out(backend, OutputBytes(spec, shape.batch), lent);
       int64_t mine = 0;
       while (!stop.load(std::memory_order_relaxed)) {
-        if (!backend.Compute(spec, t, absl::MakeSpan(out)).ok()) std::abort();
+        if (!backend.Compute(spec, t, out.span()).ok()) std::abort();
         ++mine;
       }
       calls += mine;
@@ -126,14 +142,19 @@ int Run(int callers, double seconds) {
   bool first = true;
   for (const Shape& shape : kShapes) {
     for (auto& [name, backend] : backends) {
-      const double latency = LatencyUs(*backend, shape, seconds);
-      const double eps = ThroughputEps(*backend, shape, callers, seconds);
-      std::printf("%s\n{\"backend\": \"%s\", \"batch\": %lld, \"dim\": %d, "
-                  "\"latency_us\": %.3f, \"callers\": %d, \"throughput_eps\": %.1f}",
-                  first ? "" : ",", name.c_str(), static_cast<long long>(shape.batch),
-                  shape.dim, latency, callers, eps);
-      std::fflush(stdout);
-      first = false;
+      const size_t bytes = OutputBytes(Spec(shape.dim), shape.batch);
+      const bool lends = backend->AllocateOutput(bytes) != nullptr;
+      for (bool lent : {false, true}) {
+        if (lent && !lends) continue;
+        const double latency = LatencyUs(*backend, shape, lent, seconds);
+        const double eps = ThroughputEps(*backend, shape, lent, callers, seconds);
+        std::printf("%s\n{\"backend\": \"%s%s\", \"batch\": %lld, \"dim\": %d, "
+                    "\"latency_us\": %.3f, \"callers\": %d, \"throughput_eps\": %.1f}",
+                    first ? "" : ",", name.c_str(), lent ? "+lent" : "",
+                    static_cast<long long>(shape.batch), shape.dim, latency, callers, eps);
+        std::fflush(stdout);
+        first = false;
+      }
     }
   }
   std::printf("]}\n");

@@ -5,16 +5,20 @@
 // output in the same process: the ratio is the share of the device's write
 // bandwidth the kernel reaches.  Also times the small batches a UNet step
 // sends (1..64 x 320), where launch latency dominates; run.py compares those
-// with eager PyTorch on the same device.
+// with eager PyTorch on the same device.  Last, the device-to-host transfer
+// every service response pays, in the ways it can be done.
 //
 //   temb_cuda_kernel_benchmark
 // prints {"large": [{"bytes": B, "dtype": "fp32", "kernel_gbs": x,
-// "memset_gbs": y}, ...], "batches": [{"batch": N, "kernel_us": x}, ...]}.
+// "memset_gbs": y}, ...], "batches": [{"batch": N, "kernel_us": x}, ...],
+// "transfers": [{"bytes": B, "d2h_pinned_gbs": x, ...}, ...]}.
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdint>
 #include <cstdio>
+#include <cstring>
 #include <vector>
 
 #include "cuda/embed_kernel.cuh"
@@ -103,6 +107,62 @@ void Free(DeviceRequest* request) {
   for (void* p : request->owned) cudaFree(p);
 }
 
+// Median wall-clock milliseconds per call of a synchronous `call` over
+// `reps` bursts of `burst` calls.
+template <typename Fn>
+double WallMs(Fn call, int burst, int reps) {
+  call();  // warm-up
+  std::vector<double> samples;
+  for (int r = 0; r < reps; ++r) {
+    const auto start = std::chrono::steady_clock::now();
+    for (int i = 0; i < burst; ++i) call();
+    samples.push_back(
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
+            .count() /
+        burst);
+  }
+  std::sort(samples.begin(), samples.end());
+  return samples[samples.size() / 2];
+}
+
+// The ways a result can reach pageable host memory (where a gRPC response
+// lives), timed for one output of `bytes`: the transfer alone into pinned
+// memory (the limit), that plus the host copy on (what a staging buffer
+// costs), the transfer straight into pageable memory, and pinning the
+// destination for the transfer.  GB/s of output, median of 7 bursts of 5.
+bool Transfers(size_t bytes, bool first) {
+  void* device = nullptr;
+  void* pinned = nullptr;
+  if (!Ok(cudaMalloc(&device, bytes), "cudaMalloc") ||
+      !Ok(cudaMallocHost(&pinned, bytes), "cudaMallocHost")) {
+    return false;
+  }
+  std::vector<uint8_t> pageable(bytes, 1);
+  cudaMemset(device, 0, bytes);
+  auto gbs = [bytes](double ms) { return bytes / ms / 1e6; };
+  auto d2h_pinned = [&] { cudaMemcpy(pinned, device, bytes, cudaMemcpyDeviceToHost); };
+  auto staged = [&] {
+    cudaMemcpy(pinned, device, bytes, cudaMemcpyDeviceToHost);
+    std::memcpy(pageable.data(), pinned, bytes);
+  };
+  auto d2h_pageable = [&] {
+    cudaMemcpy(pageable.data(), device, bytes, cudaMemcpyDeviceToHost);
+  };
+  auto registered = [&] {
+    cudaHostRegister(pageable.data(), bytes, cudaHostRegisterDefault);
+    cudaMemcpy(pageable.data(), device, bytes, cudaMemcpyDeviceToHost);
+    cudaHostUnregister(pageable.data());
+  };
+  std::printf("%s{\"bytes\": %zu, \"d2h_pinned_gbs\": %.3f, \"staged_gbs\": %.3f, "
+              "\"d2h_pageable_gbs\": %.3f, \"registered_gbs\": %.3f}",
+              first ? "" : ", ", bytes, gbs(WallMs(d2h_pinned, 5, 7)), gbs(WallMs(staged, 5, 7)),
+              gbs(WallMs(d2h_pageable, 5, 7)), gbs(WallMs(registered, 5, 7)));
+  const bool ok = Ok(cudaGetLastError(), "transfers");
+  cudaFreeHost(pinned);
+  cudaFree(device);
+  return ok;
+}
+
 int Run() {
   int devices = 0;
   if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) {
@@ -148,6 +208,12 @@ int Run() {
                 batch, ms * 1e3);
     first = false;
     Free(&small);
+  }
+  std::printf("], \"transfers\": [");
+  first = true;
+  for (size_t mib : {1, 5, 20}) {
+    if (!Transfers(mib << 20, first)) return 1;
+    first = false;
   }
   std::printf("]}\n");
   return 0;

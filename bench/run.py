@@ -500,7 +500,7 @@ def run_gpu(bin_dir, torch, rounds, quick):
     eager PyTorch on the same device, interleaved round by round; then
     Backend::Compute of the CPU and CUDA backends; then the service with each
     backend against the echo under many concurrent clients."""
-    results = {"bandwidth": [], "batches": {}}
+    results = {"bandwidth": [], "batches": {}, "transfers": []}
     exe = bin_dir / "temb_cuda_kernel_benchmark"
     cuda_torch = torch is not None and torch.cuda.is_available()
     embed = torch_embedding(torch) if cuda_torch else None
@@ -508,6 +508,7 @@ def run_gpu(bin_dir, torch, rounds, quick):
     for _ in range(rounds):
         data = json.loads(run([exe], timeout=600))
         results["bandwidth"].append(data["large"])
+        results["transfers"].append(data["transfers"])
         for row in data["batches"]:
             b = row["batch"]
             entry = results["batches"].setdefault(b, {"temb_us": [],
@@ -519,7 +520,7 @@ def run_gpu(bin_dir, torch, rounds, quick):
     results["backends"] = json.loads(run(
         [bin_dir / "temb_backend_benchmark",
          f"--seconds={0.4 if quick else 1.0}"], timeout=1200))
-    results["service"] = gpu_service(bin_dir, rounds, 1.5 if quick else 3.0)
+    results["service"] = gpu_service(bin_dir, rounds, 1.0 if quick else 3.0)
     return results
 
 
@@ -542,18 +543,20 @@ def torch_cuda_us(torch, embed, batch, burst=200, reps=7):
     return statistics.median(samples)
 
 
-GPU_CONCURRENCIES = [1, 4, 16, 64]
+GPU_CONCURRENCIES = [1, 16, 64]
+GPU_SERVERS = ("temb-auto", "temb-cuda", "temb-cpu", "echo")
 GPU_BATCHES = [1, 32, 256, 1024, 4096]
 
 
 def gpu_service(bin_dir, rounds, seconds):
-    """temb-server on the GPU and on the CPU against the echo, many clients:
-    1x320 against concurrency, and Nx1280 at concurrency 16."""
+    """temb-server routing by size (--backend=auto), on the GPU alone and on
+    the CPU alone, against the echo, many clients: 1x320 against
+    concurrency, and Nx1280 at concurrency 16."""
     result = {"latency": {}, "batches": {}}
     with tempfile.TemporaryDirectory() as workdir:
         servers = []
         try:
-            for backend in ("cuda", "cpu"):
+            for backend in ("auto", "cuda", "cpu"):
                 servers.append(Server(f"temb-{backend}", [
                     bin_dir / "temb-server", "--address=127.0.0.1:0",
                     "--metrics_address=127.0.0.1:0", "--log_level=warn",
@@ -590,8 +593,11 @@ def plot_gpu_service(path, service):
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt  # pylint: disable=import-outside-toplevel
     fig, axes = plt.subplots(1, 2, figsize=(11, 4))
-    styles = {"temb-cuda": "-o", "temb-cpu": "-.d", "echo": "--s"}
+    styles = {"temb-auto": "-*", "temb-cuda": "-o", "temb-cpu": "-.d",
+              "echo": "--s"}
     for name, style in styles.items():
+        if name not in service["latency"]:
+            continue
         lat = service["latency"][name]
         cs = sorted(lat)
         axes[0].plot(cs, [lat[c]["p50"] for c in cs], style, label=name)
@@ -644,12 +650,29 @@ def gpu_sections(r, gpu, path):
         rows.append([b, f"{k:.2f}", fmt(t), fmt(t / k if t else None)])
     r.table(["batch (x320 fp32)", "temb kernel us", "PyTorch eager us",
              "speed-up"], rows)
+    if gpu.get("transfers"):
+        r.add("Device to host: every service response crosses it. GB/s of "
+              "output into pageable memory (where a gRPC response lives), "
+              "medians of the rounds: the copy alone into pinned memory (the "
+              "limit), that plus the host copy on (a staging buffer), the "
+              "copy straight into pageable memory, and pinning the "
+              "destination around the copy.", "")
+        rows = []
+        for i, first in enumerate(gpu["transfers"][0]):
+            same = [rnd[i] for rnd in gpu["transfers"]]
+            rows.append([f"{first['bytes'] / 2**20:.0f} MiB"] + [
+                f"{statistics.median(x[k] for x in same):.1f}" for k in
+                ("d2h_pinned_gbs", "staged_gbs", "d2h_pageable_gbs",
+                 "registered_gbs")])
+        r.table(["output", "pinned GB/s", "pinned + memcpy GB/s",
+                 "pageable GB/s", "register + copy GB/s"], rows)
 
     be = gpu["backends"]
     r.add("## Backends: the whole Backend::Compute call", "",
           "`temb_backend_benchmark` (bench/backend_benchmark.cc) times what the "
           "server calls, host memory in and out: on the GPU that includes the "
-          "upload, the launch, the download and the synchronisation. Latency: "
+          "upload, the launch, the download and the synchronisation. One "
+          "caller's latency in us, and throughput in M embeddings/s. Latency: "
           "one caller, median of 7 rounds. Throughput: "
           f"{be['rows'][0]['callers']} callers back to back. "
           + "; ".join(f"{k}: {v}" for k, v in be["backends"].items()) + ".",
@@ -657,43 +680,50 @@ def gpu_sections(r, gpu, path):
     by = {}
     for row in be["rows"]:
         by.setdefault((row["batch"], row["dim"]), {})[row["backend"]] = row
+    names = [n for n in ("cpu", "cuda", "cuda+lent")
+             if any(n in x for x in by.values())]
     rows = []
     for (b, d), x in by.items():
-        cpu, cuda = x.get("cpu"), x.get("cuda")
-        rows.append([f"{b}x{d}", fmt(cpu and cpu["latency_us"], 1),
-                     fmt(cuda and cuda["latency_us"], 1),
-                     fmt(cpu and cuda and cpu["latency_us"] /
-                         cuda["latency_us"]),
-                     fmt(cpu and cpu["throughput_eps"] / 1e6, 3),
-                     fmt(cuda and cuda["throughput_eps"] / 1e6, 3),
-                     fmt(cpu and cuda and cuda["throughput_eps"] /
-                         cpu["throughput_eps"])])
-    r.table(["shape (fp32)", "cpu us", "cuda us", "cpu us / cuda us",
-             "cpu M emb/s", "cuda M emb/s", "cuda / cpu throughput"], rows)
+        rows.append([f"{b}x{d}"] +
+                    [fmt(x[n]["latency_us"] if n in x else None, 1)
+                     for n in names] +
+                    [fmt(x[n]["throughput_eps"] / 1e6 if n in x else None, 3)
+                     for n in names])
+    r.table(["shape (fp32)"] + [f"{n} us" for n in names] +
+            [f"{n} M emb/s" for n in names], rows)
+    if "cuda+lent" in names:
+        r.add("`cuda+lent`: the output is computed into page-locked memory the "
+              "CUDA backend lends (`Backend::AllocateOutput`), as the server "
+              "does for the responses it sends; `cuda`: into ordinary memory, "
+              "through the backend's staging buffer.", "")
 
     svc = gpu["service"]
     r.add("## Service on the GPU machine: many concurrent clients", "",
           f"![gpu service]({path.stem}/gpu_service.png)", "",
-          "temb-server with `--backend=cuda` and with `--backend=cpu`, and the "
-          "echo, driven by the same `temb bench` (8 channels).", "")
+          "temb-server with `--backend=auto` (responses of 1 MiB and more "
+          "on the GPU, smaller ones on the CPU), `--backend=cuda` (all on the "
+          "GPU) and `--backend=cpu`, and the echo, driven by the same "
+          "`temb bench` (up to 8 channels).", "")
     rows = []
     for c in sorted(svc["latency"]["echo"]):
         e = svc["latency"]["echo"][c]
-        for name in ("temb-cuda", "temb-cpu", "echo"):
+        for name in GPU_SERVERS:
+            if name not in svc["latency"]:
+                continue
             x = svc["latency"][name][c]
             rows.append([c, name, f"{x['p50']:.0f}", f"{x['p99']:.0f}",
                          f"{x['rps']:.0f}", x["failed"],
                          f"{x['rps'] / e['rps']:.2f}"])
     r.table(["concurrency (1x320)", "server", "p50 us", "p99 us", "ok rps",
              "failed", "rps / echo"], rows)
+    names = [n for n in GPU_SERVERS if n in svc["batches"]]
     rows = []
     for b in sorted(svc["batches"]["echo"]):
-        c, p, e = (svc["batches"][n][b] for n in ("temb-cuda", "temb-cpu",
-                                                  "echo"))
-        rows.append([f"{b}x1280", f"{c:.0f}", f"{p:.0f}", f"{e:.0f}",
-                     f"{c / e:.2f}", f"{c / p:.2f}"])
-    r.table(["batch (concurrency 16)", "cuda emb/s", "cpu emb/s", "echo emb/s",
-             "cuda / echo", "cuda / cpu"], rows)
+        x = {n: svc["batches"][n][b] for n in names}
+        rows.append([f"{b}x1280"] + [f"{x[n]:.0f}" for n in names] +
+                    [f"{x[n] / x['echo']:.2f}" for n in names if n != "echo"])
+    r.table(["batch (concurrency 16)"] + [f"{n} emb/s" for n in names] +
+            [f"{n} / echo" for n in names if n != "echo"], rows)
 
 
 def write_report(path, command, info, quick, rounds, seconds, concurrencies, batches,

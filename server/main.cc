@@ -20,7 +20,14 @@ ABSL_FLAG(std::string, address, "0.0.0.0:50051",
           "gRPC listen address HOST:PORT; port 0 picks a free port");
 ABSL_FLAG(std::string, port_file, "",
           "write the bound gRPC port to this file once serving");
-ABSL_FLAG(std::string, backend, "auto", "auto | cpu | cuda");
+ABSL_FLAG(std::string, backend, "auto",
+          "auto (the GPU when one works, with the CPU for small requests) | "
+          "cpu | cuda (every request on the GPU)");
+ABSL_FLAG(int64_t, gpu_min_output_bytes,
+          temb::BackendOptions().gpu_min_output_bytes,
+          "with --backend=auto and a GPU: responses of at least this many "
+          "bytes are computed on the GPU, smaller ones on the CPU; 0: all on "
+          "the GPU");
 ABSL_FLAG(int, cpu_threads, 0,
           "CPU backend threads per request (0: all hardware threads)");
 ABSL_FLAG(int64_t, max_batch, temb::Limits().max_batch,
@@ -105,6 +112,13 @@ int main(int argc, char** argv) {
   options.address = absl::GetFlag(FLAGS_address);
   options.backend = *backend;
   options.backend_options.cpu_threads = absl::GetFlag(FLAGS_cpu_threads);
+  options.backend_options.gpu_min_output_bytes =
+      absl::GetFlag(FLAGS_gpu_min_output_bytes);
+  if (options.backend_options.gpu_min_output_bytes < 0) {
+    return Fail(absl::InvalidArgumentError(absl::StrCat(
+        "--gpu_min_output_bytes must be >= 0, got ",
+        options.backend_options.gpu_min_output_bytes)));
+  }
   options.limits.max_batch = absl::GetFlag(FLAGS_max_batch);
   options.limits.max_dim = absl::GetFlag(FLAGS_max_dim);
   options.limits.max_output_bytes = absl::GetFlag(FLAGS_max_output_bytes);

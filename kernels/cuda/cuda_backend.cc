@@ -8,6 +8,13 @@
 // The staging buffer serves both directions: stream order guarantees the H2D
 // copy has finished reading it before the D2H copy overwrites it.
 //
+// When the caller computes into memory this backend lent (AllocateOutput:
+// page-locked, from a PinnedPool), the D2H copy goes straight there and the
+// host copy disappears.  That copy is the expensive part of a large output:
+// on the H100 machine of docs/benchmarks-gpu.md the device writes pinned
+// memory at about 50 GB/s, while any route into ordinary memory runs at the
+// host's copy speed, about 10 GB/s.
+//
 // Every CUDA error becomes an absl::Status here, at the first host boundary.
 #include "cuda/cuda_backend.h"
 
@@ -15,12 +22,14 @@
 
 #include <algorithm>
 #include <cstring>
+#include <map>
 #include <memory>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "cuda/embed_kernel.cuh"
@@ -136,6 +145,98 @@ absl::Status RunProbeKernel(int device) {
   return absl::OkStatus();
 }
 
+// Page-locked host buffers lent as outputs.  cudaMallocHost costs
+// milliseconds for a few MiB, so buffers that come back are kept for reuse,
+// by power-of-two capacity, up to kMaxCachedBytes in all: the server's
+// --max_queued_bytes (512 MiB by default) already bounds the response bytes
+// held at once, so a larger cache would rarely be used.
+class PinnedPool : public std::enable_shared_from_this<PinnedPool> {
+ public:
+  static constexpr size_t kMinCapacity = size_t{64} << 10;
+  static constexpr size_t kMaxCachedBytes = size_t{512} << 20;
+
+  ~PinnedPool() {
+    for (auto& [capacity, buffers] : free_) {
+      for (uint8_t* buffer : buffers) (void)cudaFreeHost(buffer);
+    }
+    (void)cudaGetLastError();
+  }
+
+  // nullptr when page-locked memory cannot be had (the caller then uses
+  // ordinary memory).
+  std::unique_ptr<HostBuffer> Lend(size_t bytes) {
+    size_t capacity = kMinCapacity;
+    while (capacity < bytes) capacity *= 2;
+    uint8_t* data = nullptr;
+    {
+      absl::MutexLock lock(&mu_);
+      auto it = free_.find(capacity);
+      if (it != free_.end() && !it->second.empty()) {
+        data = it->second.back();
+        it->second.pop_back();
+        cached_bytes_ -= capacity;
+      }
+    }
+    if (data == nullptr) {
+      void* raw = nullptr;
+      if (cudaMallocHost(&raw, capacity) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return nullptr;
+      }
+      data = static_cast<uint8_t*>(raw);
+    }
+    {
+      absl::MutexLock lock(&mu_);
+      lent_[data] = capacity;
+    }
+    return std::make_unique<Buffer>(shared_from_this(), data, bytes, capacity);
+  }
+
+  // Whether `out` starts a buffer this pool lent and fits in it.
+  bool IsLent(absl::Span<const uint8_t> out) {
+    absl::MutexLock lock(&mu_);
+    auto it = lent_.find(out.data());
+    return it != lent_.end() && out.size() <= it->second;
+  }
+
+ private:
+  class Buffer final : public HostBuffer {
+   public:
+    Buffer(std::shared_ptr<PinnedPool> pool, uint8_t* data, size_t size, size_t capacity)
+        : pool_(std::move(pool)), data_(data), size_(size), capacity_(capacity) {}
+    ~Buffer() override { pool_->Return(data_, capacity_); }
+    absl::Span<uint8_t> bytes() override { return absl::MakeSpan(data_, size_); }
+
+   private:
+    // Keeps the pool alive for as long as any buffer it lent.
+    const std::shared_ptr<PinnedPool> pool_;
+    uint8_t* const data_;
+    const size_t size_;
+    const size_t capacity_;
+  };
+
+  void Return(uint8_t* data, size_t capacity) {
+    {
+      absl::MutexLock lock(&mu_);
+      lent_.erase(data);
+      if (cached_bytes_ + capacity <= kMaxCachedBytes) {
+        free_[capacity].push_back(data);
+        cached_bytes_ += capacity;
+        return;
+      }
+    }
+    (void)cudaFreeHost(data);
+    (void)cudaGetLastError();
+  }
+
+  absl::Mutex mu_;
+  std::map<size_t, std::vector<uint8_t*>> free_ ABSL_GUARDED_BY(mu_);  // by capacity
+  absl::flat_hash_map<const uint8_t*, size_t> lent_ ABSL_GUARDED_BY(mu_);  // -> capacity
+  size_t cached_bytes_ ABSL_GUARDED_BY(mu_) = 0;
+};
+
+const std::vector<uint8_t> kNoTable;
+
 // Per-call resources.  Used by one call at a time.
 class CallContext {
  public:
@@ -183,6 +284,34 @@ class CallContext {
     return absl::OkStatus();
   }
 
+  // The frequency table of `spec` as bytes (float, or double for fp64
+  // precision).  A server sees the same spec call after call, and the table
+  // costs about 5 us on the host for dim 1280, so the last one is kept.
+  const std::vector<uint8_t>& Frequencies(const EmbeddingSpec& spec) {
+    const bool fp64 = spec.precision == Precision::kFloat64;
+    if (table_valid_ && table_half_dim_ == spec.half_dim() &&
+        table_max_period_ == spec.max_period && table_shift_ == spec.downscale_freq_shift &&
+        table_fp64_ == fp64) {
+      return table_;
+    }
+    table_valid_ = false;
+    if (fp64) {
+      const std::vector<double> values = Float64Frequencies(spec);
+      table_.assign(reinterpret_cast<const uint8_t*>(values.data()),
+                    reinterpret_cast<const uint8_t*>(values.data() + values.size()));
+    } else {
+      const std::vector<float> values = Float32Frequencies(spec);
+      table_.assign(reinterpret_cast<const uint8_t*>(values.data()),
+                    reinterpret_cast<const uint8_t*>(values.data() + values.size()));
+    }
+    table_half_dim_ = spec.half_dim();
+    table_max_period_ = spec.max_period;
+    table_shift_ = spec.downscale_freq_shift;
+    table_fp64_ = fp64;
+    table_valid_ = true;
+    return table_;
+  }
+
   cudaStream_t stream() const { return stream_; }
   uint8_t* device_buffer() const { return static_cast<uint8_t*>(device_); }
   uint8_t* host_buffer() const { return static_cast<uint8_t*>(host_); }
@@ -195,15 +324,34 @@ class CallContext {
   size_t device_capacity_ = 0;
   void* host_ = nullptr;  // pinned
   size_t host_capacity_ = 0;
+  // The last frequency table and the fields it depends on.
+  std::vector<uint8_t> table_;
+  bool table_valid_ = false;
+  int table_half_dim_ = 0;
+  double table_max_period_ = 0;
+  double table_shift_ = 0;
+  bool table_fp64_ = false;
 };
 
 class CudaBackend final : public Backend {
  public:
   CudaBackend(int device, std::string description)
-      : device_(device), description_(std::move(description)) {}
+      : device_(device),
+        description_(std::move(description)),
+        pinned_(std::make_shared<PinnedPool>()) {}
 
   BackendKind kind() const override { return BackendKind::kCuda; }
   std::string device() const override { return description_; }
+
+  std::unique_ptr<HostBuffer> AllocateOutput(size_t bytes) override {
+    // Below this the staging copy costs about what a pool round trip does.
+    if (bytes < PinnedPool::kMinCapacity) return nullptr;
+    if (cudaSetDevice(device_) != cudaSuccess) {
+      (void)cudaGetLastError();
+      return nullptr;
+    }
+    return pinned_->Lend(bytes);
+  }
 
   absl::Status Compute(const EmbeddingSpec& spec, absl::Span<const float> timesteps,
                        absl::Span<uint8_t> out) override {
@@ -217,7 +365,7 @@ class CudaBackend final : public Backend {
     // The current device is per thread and callers' threads are arbitrary.
     RETURN_IF_ERROR(Check(cudaSetDevice(device_), "cudaSetDevice"));
     ASSIGN_OR_RETURN(std::unique_ptr<CallContext> context, Acquire());
-    absl::Status status = Run(spec, timesteps, out, *context);
+    absl::Status status = Run(spec, timesteps, out, pinned_->IsLent(out), *context);
     // A failed context may still have work queued or a half-grown buffer:
     // drop it rather than hand it to the next call.
     if (status.ok()) Release(std::move(context));
@@ -242,25 +390,15 @@ class CudaBackend final : public Backend {
     idle_.push_back(std::move(context));
   }
 
+  // `out_pinned`: `out` is page-locked, so the device writes it directly.
   static absl::Status Run(const EmbeddingSpec& spec, absl::Span<const float> timesteps,
-                          absl::Span<uint8_t> out, CallContext& context) {
+                          absl::Span<uint8_t> out, bool out_pinned, CallContext& context) {
     const bool repeat_only = spec.repeat_only;
     const bool fp64_math = !repeat_only && spec.precision == Precision::kFloat64;
-    std::vector<float> freqs32;
-    std::vector<double> freqs64;
-    const void* freqs = nullptr;
-    size_t freq_bytes = 0;
-    if (!repeat_only && spec.half_dim() > 0) {
-      if (fp64_math) {
-        freqs64 = Float64Frequencies(spec);
-        freqs = freqs64.data();
-        freq_bytes = freqs64.size() * sizeof(double);
-      } else {
-        freqs32 = Float32Frequencies(spec);
-        freqs = freqs32.data();
-        freq_bytes = freqs32.size() * sizeof(float);
-      }
-    }
+    const std::vector<uint8_t>& table =
+        repeat_only || spec.half_dim() == 0 ? kNoTable : context.Frequencies(spec);
+    const void* freqs = table.data();
+    const size_t freq_bytes = table.size();
     // Device layout: [frequencies | timesteps | (256-aligned) output].  The
     // frequencies come first so the double table is naturally aligned; the
     // aligned output lets the kernel use vector stores.
@@ -268,7 +406,8 @@ class CudaBackend final : public Backend {
     const size_t input_bytes = timesteps_offset + timesteps.size() * sizeof(float);
     const size_t out_offset = RoundUp(input_bytes, 256);
     const size_t out_bytes = out.size();
-    RETURN_IF_ERROR(context.Reserve(out_offset + out_bytes, std::max(input_bytes, out_bytes)));
+    RETURN_IF_ERROR(context.Reserve(out_offset + out_bytes,
+                                    out_pinned ? input_bytes : std::max(input_bytes, out_bytes)));
 
     uint8_t* const host = context.host_buffer();
     uint8_t* const device = context.device_buffer();
@@ -295,16 +434,18 @@ class CudaBackend final : public Backend {
     args.out_type = ToOutType(spec.dtype);
     RETURN_IF_ERROR(Check(LaunchEmbed(args, stream), "embedding kernel launch"));
 
+    uint8_t* const landing = out_pinned ? out.data() : host;
     RETURN_IF_ERROR(Check(
-        cudaMemcpyAsync(host, device + out_offset, out_bytes, cudaMemcpyDeviceToHost, stream),
+        cudaMemcpyAsync(landing, device + out_offset, out_bytes, cudaMemcpyDeviceToHost, stream),
         "cudaMemcpyAsync (device to host)"));
     RETURN_IF_ERROR(Check(cudaStreamSynchronize(stream), "cudaStreamSynchronize"));
-    std::memcpy(out.data(), host, out_bytes);
+    if (!out_pinned) std::memcpy(out.data(), host, out_bytes);
     return absl::OkStatus();
   }
 
   const int device_;
   const std::string description_;
+  const std::shared_ptr<PinnedPool> pinned_;
   absl::Mutex mu_;
   // Contexts not in use; grows to the peak number of concurrent calls.
   std::vector<std::unique_ptr<CallContext>> idle_ ABSL_GUARDED_BY(mu_);

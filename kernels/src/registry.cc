@@ -1,8 +1,11 @@
 // The only file that knows whether the CUDA backend was compiled in.
 #include "temb/kernels/registry.h"
 
+#include <utility>
+
 #include "absl/strings/str_cat.h"
 #include "cpu/cpu_backend.h"
+#include "temb/kernels/size_router.h"
 #if TEMB_WITH_CUDA
 #include "cuda/cuda_backend.h"
 #endif
@@ -52,7 +55,12 @@ absl::StatusOr<std::unique_ptr<Backend>> CreateBackend(
                      cuda.message()));
   }
 #if TEMB_WITH_CUDA
-  return cuda::CreateCudaBackend(options.cuda_device);
+  auto gpu = cuda::CreateCudaBackend(options.cuda_device);
+  if (!gpu.ok() || choice == BackendChoice::kCuda || options.gpu_min_output_bytes <= 0) {
+    return gpu;
+  }
+  return RouteBySize(CreateCpuBackend(options.cpu_threads), std::move(*gpu),
+                     options.gpu_min_output_bytes);
 #else
   return cuda;  // unreachable: CudaStatus() is never OK without CUDA
 #endif

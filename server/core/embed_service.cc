@@ -131,21 +131,24 @@ absl::StatusOr<Embedding> EmbedService::Embed(
   embedding.size_bytes = OutputBytes(spec, embedding.rows);
   if (ticket != nullptr) RETURN_IF_ERROR(ticket->Reserve(embedding.size_bytes));
   const auto size = static_cast<size_t>(embedding.size_bytes);
+  Backend* backend = active_.load();
   absl::Span<uint8_t> output;
+  std::unique_ptr<HostBuffer> lent;
   if (allocator != nullptr) {
-    output = allocator->Allocate(size);
+    lent = size > 0 ? backend->AllocateOutput(size) : nullptr;
+    output = lent != nullptr ? lent->bytes() : allocator->Allocate(size);
   } else {
     embedding.data.resize(size);
     output = absl::MakeSpan(reinterpret_cast<uint8_t*>(embedding.data.data()),
                             size);
   }
-  Backend* backend = active_.load();
   while (true) {
     const absl::Status status = backend->Compute(spec, timesteps, output);
     if (status.ok()) break;
     ASSIGN_OR_RETURN(backend, HandleBackendFailure(backend, status));
   }
-  embedding.backend = backend->kind();
+  if (lent != nullptr) allocator->Adopt(std::move(lent));
+  embedding.backend = backend->KindFor(embedding.size_bytes);
   return embedding;
 }
 

@@ -55,14 +55,18 @@ absl::StatusOr<EmbeddingSpec> ResolveSpec(const SpecRequest& request,
 // little-endian, in `data` (a std::string so that frontends can move it into a
 // protobuf bytes field without copying).
 // Where Embed() writes an embedding's bytes when the caller wants them
-// somewhere other than Embedding::data (the native frontend: in a gRPC slice
-// it then sends without copying it, or zero-filling it first).
+// somewhere other than Embedding::data (the frontends: in a gRPC slice they
+// then send without copying it, or zero-filling it first).  When the backend
+// lends faster memory, Embed() computes there and hands it over instead.
 class OutputAllocator {
  public:
   virtual ~OutputAllocator() = default;
   // `bytes` bytes of writable memory that outlive the Embed() call.  They may
   // be uninitialised: the backend writes every byte.
   virtual absl::Span<uint8_t> Allocate(size_t bytes) = 0;
+  // Instead of Allocate(): the output was computed into memory the backend
+  // lent (Backend::AllocateOutput), which the allocator now owns and sends.
+  virtual void Adopt(std::unique_ptr<HostBuffer> buffer) = 0;
 };
 
 struct Embedding {

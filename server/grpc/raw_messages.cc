@@ -23,6 +23,16 @@ absl::Span<uint8_t> SliceAllocator::Allocate(size_t bytes) {
   return absl::MakeSpan(start, bytes);
 }
 
+void SliceAllocator::Adopt(std::unique_ptr<HostBuffer> buffer) {
+  const absl::Span<uint8_t> bytes = buffer->bytes();
+  // gRPC calls the destroyer once the last reference to the slice is gone
+  // (the response has been written or the call abandoned).
+  grpc_slice memory = grpc_slice_new_with_user_data(
+      bytes.data(), bytes.size(),
+      [](void* lent) { delete static_cast<HostBuffer*>(lent); }, buffer.release());
+  slice_ = grpc::Slice(memory, grpc::Slice::STEAL_REF);
+}
+
 void AppendFieldHeader(int field_number, uint64_t length, std::string* out) {
   uint8_t buffer[2 * 10];  // two varints of at most 10 bytes
   uint8_t* end = CodedOutputStream::WriteVarint32ToArray(

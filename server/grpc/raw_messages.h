@@ -12,6 +12,7 @@
 #define TEMB_SERVER_GRPC_RAW_MESSAGES_H_
 
 #include <cstdint>
+#include <memory>
 #include <string>
 
 #include "absl/status/status.h"
@@ -24,10 +25,12 @@
 
 namespace temb {
 
-// Gives the core gRPC slice memory to compute an embedding into.
+// Gives the core gRPC slice memory to compute an embedding into, or wraps
+// the memory the backend lent in a slice that gives it back once sent.
 class SliceAllocator final : public OutputAllocator {
  public:
   absl::Span<uint8_t> Allocate(size_t bytes) override;
+  void Adopt(std::unique_ptr<HostBuffer> buffer) override;
   const grpc::Slice& slice() const { return slice_; }
 
  private:

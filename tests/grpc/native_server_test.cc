@@ -471,5 +471,114 @@ TEST_F(NativeServerTest, MetricsCountRequests) {
   EXPECT_THAT(scrape, HasSubstr("temb_backend_info{backend=\"cpu\""));
 }
 
+// The CPU backend, lending its own memory for outputs of 4 KiB and more
+// (as the CUDA backend lends page-locked memory), and counting what it lent
+// and what came back.
+class LendingBackend final : public Backend {
+ public:
+  static constexpr size_t kMinLent = 4096;
+
+  LendingBackend() : inner_(*CreateBackend(BackendChoice::kCpu)) {}
+  BackendKind kind() const override { return inner_->kind(); }
+  std::string device() const override { return inner_->device(); }
+
+  std::unique_ptr<HostBuffer> AllocateOutput(size_t bytes) override {
+    if (bytes < kMinLent) return nullptr;
+    auto buffer = std::make_unique<Lent>(bytes, counts_);
+    std::lock_guard<std::mutex> lock(counts_->mutex);
+    counts_->lent_addresses.push_back(buffer->bytes().data());
+    return buffer;
+  }
+
+  absl::Status Compute(const EmbeddingSpec& spec, absl::Span<const float> timesteps,
+                       absl::Span<uint8_t> out) override {
+    {
+      std::lock_guard<std::mutex> lock(counts_->mutex);
+      computed_into_.push_back(out.data());
+    }
+    return inner_->Compute(spec, timesteps, out);
+  }
+
+  std::vector<const uint8_t*> lent() {
+    std::lock_guard<std::mutex> lock(counts_->mutex);
+    return counts_->lent_addresses;
+  }
+  std::vector<const uint8_t*> computed_into() {
+    std::lock_guard<std::mutex> lock(counts_->mutex);
+    return computed_into_;
+  }
+  // Waits (30 s at most, a safety net) until `n` buffers came back.
+  bool WaitForReturned(int n) {
+    std::unique_lock<std::mutex> lock(counts_->mutex);
+    return counts_->changed.wait_for(lock, kCallTimeout, [&] { return counts_->returned >= n; });
+  }
+
+ private:
+  struct Counts {
+    std::mutex mutex;
+    std::condition_variable changed;
+    std::vector<const uint8_t*> lent_addresses;
+    int returned = 0;
+  };
+  class Lent final : public HostBuffer {
+   public:
+    Lent(size_t bytes, std::shared_ptr<Counts> counts)
+        : memory_(bytes, 0xA5), counts_(std::move(counts)) {}
+    ~Lent() override {
+      std::lock_guard<std::mutex> lock(counts_->mutex);
+      ++counts_->returned;
+      counts_->changed.notify_all();
+    }
+    absl::Span<uint8_t> bytes() override { return absl::MakeSpan(memory_); }
+
+   private:
+    std::vector<uint8_t> memory_;
+    std::shared_ptr<Counts> counts_;  // a buffer may come back after the backend is gone
+  };
+
+  std::unique_ptr<Backend> inner_;
+  std::shared_ptr<Counts> counts_ = std::make_shared<Counts>();
+  std::vector<const uint8_t*> computed_into_;
+};
+
+TEST(NativeServerLentOutputTest, LentMemoryIsSentAndGivenBack) {
+  AppOptions options;
+  options.address = "127.0.0.1:0";
+  options.metrics_address = "";
+  auto owned = std::make_unique<LendingBackend>();
+  LendingBackend* backend = owned.get();
+  auto app = App::Start(options, std::move(owned));
+  ASSERT_TRUE(app.ok()) << app.status();
+  grpc::ChannelArguments args;
+  args.SetMaxReceiveMessageSize(-1);
+  auto stub = v1::EmbeddingService::NewStub(grpc::CreateCustomChannel(
+      "127.0.0.1:" + std::to_string((*app)->port()), grpc::InsecureChannelCredentials(), args));
+
+  EmbeddingSpec spec = PresetCatalog::BuiltIn().Find("sdxl")->spec;
+  for (int rows : {1, 64, 1000}) {  // 1.25 KiB: not lent; 80 KiB and 1.2 MiB: lent
+    SCOPED_TRACE(rows);
+    std::vector<float> ts;
+    for (int n = 0; n < rows; ++n) ts.push_back(static_cast<float>((n * 37) % 1000));
+    v1::EmbedRequest request;
+    request.set_preset("sdxl");
+    for (float t : ts) request.add_timesteps(t);
+    v1::EmbedResponse response;
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() + kCallTimeout);
+    ASSERT_TRUE(stub->Embed(&context, request, &response).ok());
+    EXPECT_TRUE(response.embedding().data() == Direct(spec, ts));
+  }
+  // The two large outputs were computed into the memory lent for them...
+  const std::vector<const uint8_t*> lent = backend->lent();
+  ASSERT_EQ(lent.size(), 2u);
+  const std::vector<const uint8_t*> computed = backend->computed_into();
+  ASSERT_EQ(computed.size(), 3u);
+  EXPECT_EQ(computed[1], lent[0]);
+  EXPECT_EQ(computed[2], lent[1]);
+  // ...and each came back once gRPC had sent it.
+  EXPECT_TRUE(backend->WaitForReturned(2));
+  (*app)->Shutdown();
+}
+
 }  // namespace
 }  // namespace temb

@@ -474,6 +474,38 @@ TEST_P(BackendParityTest, ConcurrentCallsGiveIdenticalResults) {
   }
 }
 
+// --backend=auto: the same device for large outputs, the CPU below the
+// threshold, each giving exactly its own bytes; a threshold of 0 keeps every
+// request on the device.
+TEST_P(BackendParityTest, AutoSendsSmallOutputsToTheCpu) {
+  BackendOptions options;
+  options.gpu_min_output_bytes = int64_t{64} << 10;
+  absl::StatusOr<std::unique_ptr<Backend>> routed = CreateBackend(BackendChoice::kAuto, options);
+  ASSERT_TRUE(routed.ok()) << routed.status();
+  Backend& router = **routed;
+  EXPECT_EQ(router.kind(), backend_->kind());
+  EXPECT_EQ(router.KindFor(options.gpu_min_output_bytes - 1), BackendKind::kCpu);
+  EXPECT_EQ(router.KindFor(options.gpu_min_output_bytes), backend_->kind());
+
+  EmbeddingSpec spec;
+  spec.dim = 320;
+  for (int64_t batch : {int64_t{19}, int64_t{989}}) {  // 24 KiB and 1.2 MiB
+    const std::vector<float> timesteps = MakeTimesteps(batch, 1e4, 31u + batch);
+    absl::Status status;
+    const std::vector<uint8_t> routed_out = ComputeWithSentinel(router, spec, timesteps, &status);
+    ASSERT_TRUE(status.ok()) << status;
+    Backend& expected_backend =
+        OutputBytes(spec, batch) < options.gpu_min_output_bytes ? *cpu_ : *backend_;
+    EXPECT_EQ(routed_out, ComputeWithSentinel(expected_backend, spec, timesteps, &status))
+        << "batch " << batch;
+  }
+
+  options.gpu_min_output_bytes = 0;
+  routed = CreateBackend(BackendChoice::kAuto, options);
+  ASSERT_TRUE(routed.ok()) << routed.status();
+  EXPECT_EQ((*routed)->KindFor(1), backend_->kind());
+}
+
 INSTANTIATE_TEST_SUITE_P(Accelerated, BackendParityTest,
                          ::testing::Values(BackendChoice::kCuda),
                          [](const ::testing::TestParamInfo<BackendChoice>& param) {

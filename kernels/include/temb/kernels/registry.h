@@ -23,6 +23,11 @@ struct BackendOptions {
   int cpu_threads = 0;
   // CUDA device ordinal.
   int cuda_device = 0;
+  // kAuto with a usable GPU: outputs of at least this many bytes run on the
+  // GPU, smaller ones on the CPU (size_router.h); 0 sends all to the GPU.
+  // 1 MiB is where the GPU started to win in the service under 16
+  // concurrent clients on an H100 machine (docs/benchmarks-gpu.md).
+  int64_t gpu_min_output_bytes = int64_t{1} << 20;
 };
 
 // True when the CUDA backend was compiled into this binary.
@@ -31,7 +36,8 @@ bool CudaBuiltIn();
 // True when CUDA is built in and a device really works (a probe kernel ran).
 bool CudaUsable(int device = 0);
 
-// kAuto: CUDA when CudaUsable(), else CPU.  kCuda without a usable device:
+// kAuto: CUDA when CudaUsable() (with the CPU for outputs under
+// options.gpu_min_output_bytes), else CPU.  kCuda without a usable device:
 // FAILED_PRECONDITION explaining why (not built in, or the probe's error).
 absl::StatusOr<std::unique_ptr<Backend>> CreateBackend(
     BackendChoice choice, const BackendOptions& options = {});
