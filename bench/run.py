@@ -106,11 +106,13 @@ def machine():
                                   timeout=10).stdout.strip()
         except OSError:
             return ""
-    # A copy without .git (a bundle run on a GPU machine) names its commit.
-    info["commit"] = (git("rev-parse", "--short", "HEAD") or
-                      os.environ.get("BENCH_COMMIT", "unknown"))
-    if git("status", "--porcelain", "--untracked-files=no"):
-        info["commit"] += " (with uncommitted changes)"
+    # Binaries built elsewhere (scripts/gpu-bundle.sh) name the commit they
+    # were built from; the copy they run in may have no .git, or a stale one.
+    info["commit"] = os.environ.get("BENCH_COMMIT")
+    if not info["commit"]:
+        info["commit"] = git("rev-parse", "--short", "HEAD") or "unknown"
+        if git("status", "--porcelain", "--untracked-files=no"):
+            info["commit"] += " (with uncommitted changes)"
     info["date"] = datetime.datetime.now().strftime("%Y-%m-%d %H:%M")
     with contextlib.suppress(Exception):
         info["gpu"] = subprocess.run(
@@ -759,6 +761,11 @@ def write_report(path, command, info, quick, rounds, seconds, concurrencies, bat
     big = max(large["echo"])
     bytes_ratio = large["temb-server"][big] / large["echo"][big]
     r.add("## Targets", "")
+    if gpu:
+        r.add("The service and CPU kernel targets are set for the 2-core "
+              "machine (docs/benchmarks.md has that run); on this machine "
+              "they are shown for orientation.  The CUDA rows are this "
+              "machine's.", "")
     rows = [
         ["unary 1x320 fp32, p50 latency, concurrency 1",
          f"{temb[1]['p50']:.0f} us", f"echo {echo[1]['p50']:.0f} us",

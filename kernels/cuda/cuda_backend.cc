@@ -146,14 +146,17 @@ absl::Status RunProbeKernel(int device) {
 }
 
 // Page-locked host buffers lent as outputs.  cudaMallocHost costs
-// milliseconds for a few MiB, so buffers that come back are kept for reuse,
-// by power-of-two capacity, up to kMaxCachedBytes in all: the server's
-// --max_queued_bytes (512 MiB by default) already bounds the response bytes
-// held at once, so a larger cache would rarely be used.
+// milliseconds for a few MiB (it pins every page), so buffers that come back
+// are kept for reuse, by power-of-two capacity.  All of them together, lent
+// and kept, stay within kBudgetBytes: past it a cached buffer of another size
+// is freed to make room, and when nothing can be freed Lend() says no and
+// the call uses ordinary memory.  The budget is the server's default
+// --max_queued_bytes (512 MiB), which already bounds the response bytes held
+// at once, so a larger one would rarely be used.
 class PinnedPool : public std::enable_shared_from_this<PinnedPool> {
  public:
   static constexpr size_t kMinCapacity = size_t{64} << 10;
-  static constexpr size_t kMaxCachedBytes = size_t{512} << 20;
+  static constexpr size_t kBudgetBytes = size_t{512} << 20;
 
   ~PinnedPool() {
     for (auto& [capacity, buffers] : free_) {
@@ -162,33 +165,50 @@ class PinnedPool : public std::enable_shared_from_this<PinnedPool> {
     (void)cudaGetLastError();
   }
 
-  // nullptr when page-locked memory cannot be had (the caller then uses
-  // ordinary memory).
+  // nullptr when the budget is spent or page-locked memory cannot be had.
   std::unique_ptr<HostBuffer> Lend(size_t bytes) {
     size_t capacity = kMinCapacity;
     while (capacity < bytes) capacity *= 2;
     uint8_t* data = nullptr;
+    std::vector<uint8_t*> evicted;
     {
       absl::MutexLock lock(&mu_);
       auto it = free_.find(capacity);
       if (it != free_.end() && !it->second.empty()) {
         data = it->second.back();
         it->second.pop_back();
-        cached_bytes_ -= capacity;
+      } else {
+        // Make room by freeing kept buffers of other sizes, largest first.
+        while (held_bytes_ + capacity > kBudgetBytes && !free_.empty()) {
+          auto largest = std::prev(free_.end());
+          if (largest->second.empty()) {
+            free_.erase(largest);
+            continue;
+          }
+          evicted.push_back(largest->second.back());
+          largest->second.pop_back();
+          held_bytes_ -= largest->first;
+        }
+        if (held_bytes_ + capacity > kBudgetBytes) {
+          FreeAll(evicted);
+          return nullptr;
+        }
+        held_bytes_ += capacity;  // reserved before the slow allocation
       }
     }
+    FreeAll(evicted);
     if (data == nullptr) {
       void* raw = nullptr;
       if (cudaMallocHost(&raw, capacity) != cudaSuccess) {
         (void)cudaGetLastError();
+        absl::MutexLock lock(&mu_);
+        held_bytes_ -= capacity;
         return nullptr;
       }
       data = static_cast<uint8_t*>(raw);
     }
-    {
-      absl::MutexLock lock(&mu_);
-      lent_[data] = capacity;
-    }
+    absl::MutexLock lock(&mu_);
+    lent_[data] = capacity;
     return std::make_unique<Buffer>(shared_from_this(), data, bytes, capacity);
   }
 
@@ -215,24 +235,21 @@ class PinnedPool : public std::enable_shared_from_this<PinnedPool> {
     const size_t capacity_;
   };
 
+  static void FreeAll(const std::vector<uint8_t*>& buffers) {
+    for (uint8_t* buffer : buffers) (void)cudaFreeHost(buffer);
+    if (!buffers.empty()) (void)cudaGetLastError();
+  }
+
   void Return(uint8_t* data, size_t capacity) {
-    {
-      absl::MutexLock lock(&mu_);
-      lent_.erase(data);
-      if (cached_bytes_ + capacity <= kMaxCachedBytes) {
-        free_[capacity].push_back(data);
-        cached_bytes_ += capacity;
-        return;
-      }
-    }
-    (void)cudaFreeHost(data);
-    (void)cudaGetLastError();
+    absl::MutexLock lock(&mu_);
+    lent_.erase(data);
+    free_[capacity].push_back(data);  // still counted in held_bytes_
   }
 
   absl::Mutex mu_;
   std::map<size_t, std::vector<uint8_t*>> free_ ABSL_GUARDED_BY(mu_);  // by capacity
   absl::flat_hash_map<const uint8_t*, size_t> lent_ ABSL_GUARDED_BY(mu_);  // -> capacity
-  size_t cached_bytes_ ABSL_GUARDED_BY(mu_) = 0;
+  size_t held_bytes_ ABSL_GUARDED_BY(mu_) = 0;  // lent and kept
 };
 
 const std::vector<uint8_t> kNoTable;
