@@ -474,6 +474,44 @@ TEST_P(BackendParityTest, ConcurrentCallsGiveIdenticalResults) {
   }
 }
 
+// A backend that lends output memory computes the same bytes into it as into
+// ordinary memory.
+TEST_P(BackendParityTest, LentOutputMemoryGivesTheSameBytes) {
+  EmbeddingSpec spec;
+  spec.dim = 1280;
+  for (int64_t batch : {int64_t{13}, int64_t{989}}) {  // 65 KiB and 4.8 MiB
+    const std::vector<float> timesteps = MakeTimesteps(batch, 1e4, 77u + batch);
+    const size_t bytes = OutputBytes(spec, batch);
+    std::unique_ptr<HostBuffer> lent = backend_->AllocateOutput(bytes);
+    if (lent == nullptr) GTEST_SKIP() << backend_->device() << " lends no output memory";
+    ASSERT_EQ(lent->bytes().size(), bytes);
+    std::fill(lent->bytes().begin(), lent->bytes().end(), 0xab);
+    ASSERT_TRUE(backend_->Compute(spec, timesteps, lent->bytes()).ok());
+    absl::Status status;
+    const std::vector<uint8_t> ordinary = ComputeWithSentinel(*backend_, spec, timesteps, &status);
+    ASSERT_TRUE(status.ok()) << status;
+    EXPECT_TRUE(std::equal(ordinary.begin(), ordinary.end(), lent->bytes().begin()))
+        << "batch " << batch;
+  }
+}
+
+// Lent memory is bounded: past the budget the backend says no (callers then
+// use ordinary memory), and memory given back serves other sizes.
+TEST_P(BackendParityTest, LentOutputMemoryIsBounded) {
+  constexpr size_t kLarge = size_t{64} << 20;
+  std::vector<std::unique_ptr<HostBuffer>> held;
+  for (int i = 0; i < 64; ++i) {  // 4 GiB asked for
+    std::unique_ptr<HostBuffer> lent = backend_->AllocateOutput(kLarge);
+    if (lent == nullptr) break;
+    held.push_back(std::move(lent));
+  }
+  if (held.empty()) GTEST_SKIP() << backend_->device() << " lends no output memory";
+  EXPECT_LT(held.size(), 64u) << "lent memory has no bound";
+  held.clear();
+  // The kept 64 MiB buffers make room for a different size.
+  EXPECT_NE(backend_->AllocateOutput(size_t{100} << 20), nullptr);
+}
+
 // --backend=auto: the same device for large outputs, the CPU below the
 // threshold, each giving exactly its own bytes; a threshold of 0 keeps every
 // request on the device.
