@@ -485,7 +485,8 @@ def report(m, output):
                  m["per_batch"])
     if m["gpu"]:
         plot_gpu_service(figures / "gpu_service.png", m["gpu"]["service"])
-    COMMANDS[:] = m["commands"]
+    # Older results recorded absolute paths.
+    COMMANDS[:] = [c.replace(str(REPO) + "/", "") for c in m["commands"]]
     write_report(output, m.get("command", "bench/run.sh" + (
         " --quick" if m["quick"] else "")), m["info"], m["quick"], m["rounds"], m["seconds"],
                  m["concurrencies"], m["batches"], m["latency"],
@@ -823,8 +824,8 @@ def write_report(path, command, info, quick, rounds, seconds, concurrencies, bat
                            ("CUDA kernel vs eager PyTorch CUDA, batches "
                             "1..64", ">= 5x")):
             rows.append([what, "-", "-", "not measured", goal,
-                         "not measured: no GPU in this run "
-                         "(`bench/run.sh --gpu` on a GPU machine)"])
+                         "no GPU in this run: see "
+                         "[benchmarks-gpu.md](benchmarks-gpu.md)"])
     r.table(["target", "temb", "baseline (same run)", "ratio", "goal",
              "verdict"], rows)
 
