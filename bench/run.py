@@ -797,7 +797,8 @@ def write_report(path, command, info, quick, rounds, seconds, concurrencies, bat
         rows.append(["CPU kernel 1024x1280 fp32 vs eager PyTorch CPU, 1 thread",
                      f"{kernel_g:.3f} G elem/s", "PyTorch: not installed",
                      "not measured", ">= 4x",
-                     "not measured (see Notes)"])
+                     "not installed here: see "
+                     "[benchmarks-gpu.md](benchmarks-gpu.md) and the notes"])
     rows.append(["(extra) same, vs numpy float32 in-process",
                  f"{kernel_g:.3f} G elem/s",
                  f"numpy {np.__version__} {numpy_g:.3f} G elem/s",
