@@ -194,8 +194,16 @@ cudaError_t LaunchSinusoid(const EmbedArgs& args, cudaStream_t stream) {
   // Frequencies one thread handles with one store (two for halves).
   constexpr int kPerFrequency = kInterleaved ? 2 : 1;
   constexpr int kFit = kMaxStoreBytes / static_cast<int>(sizeof(Storage) * kPerFrequency);
-  constexpr int kMaxVec = kFit < 4 ? kFit : 4;
+  // Up to 8 frequencies a thread: 16-byte stores for fp16/bf16 too.  At four
+  // (8-byte stores) a 1 GiB bf16 output reached 0.77x of cudaMemset on an
+  // H100, at eight 0.84x (bench/report_notes.md).
+  constexpr int kMaxVec = kFit < 8 ? kFit : 8;
   const int half = args.dim / 2;
+  if constexpr (kMaxVec >= 8) {
+    if (PacketsAligned(args, 8, 8 * kPerFrequency * sizeof(Storage))) {
+      return LaunchRows(SinusoidKernel<Out, Real, 8, kInterleaved>, args, half / 8, stream);
+    }
+  }
   if constexpr (kMaxVec >= 4) {
     if (PacketsAligned(args, 4, 4 * kPerFrequency * sizeof(Storage))) {
       return LaunchRows(SinusoidKernel<Out, Real, 4, kInterleaved>, args, half / 4, stream);
