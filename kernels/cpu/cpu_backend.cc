@@ -67,14 +67,10 @@ Float32RowsFn EngineFor(CpuIsa isa) {
   }
 }
 
-// Frequency tables depend on three fields only; a server sees the same few
-// specs over and over, so each calling thread keeps the last few tables.
+// Each calling thread keeps its last few frequency tables.
 struct FrequencyTable {
   bool valid = false;
-  int half_dim = 0;
-  double max_period = 0;
-  double shift = 0;
-  Precision precision = Precision::kFloat32;
+  FrequencyKey key;
   std::vector<float> f32;   // zero-padded to a multiple of kMaxLanes
   std::vector<double> f64;  // exactly half_dim values
 };
@@ -83,21 +79,16 @@ const FrequencyTable& CachedFrequencies(const EmbeddingSpec& spec) {
   constexpr int kEntries = 4;
   thread_local std::array<FrequencyTable, kEntries> cache;
   thread_local int next_victim = 0;
+  const FrequencyKey key = FrequencyKey::Of(spec);
   for (const FrequencyTable& entry : cache) {
-    if (entry.valid && entry.half_dim == spec.half_dim() &&
-        entry.max_period == spec.max_period &&
-        entry.shift == spec.downscale_freq_shift &&
-        entry.precision == spec.precision) {
+    if (entry.valid && entry.key == key) {
       return entry;
     }
   }
   FrequencyTable& entry = cache[next_victim];
   next_victim = (next_victim + 1) % kEntries;
   entry.valid = true;
-  entry.half_dim = spec.half_dim();
-  entry.max_period = spec.max_period;
-  entry.shift = spec.downscale_freq_shift;
-  entry.precision = spec.precision;
+  entry.key = key;
   entry.f32.clear();
   entry.f64.clear();
   if (spec.precision == Precision::kFloat64) {

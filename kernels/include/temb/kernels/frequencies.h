@@ -17,6 +17,24 @@
 
 namespace temb {
 
+// Everything a frequency table depends on: specs with equal keys have equal
+// tables, so backends cache tables by key (a server sees the same few specs
+// over and over, and a table of dim 1280 takes microseconds to build).
+struct FrequencyKey {
+  int half_dim = 0;
+  double max_period = 0;
+  double shift = 0;
+  Precision precision = Precision::kFloat32;
+
+  static FrequencyKey Of(const EmbeddingSpec& spec) {
+    return {spec.half_dim(), spec.max_period, spec.downscale_freq_shift, spec.precision};
+  }
+  bool operator==(const FrequencyKey& other) const {
+    return half_dim == other.half_dim && max_period == other.max_period &&
+           shift == other.shift && precision == other.precision;
+  }
+};
+
 // H float32 frequencies in PyTorch's op order.  Requires a valid spec.
 std::vector<float> Float32Frequencies(const EmbeddingSpec& spec);
 
