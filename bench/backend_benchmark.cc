@@ -42,7 +42,8 @@ struct Shape {
 
 std::vector<float> Timesteps(int64_t batch) {
   std::vector<float> t(batch);
-  for (int64_t n = 0; n < batch; ++n) t[n] = static_cast<float>((n * 37) % 1000);
+  for (int64_t n = 0; n < batch; ++n)
+    t[n] = static_cast<float>((n * 37) % 1000);
   return t;
 }
 
@@ -58,8 +59,11 @@ EmbeddingSpec Spec(int dim) {
 class Output {
  public:
   Output(Backend& backend, size_t bytes, bool lent)
-      : lent_(lent ? backend.AllocateOutput(bytes) : nullptr), ordinary_(lent_ ? 0 : bytes) {}
-  absl::Span<uint8_t> span() { return lent_ ? lent_->bytes() : absl::MakeSpan(ordinary_); }
+      : lent_(lent ? backend.AllocateOutput(bytes) : nullptr),
+        ordinary_(lent_ ? 0 : bytes) {}
+  absl::Span<uint8_t> span() {
+    return lent_ ? lent_->bytes() : absl::MakeSpan(ordinary_);
+  }
 
  private:
   std::unique_ptr<HostBuffer> lent_;
@@ -67,7 +71,8 @@ class Output {
 };
 
 // Median microseconds per call over rounds of `seconds / 7` each.
-double LatencyUs(Backend& backend, const Shape& shape, bool lent, double seconds) {
+double LatencyUs(Backend& backend, const Shape& shape, bool lent,
+                 double seconds) {
   const EmbeddingSpec spec = Spec(shape.dim);
   const std::vector<float> t = Timesteps(shape.batch);
   Output out(backend, OutputBytes(spec, shape.batch), lent);
@@ -84,8 +89,10 @@ double LatencyUs(Backend& backend, const Shape& shape, bool lent, double seconds
       call();
       ++calls;
     } while (Clock::now() < until);
-    rounds.push_back(std::chrono::duration<double, std::micro>(Clock::now() - start).count() /
-                     calls);
+    rounds.push_back(
+        std::chrono::duration<double, std::micro>(Clock::now() - start)
+            .count() /
+        calls);
   }
   std::sort(rounds.begin(), rounds.end());
   return rounds[rounds.size() / 2];
@@ -94,8 +101,8 @@ double LatencyUs(Backend& backend, const Shape& shape, bool lent, double seconds
 // Embeddings per second with `callers` threads calling back to back.  Each
 // thread gets its output memory and makes one call before the clock starts,
 // so that first-call allocations are not part of the figure.
-double ThroughputEps(Backend& backend, const Shape& shape, bool lent, int callers,
-                     double seconds) {
+double ThroughputEps(Backend& backend, const Shape& shape, bool lent,
+                     int callers, double seconds) {
   const EmbeddingSpec spec = Spec(shape.dim);
   const std::vector<float> t = Timesteps(shape.batch);
   std::atomic<int64_t> calls{0};
@@ -123,7 +130,8 @@ double ThroughputEps(Backend& backend, const Shape& shape, bool lent, int caller
   std::this_thread::sleep_for(std::chrono::duration<double>(seconds));
   stop = true;
   for (auto& thread : threads) thread.join();
-  const double elapsed = std::chrono::duration<double>(Clock::now() - start).count();
+  const double elapsed =
+      std::chrono::duration<double>(Clock::now() - start).count();
   return static_cast<double>(calls.load()) * shape.batch / elapsed;
 }
 
@@ -145,9 +153,10 @@ int Run(int callers, double seconds) {
                 backends[i].second->device().c_str());
   }
   std::printf("}, \"rows\": [");
-  const Shape kShapes[] = {{1, 320},    {8, 320},     {32, 320},    {128, 320},
-                           {1024, 320}, {1, 1280},    {32, 1280},   {256, 1280},
-                           {1024, 1280}, {4096, 1280}, {16384, 1280}};
+  const Shape kShapes[] = {{1, 320},     {8, 320},     {32, 320},
+                           {128, 320},   {1024, 320},  {1, 1280},
+                           {32, 1280},   {256, 1280},  {1024, 1280},
+                           {4096, 1280}, {16384, 1280}};
   bool first = true;
   for (const Shape& shape : kShapes) {
     for (auto& [name, backend] : backends) {
@@ -156,11 +165,14 @@ int Run(int callers, double seconds) {
       for (bool lent : {false, true}) {
         if (lent && !lends) continue;
         const double latency = LatencyUs(*backend, shape, lent, seconds);
-        const double eps = ThroughputEps(*backend, shape, lent, callers, seconds);
-        std::printf("%s\n{\"backend\": \"%s%s\", \"batch\": %lld, \"dim\": %d, "
-                    "\"latency_us\": %.3f, \"callers\": %d, \"throughput_eps\": %.1f}",
-                    first ? "" : ",", name.c_str(), lent ? "+lent" : "",
-                    static_cast<long long>(shape.batch), shape.dim, latency, callers, eps);
+        const double eps =
+            ThroughputEps(*backend, shape, lent, callers, seconds);
+        std::printf(
+            "%s\n{\"backend\": \"%s%s\", \"batch\": %lld, \"dim\": %d, "
+            "\"latency_us\": %.3f, \"callers\": %d, \"throughput_eps\": %.1f}",
+            first ? "" : ",", name.c_str(), lent ? "+lent" : "",
+            static_cast<long long>(shape.batch), shape.dim, latency, callers,
+            eps);
         std::fflush(stdout);
         first = false;
       }
@@ -174,7 +186,8 @@ int Run(int callers, double seconds) {
 }  // namespace temb
 
 int main(int argc, char** argv) {
-  int callers = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  int callers =
+      static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   double seconds = 0.7;
   for (int i = 1; i < argc; ++i) {
     if (std::strncmp(argv[i], "--callers=", 10) == 0) {

@@ -21,7 +21,7 @@
 #include <cstring>
 #include <vector>
 
-#include "cuda/embed_kernel.cuh"
+#include "temb/kernels/embed_kernel.cuh"
 #include "temb/kernels/embedding_spec.h"
 #include "temb/kernels/frequencies.h"
 
@@ -77,14 +77,16 @@ struct DeviceRequest {
   std::vector<void*> owned;
 };
 
-bool MakeRequest(int64_t rows, int dim, OutType out_type, DeviceRequest* request) {
+bool MakeRequest(int64_t rows, int dim, OutType out_type,
+                 DeviceRequest* request) {
   EmbeddingSpec spec;
   spec.dim = dim;
   const std::vector<float> freqs = Float32Frequencies(spec);
   std::vector<float> t(rows);
   for (int64_t n = 0; n < rows; ++n) t[n] = static_cast<float>((n * 37) % 1000);
   void *d_t, *d_f, *d_out;
-  const size_t out_bytes = static_cast<size_t>(rows) * dim * ElementBytes(out_type);
+  const size_t out_bytes =
+      static_cast<size_t>(rows) * dim * ElementBytes(out_type);
   if (!Ok(cudaMalloc(&d_t, t.size() * sizeof(float)), "cudaMalloc") ||
       !Ok(cudaMalloc(&d_f, freqs.size() * sizeof(float)), "cudaMalloc") ||
       !Ok(cudaMalloc(&d_out, out_bytes), "cudaMalloc")) {
@@ -116,10 +118,10 @@ double WallMs(Fn call, int burst, int reps) {
   for (int r = 0; r < reps; ++r) {
     const auto start = std::chrono::steady_clock::now();
     for (int i = 0; i < burst; ++i) call();
-    samples.push_back(
-        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
-            .count() /
-        burst);
+    samples.push_back(std::chrono::duration<double, std::milli>(
+                          std::chrono::steady_clock::now() - start)
+                          .count() /
+                      burst);
   }
   std::sort(samples.begin(), samples.end());
   return samples[samples.size() / 2];
@@ -140,7 +142,9 @@ bool Transfers(size_t bytes, bool first) {
   std::vector<uint8_t> pageable(bytes, 1);
   cudaMemset(device, 0, bytes);
   auto gbs = [bytes](double ms) { return bytes / ms / 1e6; };
-  auto d2h_pinned = [&] { cudaMemcpy(pinned, device, bytes, cudaMemcpyDeviceToHost); };
+  auto d2h_pinned = [&] {
+    cudaMemcpy(pinned, device, bytes, cudaMemcpyDeviceToHost);
+  };
   auto staged = [&] {
     cudaMemcpy(pinned, device, bytes, cudaMemcpyDeviceToHost);
     std::memcpy(pageable.data(), pinned, bytes);
@@ -153,10 +157,12 @@ bool Transfers(size_t bytes, bool first) {
     cudaMemcpy(pageable.data(), device, bytes, cudaMemcpyDeviceToHost);
     cudaHostUnregister(pageable.data());
   };
-  std::printf("%s{\"bytes\": %zu, \"d2h_pinned_gbs\": %.3f, \"staged_gbs\": %.3f, "
-              "\"d2h_pageable_gbs\": %.3f, \"registered_gbs\": %.3f}",
-              first ? "" : ", ", bytes, gbs(WallMs(d2h_pinned, 5, 7)), gbs(WallMs(staged, 5, 7)),
-              gbs(WallMs(d2h_pageable, 5, 7)), gbs(WallMs(registered, 5, 7)));
+  std::printf(
+      "%s{\"bytes\": %zu, \"d2h_pinned_gbs\": %.3f, \"staged_gbs\": %.3f, "
+      "\"d2h_pageable_gbs\": %.3f, \"registered_gbs\": %.3f}",
+      first ? "" : ", ", bytes, gbs(WallMs(d2h_pinned, 5, 7)),
+      gbs(WallMs(staged, 5, 7)), gbs(WallMs(d2h_pageable, 5, 7)),
+      gbs(WallMs(registered, 5, 7)));
   const bool ok = Ok(cudaGetLastError(), "transfers");
   cudaFreeHost(pinned);
   cudaFree(device);
@@ -184,14 +190,18 @@ int Run() {
   for (const Large& shape : kLarge) {
     DeviceRequest large;
     if (!MakeRequest(shape.rows, kLargeDim, shape.type, &large)) return 1;
-    const size_t bytes = static_cast<size_t>(shape.rows) * kLargeDim * ElementBytes(shape.type);
-    const double kernel_ms = TimeMs([&] { cuda::LaunchEmbed(large.args, nullptr); }, 5, 7);
-    const double memset_ms = TimeMs([&] { cudaMemsetAsync(large.args.out, 1, bytes); }, 5, 7);
+    const size_t bytes =
+        static_cast<size_t>(shape.rows) * kLargeDim * ElementBytes(shape.type);
+    const double kernel_ms =
+        TimeMs([&] { cuda::LaunchEmbed(large.args, nullptr); }, 5, 7);
+    const double memset_ms =
+        TimeMs([&] { cudaMemsetAsync(large.args.out, 1, bytes); }, 5, 7);
     if (!Ok(cudaGetLastError(), "large")) return 1;
-    std::printf("%s{\"bytes\": %zu, \"dtype\": \"%s\", \"kernel_gbs\": %.3f, "
-                "\"memset_gbs\": %.3f}",
-                &shape == kLarge ? "" : ", ", bytes, shape.name, bytes / kernel_ms / 1e6,
-                bytes / memset_ms / 1e6);
+    std::printf(
+        "%s{\"bytes\": %zu, \"dtype\": \"%s\", \"kernel_gbs\": %.3f, "
+        "\"memset_gbs\": %.3f}",
+        &shape == kLarge ? "" : ", ", bytes, shape.name,
+        bytes / kernel_ms / 1e6, bytes / memset_ms / 1e6);
     Free(&large);
   }
   std::printf("], \"batches\": [");

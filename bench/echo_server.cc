@@ -66,7 +66,7 @@ class EchoService final : public Base {
     v1::EmbedRequest request;
     grpc::ByteBuffer copy(*request_bytes);  // Deserialize consumes its input
     if (!grpc::SerializationTraits<v1::EmbedRequest>::Deserialize(&copy,
-                                                                   &request)
+                                                                  &request)
              .ok()) {
       reactor->Finish(
           grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "bad request"));
@@ -74,8 +74,8 @@ class EchoService final : public Base {
     }
     const int64_t rows =
         request.timesteps_size() + request.integer_timesteps_size();
-    const int dim = request.spec().has_dim() ? request.spec().dim()
-                                             : default_dim_;
+    const int dim =
+        request.spec().has_dim() ? request.spec().dim() : default_dim_;
     const v1::DType dtype = request.dtype() == v1::DTYPE_UNSPECIFIED
                                 ? v1::DTYPE_FP32
                                 : request.dtype();

@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "cpu/cpu_backend.h"
+#include "temb/kernels/cpu_backend.h"
 
 namespace temb {
 namespace {
@@ -29,8 +29,8 @@ struct Shape {
   bool one_step = false;
 };
 
-constexpr Shape kShapes[] = {{1, 320},     {64, 320},        {1024, 1280},
-                             {16384, 1280}, {1024, 1280, true}};
+constexpr Shape kShapes[] = {
+    {1, 320}, {64, 320}, {1024, 1280}, {16384, 1280}, {1024, 1280, true}};
 constexpr DType kDTypes[] = {DType::kFloat32, DType::kFloat16,
                              DType::kBFloat16};
 
@@ -92,7 +92,8 @@ void Memcpy(benchmark::State& state, size_t element_size, Shape shape) {
 }
 
 std::string ShapeName(Shape shape) {
-  return absl::StrCat(shape.batch, "x", shape.dim, shape.one_step ? "-same-t" : "");
+  return absl::StrCat(shape.batch, "x", shape.dim,
+                      shape.one_step ? "-same-t" : "");
 }
 
 void RegisterAll() {

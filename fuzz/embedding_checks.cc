@@ -1,4 +1,4 @@
-#include "fuzz/embedding_checks.h"
+#include "embedding_checks.h"
 
 #include <cmath>
 #include <cstdint>
@@ -14,30 +14,7 @@ namespace temb::fuzz {
 namespace {
 
 double Element(absl::string_view bytes, DType dtype, int64_t index) {
-  const char* p = bytes.data() + index * static_cast<int64_t>(DTypeSize(dtype));
-  switch (dtype) {
-    case DType::kFloat32: {
-      float v;
-      std::memcpy(&v, p, sizeof v);
-      return v;
-    }
-    case DType::kFloat16: {
-      uint16_t v;
-      std::memcpy(&v, p, sizeof v);
-      return HalfToFloat(v);
-    }
-    case DType::kBFloat16: {
-      uint16_t v;
-      std::memcpy(&v, p, sizeof v);
-      return BFloat16ToFloat(v);
-    }
-    case DType::kFloat64: {
-      double v;
-      std::memcpy(&v, p, sizeof v);
-      return v;
-    }
-  }
-  return NAN;
+  return ElementAsDouble(bytes.data(), dtype, index);
 }
 
 // t as repeat_only stores it: rounded once from float to the output dtype.

@@ -1,10 +1,11 @@
-#include "fuzz/fuzz_service.h"
+#include "fuzz_service.h"
 
 #include <utility>
 
-#include "fuzz/embedding_checks.h"
-#include "server/core/presets.h"
+#include "embedding_checks.h"
+#include "temb/core/presets.h"
 #include "temb/kernels/registry.h"
+#include "temb/v1_convert/preset_catalog.h"
 
 namespace temb::fuzz {
 
@@ -17,7 +18,7 @@ const EmbedService& FuzzService() {
     TEMB_FUZZ_CHECK(backend.ok(), backend.status().ToString());
     EmbedService::Options options;
     options.limits = FuzzLimits();
-    return new EmbedService(*std::move(backend), PresetCatalog::BuiltIn(),
+    return new EmbedService(*std::move(backend), BuiltInPresetCatalog(),
                             options);
   }();
   return *service;

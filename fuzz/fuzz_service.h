@@ -3,7 +3,7 @@
 #ifndef TEMB_FUZZ_FUZZ_SERVICE_H_
 #define TEMB_FUZZ_FUZZ_SERVICE_H_
 
-#include "server/core/embed_service.h"
+#include "temb/core/embed_service.h"
 
 namespace temb::fuzz {
 

@@ -21,8 +21,8 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "cpu/cpu_backend.h"
-#include "fuzz/embedding_checks.h"
+#include "embedding_checks.h"
+#include "temb/kernels/cpu_backend.h"
 #include "temb/kernels/embedding_spec.h"
 
 namespace temb::fuzz {

@@ -11,13 +11,13 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "fuzz/embedding_checks.h"
-#include "fuzz/fuzz_service.h"
+#include "embedding_checks.h"
+#include "fuzz_service.h"
 #include "google/protobuf/stubs/logging.h"
 #include "inference/grpc_service.pb.h"
-#include "server/core/embed_service.h"
-#include "server/kserve/kserve_convert.h"
+#include "temb/core/embed_service.h"
 #include "temb/kernels/dtype.h"
+#include "temb/kserve/kserve_convert.h"
 
 namespace temb::fuzz {
 namespace {

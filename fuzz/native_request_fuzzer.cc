@@ -10,12 +10,12 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "fuzz/embedding_checks.h"
-#include "fuzz/fuzz_service.h"
+#include "embedding_checks.h"
+#include "fuzz_service.h"
 #include "google/protobuf/stubs/logging.h"
-#include "server/core/embed_service.h"
-#include "server/core/proto_conversions.h"
+#include "temb/core/embed_service.h"
 #include "temb/v1/temb.pb.h"
+#include "temb/v1_convert/conversions.h"
 
 namespace temb::fuzz {
 namespace {

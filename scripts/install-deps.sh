@@ -16,6 +16,7 @@ APT_PACKAGES=(
   # (libclang-rt-14-dev is only a Recommends of clang-14), LLVM's OpenMP for
   # the CPU backend, llvm-symbolizer for readable reports.
   clang-14 libclang-rt-14-dev libomp-14-dev llvm-14
+  clang-format-14  # scripts/check-format.sh (a ctest entry)
 )
 
 missing=()

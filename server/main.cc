@@ -12,9 +12,9 @@
 #include "absl/flags/usage.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
-#include "server/app/app.h"
-#include "server/app/logging.h"
-#include "server/app/signals.h"
+#include "temb/app/app.h"
+#include "temb/app/logging.h"
+#include "temb/app/signals.h"
 
 ABSL_FLAG(std::string, address, "0.0.0.0:50051",
           "gRPC listen address HOST:PORT; port 0 picks a free port");
@@ -115,9 +115,9 @@ int main(int argc, char** argv) {
   options.backend_options.gpu_min_output_bytes =
       absl::GetFlag(FLAGS_gpu_min_output_bytes);
   if (options.backend_options.gpu_min_output_bytes < 0) {
-    return Fail(absl::InvalidArgumentError(absl::StrCat(
-        "--gpu_min_output_bytes must be >= 0, got ",
-        options.backend_options.gpu_min_output_bytes)));
+    return Fail(absl::InvalidArgumentError(
+        absl::StrCat("--gpu_min_output_bytes must be >= 0, got ",
+                     options.backend_options.gpu_min_output_bytes)));
   }
   options.limits.max_batch = absl::GetFlag(FLAGS_max_batch);
   options.limits.max_dim = absl::GetFlag(FLAGS_max_dim);

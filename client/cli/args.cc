@@ -1,4 +1,4 @@
-#include "client/cli/args.h"
+#include "temb/cli/args.h"
 
 #include <algorithm>
 
@@ -80,8 +80,7 @@ absl::StatusOr<Args> Args::Parse(const std::vector<FlagSpec>& specs,
       }
     }
     if (spec == nullptr) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("unknown flag --", name));
+      return absl::InvalidArgumentError(absl::StrCat("unknown flag --", name));
     }
     if (!value) {
       if (spec->type == FlagType::kBool) {

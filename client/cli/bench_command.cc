@@ -13,10 +13,10 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
-#include "client/cli/commands.h"
-#include "client/cli/common.h"
-#include "client/cli/load_generator.h"
-#include "client/cpp/temb_client.h"
+#include "temb/cli/commands.h"
+#include "temb/cli/common.h"
+#include "temb/cli/load_generator.h"
+#include "temb/client/temb_client.h"
 
 namespace temb::cli {
 namespace {
@@ -53,11 +53,13 @@ class ProgressLine {
       const auto start = std::chrono::steady_clock::now();
       int64_t last = 0;
       std::unique_lock<std::mutex> lock(mu_);
-      while (!cv_.wait_for(lock, std::chrono::seconds(1), [this] { return done_; })) {
+      while (!cv_.wait_for(lock, std::chrono::seconds(1),
+                           [this] { return done_; })) {
         const int64_t done = progress.completed.load() + progress.failed.load();
         std::fprintf(stderr, "\r%6.0fs  %10lld calls  %8lld/s  %lld failed   ",
                      std::chrono::duration<double>(
-                         std::chrono::steady_clock::now() - start).count(),
+                         std::chrono::steady_clock::now() - start)
+                         .count(),
                      static_cast<long long>(done),
                      static_cast<long long>(done - last),
                      static_cast<long long>(progress.failed.load()));
@@ -92,11 +94,13 @@ std::string Report(const LoadResult& r, const LoadOptions& o, int64_t batch,
   for (int64_t v : r.latencies_ns) mean_ns += static_cast<double>(v);
   if (!r.latencies_ns.empty()) mean_ns /= r.latencies_ns.size();
   const auto us = [&](double q) { return r.LatencyQuantileNs(q) / 1e3; };
-  const std::string mode = o.mode == LoadOptions::Mode::kStream ? "stream" : "unary";
+  const std::string mode =
+      o.mode == LoadOptions::Mode::kStream ? "stream" : "unary";
   if (json) {
     std::vector<std::string> errors;
     for (const auto& [code, count] : r.errors) {
-      errors.push_back(absl::StrFormat("\"%s\": %d", StatusCodeName(code), count));
+      errors.push_back(
+          absl::StrFormat("\"%s\": %d", StatusCodeName(code), count));
     }
     return absl::StrFormat(
         "{\"requests\": %d, \"ok\": %d, \"errors\": {%s}, "
@@ -113,20 +117,22 @@ std::string Report(const LoadResult& r, const LoadOptions& o, int64_t batch,
       "mode %s, %s, batch %d\n"
       "requests      %d (%d ok)\n",
       mode,
-      o.rate > 0 ? absl::StrFormat("open loop %.1f/s (%s)", o.rate,
-                                   o.poisson ? "poisson" : "uniform")
-                 : absl::StrFormat("closed loop, concurrency %d", o.concurrency),
+      o.rate > 0
+          ? absl::StrFormat("open loop %.1f/s (%s)", o.rate,
+                            o.poisson ? "poisson" : "uniform")
+          : absl::StrFormat("closed loop, concurrency %d", o.concurrency),
       batch, r.requests(), r.ok);
   for (const auto& [code, count] : r.errors) {
     absl::StrAppendFormat(&out, "  %-20s %d\n", StatusCodeName(code), count);
   }
-  absl::StrAppendFormat(&out,
-                        "duration      %.3f s\n"
-                        "throughput    %.1f requests/s, %.1f embeddings/s\n"
-                        "latency (us)  min %.1f  mean %.1f  p50 %.1f  p90 %.1f  "
-                        "p95 %.1f  p99 %.1f  p999 %.1f  max %.1f\n",
-                        seconds, rps, eps, us(0), mean_ns / 1e3, us(0.5),
-                        us(0.9), us(0.95), us(0.99), us(0.999), us(1));
+  absl::StrAppendFormat(
+      &out,
+      "duration      %.3f s\n"
+      "throughput    %.1f requests/s, %.1f embeddings/s\n"
+      "latency (us)  min %.1f  mean %.1f  p50 %.1f  p90 %.1f  "
+      "p95 %.1f  p99 %.1f  p999 %.1f  max %.1f\n",
+      seconds, rps, eps, us(0), mean_ns / 1e3, us(0.5), us(0.9), us(0.95),
+      us(0.99), us(0.999), us(1));
   return out;
 }
 
@@ -157,7 +163,8 @@ int RunBench(const std::vector<std::string>& argv) {
   load.warmup = args->Duration("warmup").value_or(absl::Seconds(1));
   const int64_t batch = args->Int("batch").value_or(1);
   std::string problem;
-  if (mode != "unary" && mode != "stream") problem = "--mode must be unary or stream";
+  if (mode != "unary" && mode != "stream")
+    problem = "--mode must be unary or stream";
   if (arrivals != "poisson" && arrivals != "uniform") {
     problem = "--arrivals must be poisson or uniform";
   }
@@ -165,13 +172,14 @@ int RunBench(const std::vector<std::string>& argv) {
     problem = "--concurrency must be in [1, 100000]";
   }
   if (load.rate < 0) problem = "--rate must be >= 0";
-  if (load.duration <= absl::ZeroDuration()) problem = "--duration must be positive";
+  if (load.duration <= absl::ZeroDuration())
+    problem = "--duration must be positive";
   if (load.warmup < absl::ZeroDuration()) problem = "--warmup must be >= 0";
   if (load.requests < 0) problem = "--requests must be >= 0";
   if (batch < 0) problem = "--batch must be >= 0";
   if (!problem.empty()) return PrintUsage("bench", problem, specs);
-  load.mode = mode == "stream" ? LoadOptions::Mode::kStream
-                               : LoadOptions::Mode::kUnary;
+  load.mode =
+      mode == "stream" ? LoadOptions::Mode::kStream : LoadOptions::Mode::kUnary;
   load.poisson = arrivals == "poisson";
   // Without any convention the server would refuse every call.
   if (spec->preset.empty() && !spec->dim) spec->preset = "sdxl";
@@ -181,9 +189,11 @@ int RunBench(const std::vector<std::string>& argv) {
   for (size_t i = 0; i < timesteps.size(); ++i) {
     timesteps[i] = static_cast<float>((i * 37) % 1000);
   }
-  absl::StatusOr<std::unique_ptr<Client>> client = Client::Create(*client_options);
+  absl::StatusOr<std::unique_ptr<Client>> client =
+      Client::Create(*client_options);
   if (!client.ok()) return PrintError(client.status());
-  LoadGenerator generator(client->get(), ToProto(*spec, timesteps), load);
+  LoadGenerator generator(client->get(), EmbedRequestFor(*spec, timesteps),
+                          load);
   LoadResult result;
   {
     ProgressLine progress(generator.progress());

@@ -1,17 +1,18 @@
-#include "client/cli/common.h"
+#include "temb/cli/common.h"
 
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
-#include <fstream>
 #include <iostream>
-#include <sstream>
+#include <utility>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
-#include "server/core/proto_conversions.h"
+#include "temb/base/file_reader.h"
+#include "temb/base/status_macros.h"
+#include "temb/v1_convert/conversions.h"
 
 namespace temb::cli {
 
@@ -32,7 +33,8 @@ int PrintUsage(const std::string& command, const std::string& message,
 std::vector<FlagSpec> ConnectionFlags() {
   return {
       {"target", FlagType::kString,
-       "server URI, e.g. localhost:50051 or ipv4:127.0.0.1:7001,127.0.0.1:7002"},
+       "server URI, e.g. localhost:50051 or "
+       "ipv4:127.0.0.1:7001,127.0.0.1:7002"},
       {"timeout", FlagType::kDuration, "per-call deadline (default 30s)"},
       {"channels", FlagType::kInt, "gRPC channels in the pool (default 1)"},
       {"max_attempts", FlagType::kInt,
@@ -71,21 +73,19 @@ absl::StatusOr<ClientOptions> ClientOptionsFromArgs(const Args& args) {
   options.tls_key_file = args.String("tls_key").value_or("");
   options.tls_server_name = args.String("tls_server_name").value_or("");
   if (options.tls_cert_file.empty() != options.tls_key_file.empty()) {
-    return absl::InvalidArgumentError(
-        "--tls_cert and --tls_key go together");
+    return absl::InvalidArgumentError("--tls_cert and --tls_key go together");
   }
   if (auto path = args.String("auth_token_file")) {
-    std::ifstream file(*path, std::ios::binary);
-    std::string line;
-    if (!file || !std::getline(file, line)) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("cannot read --auth_token_file '", *path, "'"));
-    }
+    ASSIGN_OR_RETURN(std::string contents,
+                     ReadFile(*path, "--auth_token_file"));
+    const absl::string_view line =
+        absl::string_view(contents).substr(0, contents.find_first_of("\r\n"));
     options.auth_token = std::string(absl::StripAsciiWhitespace(line));
     if (options.auth_token.empty()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("--auth_token_file '", *path, "' starts with an empty "
-                       "line"));
+      return absl::InvalidArgumentError(absl::StrCat("--auth_token_file '",
+                                                     *path,
+                                                     "' starts with an empty "
+                                                     "line"));
     }
   }
   return options;
@@ -104,6 +104,9 @@ std::vector<FlagSpec> SpecFlags() {
       {"layout", FlagType::kString, "halves | interleaved"},
       {"precision", FlagType::kString, "fp32 | fp64"},
       {"dtype", FlagType::kString, "fp32 | fp16 | bf16 | fp64"},
+      {"timestep_dtype", FlagType::kString,
+       "fp32 | fp16 | bf16: t rounded (and multiplied by time_factor) in "
+       "this dtype first, as a pipeline of that dtype does"},
   };
 }
 
@@ -143,34 +146,25 @@ absl::StatusOr<SpecRequest> SpecRequestFromArgs(const Args& args) {
           "--precision must be fp32 or fp64, got '", *precision, "'"));
     }
   }
-  if (auto dtype = args.String("dtype")) {
-    absl::StatusOr<DType> parsed = ParseDType(*dtype);
-    if (!parsed.ok()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("--dtype: ", parsed.status().message()));
+  for (const auto& [flag, field] :
+       {std::pair{"dtype", &request.dtype},
+        std::pair{"timestep_dtype", &request.timestep_dtype}}) {
+    if (auto name = args.String(flag)) {
+      absl::StatusOr<DType> parsed = ParseDType(*name);
+      if (!parsed.ok()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("--", flag, ": ", parsed.status().message()));
+      }
+      *field = *parsed;
     }
-    request.dtype = *parsed;
   }
   return request;
 }
 
-v1::EmbedRequest ToProto(const SpecRequest& spec,
-                         const std::vector<float>& timesteps) {
+v1::EmbedRequest EmbedRequestFor(const SpecRequest& spec,
+                                 const std::vector<float>& timesteps) {
   v1::EmbedRequest request;
-  request.set_preset(spec.preset);
-  v1::EmbeddingSpec* out = request.mutable_spec();
-  if (spec.dim) out->set_dim(*spec.dim);
-  if (spec.max_period) out->set_max_period(*spec.max_period);
-  if (spec.flip_sin_to_cos) out->set_flip_sin_to_cos(*spec.flip_sin_to_cos);
-  if (spec.downscale_freq_shift) {
-    out->set_downscale_freq_shift(*spec.downscale_freq_shift);
-  }
-  if (spec.scale) out->set_scale(*spec.scale);
-  if (spec.time_factor) out->set_time_factor(*spec.time_factor);
-  if (spec.repeat_only) out->set_repeat_only(*spec.repeat_only);
-  if (spec.layout) out->set_layout(LayoutToProto(*spec.layout));
-  if (spec.precision) out->set_precision(PrecisionToProto(*spec.precision));
-  if (spec.dtype) request.set_dtype(DTypeToProto(*spec.dtype));
+  SpecRequestToProto(spec, &request);
   request.mutable_timesteps()->Add(timesteps.begin(), timesteps.end());
   return request;
 }
@@ -178,18 +172,11 @@ v1::EmbedRequest ToProto(const SpecRequest& spec,
 absl::StatusOr<std::vector<float>> ParseTimesteps(const std::string& text) {
   std::string content = text;
   if (absl::StartsWith(text, "@")) {
-    std::ifstream file(text.substr(1), std::ios::binary);
-    if (!file) {
-      return absl::NotFoundError(
-          absl::StrCat("cannot read timesteps file '", text.substr(1), "'"));
-    }
-    std::stringstream buffer;
-    buffer << file.rdbuf();
-    content = buffer.str();
+    ASSIGN_OR_RETURN(content, ReadFile(text.substr(1), "timesteps file"));
   }
   std::vector<float> values;
-  for (absl::string_view token :
-       absl::StrSplit(content, absl::ByAnyChar(", \t\r\n"), absl::SkipEmpty())) {
+  for (absl::string_view token : absl::StrSplit(
+           content, absl::ByAnyChar(", \t\r\n"), absl::SkipEmpty())) {
     const std::string item(token);
     char* end = nullptr;
     errno = 0;

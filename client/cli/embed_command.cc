@@ -9,14 +9,15 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "client/cli/commands.h"
-#include "client/cli/common.h"
-#include "client/cli/output.h"
-#include "client/cpp/temb_client.h"
-#include "server/core/embed_service.h"
-#include "server/core/presets.h"
-#include "server/core/proto_conversions.h"
+#include "temb/cli/commands.h"
+#include "temb/cli/common.h"
+#include "temb/cli/output.h"
+#include "temb/client/temb_client.h"
+#include "temb/core/embed_service.h"
+#include "temb/core/presets.h"
 #include "temb/kernels/registry.h"
+#include "temb/v1_convert/conversions.h"
+#include "temb/v1_convert/preset_catalog.h"
 
 namespace temb::cli {
 namespace {
@@ -47,7 +48,7 @@ absl::StatusOr<Result> EmbedLocal(const SpecRequest& spec,
   absl::StatusOr<std::unique_ptr<Backend>> backend =
       CreateBackend(BackendChoice::kAuto);
   if (!backend.ok()) return backend.status();
-  EmbedService service(std::move(*backend), PresetCatalog::BuiltIn(), {});
+  EmbedService service(std::move(*backend), BuiltInPresetCatalog(), {});
   absl::StatusOr<Embedding> embedding = service.Embed(spec, timesteps);
   if (!embedding.ok()) return embedding.status();
   return Result{embedding->rows, embedding->spec.dim, embedding->spec.dtype,
@@ -60,7 +61,7 @@ absl::StatusOr<Result> EmbedRemote(const ClientOptions& options,
   absl::StatusOr<std::unique_ptr<Client>> client = Client::Create(options);
   if (!client.ok()) return client.status();
   absl::StatusOr<v1::EmbedResponse> response =
-      (*client)->Embed(ToProto(spec, timesteps));
+      (*client)->Embed(EmbedRequestFor(spec, timesteps));
   if (!response.ok()) return response.status();
   v1::Tensor* tensor = response->mutable_embedding();
   absl::StatusOr<std::optional<DType>> dtype =
@@ -78,7 +79,8 @@ absl::StatusOr<Result> EmbedRemote(const ClientOptions& options,
                             static_cast<uint64_t>(result.cols) *
                             DTypeSize(result.dtype);
   if (result.rows < 0 || result.cols < 0 || result.data.size() != expected) {
-    return absl::InternalError("server sent a tensor whose size disagrees with its shape");
+    return absl::InternalError(
+        "server sent a tensor whose size disagrees with its shape");
   }
   return result;
 }
@@ -97,7 +99,8 @@ int RunEmbed(const std::vector<std::string>& argv) {
   }
   const bool local = args->Bool("local").value_or(false);
   if (local == args->Has("target")) {
-    return PrintUsage("embed", "give exactly one of --target and --local", specs);
+    return PrintUsage("embed", "give exactly one of --target and --local",
+                      specs);
   }
   const std::string format = args->String("format").value_or("json");
   if (format != "json" && format != "npy" && format != "table") {
@@ -120,7 +123,8 @@ int RunEmbed(const std::vector<std::string>& argv) {
   } else {
     absl::StatusOr<ClientOptions> options = ClientOptionsFromArgs(*args);
     if (!options.ok()) {
-      return PrintUsage("embed", std::string(options.status().message()), specs);
+      return PrintUsage("embed", std::string(options.status().message()),
+                        specs);
     }
     result = EmbedRemote(*options, *spec, *timesteps);
   }

@@ -1,4 +1,4 @@
-#include "client/cli/load_generator.h"
+#include "temb/cli/load_generator.h"
 
 #include <algorithm>
 #include <cmath>
@@ -33,7 +33,8 @@ struct LoadGenerator::StreamSlot {
 // gRPC allows; answers arrive in order, so a FIFO of scheduled start times
 // pairs each answer with its call.  Keeps itself alive until OnDone.
 class LoadGenerator::StreamReactor
-    : public grpc::ClientBidiReactor<v1::EmbedRequest, v1::EmbedStreamResponse> {
+    : public grpc::ClientBidiReactor<v1::EmbedRequest,
+                                     v1::EmbedStreamResponse> {
  public:
   StreamReactor(LoadGenerator* owner, int slot) : owner_(owner), slot_(slot) {}
 
@@ -42,8 +43,9 @@ class LoadGenerator::StreamReactor
     const LoadOptions& o = owner_->options_;
     if (o.requests == 0) {
       // The stream lives for the whole run; a hung server still ends it.
-      context_.set_deadline(absl::ToChronoTime(
-          absl::Now() + o.warmup + o.duration + owner_->client_->options().deadline));
+      context_.set_deadline(
+          absl::ToChronoTime(absl::Now() + o.warmup + o.duration +
+                             owner_->client_->options().deadline));
     }
     owner_->client_->AddCallMetadata(&context_);
     owner_->client_->NextStub()->async()->EmbedStream(&context_, this);
@@ -153,7 +155,8 @@ LoadGenerator::~LoadGenerator() = default;
 bool LoadGenerator::Admit(Clock::time_point intended) {
   if (intended < measure_start_) return true;  // warm-up: made, not counted
   if (options_.requests > 0) {
-    return admitted_.fetch_add(1, std::memory_order_relaxed) < options_.requests;
+    return admitted_.fetch_add(1, std::memory_order_relaxed) <
+           options_.requests;
   }
   return intended < end_;
 }

@@ -4,15 +4,17 @@
 #include <string>
 #include <vector>
 
-#include "client/cli/commands.h"
-#include "client/cli/common.h"
+#include "temb/cli/commands.h"
+#include "temb/cli/common.h"
 
 namespace {
 
 constexpr char kUsage[] =
     "usage: temb <command> [flags]\n"
-    "  embed   compute embeddings on a server (--target) or in-process (--local)\n"
-    "  bench   load-test a server (closed loop --concurrency, open loop --rate)\n"
+    "  embed   compute embeddings on a server (--target) or in-process "
+    "(--local)\n"
+    "  bench   load-test a server (closed loop --concurrency, open loop "
+    "--rate)\n"
     "  health  grpc.health.v1 check; exit 0 when SERVING\n"
     "  info    the server's version, backend, limits and presets\n"
     "Run `temb <command> --help` for the command's flags.\n";

@@ -1,4 +1,4 @@
-#include "client/cli/output.h"
+#include "temb/cli/output.h"
 
 #include <algorithm>
 #include <cstdio>
@@ -9,13 +9,6 @@
 
 namespace temb::cli {
 namespace {
-
-template <typename T>
-T LoadLittleEndian(const char* p) {
-  T value;
-  std::memcpy(&value, p, sizeof(T));  // the hosts temb supports are little-endian
-  return value;
-}
 
 // The exact decimal expansion of a binary value: glibc's printf is exact at
 // any precision, so print enough digits and drop the trailing zeros.  750
@@ -40,7 +33,8 @@ std::string ExactDecimal(double value) {
   digits.erase(std::remove(digits.begin(), digits.end(), '.'), digits.end());
   const int count = static_cast<int>(digits.size());
   if (exp10 >= 0 && exp10 < 17) {
-    if (exp10 + 1 >= count) return sign + digits + std::string(exp10 + 1 - count, '0');
+    if (exp10 + 1 >= count)
+      return sign + digits + std::string(exp10 + 1 - count, '0');
     return sign + digits.substr(0, exp10 + 1) + "." + digits.substr(exp10 + 1);
   }
   if (exp10 < 0 && exp10 >= -5) {
@@ -66,18 +60,7 @@ const char* NpyDescr(DType dtype) {
 }  // namespace
 
 double ElementAt(const TensorView& tensor, int64_t i) {
-  const char* p = tensor.data.data() + i * DTypeSize(tensor.dtype);
-  switch (tensor.dtype) {
-    case DType::kFloat32:
-      return LoadLittleEndian<float>(p);
-    case DType::kFloat16:
-      return HalfToFloat(LoadLittleEndian<uint16_t>(p));
-    case DType::kBFloat16:
-      return BFloat16ToFloat(LoadLittleEndian<uint16_t>(p));
-    case DType::kFloat64:
-      return LoadLittleEndian<double>(p);
-  }
-  return 0;
+  return ElementAsDouble(tensor.data.data(), tensor.dtype, i);
 }
 
 std::string FormatElement(DType dtype, double value) {
@@ -94,9 +77,9 @@ std::string FormatElement(DType dtype, double value) {
 }
 
 std::string ToJson(const TensorView& tensor) {
-  std::string out = absl::StrFormat(R"({"shape": [%d, %d], "dtype": "%s", "data": [)",
-                                    tensor.rows, tensor.cols,
-                                    DTypeName(tensor.dtype));
+  std::string out =
+      absl::StrFormat(R"({"shape": [%d, %d], "dtype": "%s", "data": [)",
+                      tensor.rows, tensor.cols, DTypeName(tensor.dtype));
   const int64_t n = tensor.rows * tensor.cols;
   for (int64_t i = 0; i < n; ++i) {
     if (i > 0) out += ", ";

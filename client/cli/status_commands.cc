@@ -5,9 +5,9 @@
 #include <vector>
 
 #include "absl/strings/str_format.h"
-#include "client/cli/commands.h"
-#include "client/cli/common.h"
-#include "client/cpp/temb_client.h"
+#include "temb/cli/commands.h"
+#include "temb/cli/common.h"
+#include "temb/client/temb_client.h"
 
 namespace temb::cli {
 namespace {
@@ -44,20 +44,27 @@ int Connect(const std::string& command, std::vector<FlagSpec> specs,
 
 std::string DTypeLabel(v1::DType dtype) {
   switch (dtype) {
-    case v1::DTYPE_FP32: return "fp32";
-    case v1::DTYPE_FP16: return "fp16";
-    case v1::DTYPE_BF16: return "bf16";
-    case v1::DTYPE_FP64: return "fp64";
-    default: return "fp32";
+    case v1::DTYPE_FP32:
+      return "fp32";
+    case v1::DTYPE_FP16:
+      return "fp16";
+    case v1::DTYPE_BF16:
+      return "bf16";
+    case v1::DTYPE_FP64:
+      return "fp64";
+    default:
+      return "fp32";
   }
 }
 
 std::string DescribeSpec(const v1::EmbeddingSpec& spec) {
   if (spec.repeat_only()) return "repeat_only";
   return absl::StrFormat(
-      "%s%s shift=%g P=%g%s%s%s", spec.flip_sin_to_cos() ? "cos,sin" : "sin,cos",
+      "%s%s shift=%g P=%g%s%s%s",
+      spec.flip_sin_to_cos() ? "cos,sin" : "sin,cos",
       spec.layout() == v1::LAYOUT_INTERLEAVED ? " interleaved" : "",
-      spec.downscale_freq_shift(), spec.has_max_period() ? spec.max_period() : 10000.0,
+      spec.downscale_freq_shift(),
+      spec.has_max_period() ? spec.max_period() : 10000.0,
       spec.has_time_factor() && spec.time_factor() != 1
           ? absl::StrFormat(" time_factor=%g", spec.time_factor())
           : "",

@@ -1,12 +1,11 @@
-#include "client/cpp/temb_client.h"
+#include "temb/client/temb_client.h"
 
 #include <algorithm>
-#include <fstream>
-#include <sstream>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "temb/base/file_reader.h"
 
 namespace temb {
 namespace {
@@ -14,17 +13,6 @@ namespace {
 // gRPC's service config wants durations as decimal seconds, "0.05s".
 std::string ConfigDuration(absl::Duration d) {
   return absl::StrFormat("%.3fs", absl::ToDoubleSeconds(d));
-}
-
-absl::StatusOr<std::string> ReadFile(const std::string& path,
-                                     const char* what) {
-  std::ifstream file(path, std::ios::binary);
-  std::stringstream contents;
-  if (!file || !(contents << file.rdbuf())) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("cannot read ", what, " \"", path, "\""));
-  }
-  return contents.str();
 }
 
 }  // namespace
@@ -153,7 +141,8 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Create(
     client->stubs_.push_back(
         v1::EmbeddingService::NewStub(client->channels_.back()));
   }
-  client->health_stub_ = grpc::health::v1::Health::NewStub(client->channels_[0]);
+  client->health_stub_ =
+      grpc::health::v1::Health::NewStub(client->channels_[0]);
   return client;
 }
 

@@ -1,4 +1,4 @@
-#include "cpu/cpu_backend.h"
+#include "temb/kernels/cpu_backend.h"
 
 #include <algorithm>
 #include <array>
@@ -13,7 +13,7 @@
 #endif
 
 #include "absl/strings/str_cat.h"
-#include "cpu/cpu_kernel.h"
+#include "cpu_kernel.h"
 #include "temb/kernels/dtype.h"
 #include "temb/kernels/frequencies.h"
 
@@ -257,12 +257,12 @@ class CpuBackend final : public Backend {
       ForEachRowRange(
           rows, spec.dim, threads_, [&](int64_t begin, int64_t end) {
             uint8_t* range_out = out.data() + begin * row_bytes;
-            ComputeOncePerRepeat(
-                t + begin, end - begin, row_bytes, range_out,
-                [&](int64_t first, int64_t last) {
-                  Float64Rows(spec, freqs.f64.data(), t + begin + first,
-                              last - first, range_out + first * row_bytes);
-                });
+            ComputeOncePerRepeat(t + begin, end - begin, row_bytes, range_out,
+                                 [&](int64_t first, int64_t last) {
+                                   Float64Rows(spec, freqs.f64.data(),
+                                               t + begin + first, last - first,
+                                               range_out + first * row_bytes);
+                                 });
           });
       return absl::OkStatus();
     }

@@ -3,7 +3,7 @@
 #include <immintrin.h>
 #include <sleef.h>
 
-#include "cpu/cpu_kernel_impl.h"
+#include "cpu_kernel_impl.h"
 
 namespace temb {
 namespace cpu_avx2 {

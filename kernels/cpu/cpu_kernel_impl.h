@@ -22,7 +22,7 @@
 #include <cstdint>
 #include <cstring>
 
-#include "cpu/cpu_kernel.h"
+#include "cpu_kernel.h"
 #include "temb/kernels/dtype.h"
 #include "temb/kernels/embedding_spec.h"
 

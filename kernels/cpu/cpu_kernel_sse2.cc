@@ -4,7 +4,7 @@
 #include <emmintrin.h>
 #include <sleef.h>
 
-#include "cpu/cpu_kernel_impl.h"
+#include "cpu_kernel_impl.h"
 
 namespace temb {
 namespace cpu_sse2 {

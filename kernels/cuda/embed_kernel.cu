@@ -22,7 +22,7 @@
 
 #include <cstdint>
 
-#include "cuda/embed_kernel.cuh"
+#include "temb/kernels/embed_kernel.cuh"
 
 namespace temb {
 namespace cuda {
@@ -73,10 +73,18 @@ __device__ __forceinline__ void StorePacket(T* dst, const Packet<T, N>& p) {
   *reinterpret_cast<Packet<T, N>*>(dst) = p;
 }
 
-__device__ __forceinline__ float Mul(float a, float b) { return __fmul_rn(a, b); }
-__device__ __forceinline__ double Mul(double a, double b) { return __dmul_rn(a, b); }
-__device__ __forceinline__ void SinCos(float a, float* s, float* c) { sincosf(a, s, c); }
-__device__ __forceinline__ void SinCos(double a, double* s, double* c) { sincos(a, s, c); }
+__device__ __forceinline__ float Mul(float a, float b) {
+  return __fmul_rn(a, b);
+}
+__device__ __forceinline__ double Mul(double a, double b) {
+  return __dmul_rn(a, b);
+}
+__device__ __forceinline__ void SinCos(float a, float* s, float* c) {
+  sincosf(a, s, c);
+}
+__device__ __forceinline__ void SinCos(double a, double* s, double* c) {
+  sincos(a, s, c);
+}
 
 __device__ __forceinline__ int64_t FirstRow() {
   return static_cast<int64_t>(blockIdx.y) * blockDim.y + threadIdx.y;
@@ -143,7 +151,8 @@ __global__ void __launch_bounds__(kThreadsPerBlock)
 
 // repeat_only: every column of row n is timesteps[n] in the output type.
 template <typename Out, int kVec>
-__global__ void __launch_bounds__(kThreadsPerBlock) RepeatKernel(const EmbedArgs args) {
+__global__ void __launch_bounds__(kThreadsPerBlock)
+    RepeatKernel(const EmbedArgs args) {
   using Storage = typename Out::Storage;
   const int g = static_cast<int>(blockIdx.x * blockDim.x + threadIdx.x);
   if (g >= args.dim / kVec) return;
@@ -172,9 +181,11 @@ cudaError_t LaunchRows(void (*kernel)(Params...), const EmbedArgs& args,
   const int64_t grid_x = (items_per_row + block_x - 1) / block_x;
   const int64_t row_blocks = (args.rows + block_y - 1) / block_y;
   cudaLaunchConfig_t config = {};
-  config.gridDim = dim3(static_cast<unsigned>(grid_x),
-                        static_cast<unsigned>(row_blocks < kMaxGridY ? row_blocks : kMaxGridY));
-  config.blockDim = dim3(static_cast<unsigned>(block_x), static_cast<unsigned>(block_y));
+  config.gridDim = dim3(
+      static_cast<unsigned>(grid_x),
+      static_cast<unsigned>(row_blocks < kMaxGridY ? row_blocks : kMaxGridY));
+  config.blockDim =
+      dim3(static_cast<unsigned>(block_x), static_cast<unsigned>(block_y));
   config.dynamicSmemBytes = 0;
   config.stream = stream;
   return cudaLaunchKernelEx(&config, kernel, args);
@@ -193,7 +204,8 @@ cudaError_t LaunchSinusoid(const EmbedArgs& args, cudaStream_t stream) {
   using Storage = typename Out::Storage;
   // Frequencies one thread handles with one store (two for halves).
   constexpr int kPerFrequency = kInterleaved ? 2 : 1;
-  constexpr int kFit = kMaxStoreBytes / static_cast<int>(sizeof(Storage) * kPerFrequency);
+  constexpr int kFit =
+      kMaxStoreBytes / static_cast<int>(sizeof(Storage) * kPerFrequency);
   // Up to 8 frequencies a thread: 16-byte stores for fp16/bf16 too.  At four
   // (8-byte stores) a 1 GiB bf16 output reached 0.77x of cudaMemset on an
   // H100, at eight 0.84x (bench/report_notes.md).
@@ -201,21 +213,25 @@ cudaError_t LaunchSinusoid(const EmbedArgs& args, cudaStream_t stream) {
   const int half = args.dim / 2;
   if constexpr (kMaxVec >= 8) {
     if (PacketsAligned(args, 8, 8 * kPerFrequency * sizeof(Storage))) {
-      return LaunchRows(SinusoidKernel<Out, Real, 8, kInterleaved>, args, half / 8, stream);
+      return LaunchRows(SinusoidKernel<Out, Real, 8, kInterleaved>, args,
+                        half / 8, stream);
     }
   }
   if constexpr (kMaxVec >= 4) {
     if (PacketsAligned(args, 4, 4 * kPerFrequency * sizeof(Storage))) {
-      return LaunchRows(SinusoidKernel<Out, Real, 4, kInterleaved>, args, half / 4, stream);
+      return LaunchRows(SinusoidKernel<Out, Real, 4, kInterleaved>, args,
+                        half / 4, stream);
     }
   }
   if constexpr (kMaxVec >= 2) {
     if (PacketsAligned(args, 2, 2 * kPerFrequency * sizeof(Storage))) {
-      return LaunchRows(SinusoidKernel<Out, Real, 2, kInterleaved>, args, half / 2, stream);
+      return LaunchRows(SinusoidKernel<Out, Real, 2, kInterleaved>, args,
+                        half / 2, stream);
     }
   }
   const int pad = kInterleaved ? 0 : (args.dim & 1);
-  return LaunchRows(SinusoidKernel<Out, Real, 1, kInterleaved>, args, half + pad, stream);
+  return LaunchRows(SinusoidKernel<Out, Real, 1, kInterleaved>, args,
+                    half + pad, stream);
 }
 
 template <typename Out>
@@ -228,9 +244,11 @@ cudaError_t LaunchRepeat(const EmbedArgs& args, cudaStream_t stream) {
            reinterpret_cast<uintptr_t>(args.out) % (vec * sizeof(Storage)) == 0;
   };
   if constexpr (kMaxVec >= 4) {
-    if (aligned(4)) return LaunchRows(RepeatKernel<Out, 4>, args, args.dim / 4, stream);
+    if (aligned(4))
+      return LaunchRows(RepeatKernel<Out, 4>, args, args.dim / 4, stream);
   }
-  if (aligned(2)) return LaunchRows(RepeatKernel<Out, 2>, args, args.dim / 2, stream);
+  if (aligned(2))
+    return LaunchRows(RepeatKernel<Out, 2>, args, args.dim / 2, stream);
   return LaunchRows(RepeatKernel<Out, 1>, args, args.dim, stream);
 }
 

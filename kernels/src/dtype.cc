@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <limits>
 
 #include "absl/strings/str_cat.h"
 
@@ -75,7 +76,8 @@ uint16_t FloatToHalf(float value) {
   const uint32_t sign = (abs_bits >> 16) & 0x8000u;
   abs_bits &= 0x7fffffffu;
   if (abs_bits >= 0x7f800000u) {  // inf or nan
-    return static_cast<uint16_t>(sign | (abs_bits > 0x7f800000u ? 0x7e00u : 0x7c00u));
+    return static_cast<uint16_t>(sign |
+                                 (abs_bits > 0x7f800000u ? 0x7e00u : 0x7c00u));
   }
   if (abs_bits >= 0x477ff000u) {  // >= 65520 rounds to infinity
     return static_cast<uint16_t>(sign | 0x7c00u);
@@ -129,6 +131,30 @@ float HalfToFloat(uint16_t bits) {
 
 float BFloat16ToFloat(uint16_t bits) {
   return BitsFloat(static_cast<uint32_t>(bits) << 16);
+}
+
+double ElementAsDouble(const void* data, DType dtype, int64_t index) {
+  const char* p = static_cast<const char*>(data) +
+                  index * static_cast<int64_t>(DTypeSize(dtype));
+  switch (dtype) {
+    case DType::kFloat32: {
+      float v;
+      std::memcpy(&v, p, sizeof v);
+      return v;
+    }
+    case DType::kFloat16:
+    case DType::kBFloat16: {
+      uint16_t v;
+      std::memcpy(&v, p, sizeof v);
+      return dtype == DType::kFloat16 ? HalfToFloat(v) : BFloat16ToFloat(v);
+    }
+    case DType::kFloat64: {
+      double v;
+      std::memcpy(&v, p, sizeof v);
+      return v;
+    }
+  }
+  return std::numeric_limits<double>::quiet_NaN();
 }
 
 }  // namespace temb

@@ -18,7 +18,9 @@ absl::Status InvalidArgument(absl::string_view message) {
   return absl::InvalidArgumentError(message);
 }
 
-std::string FormatNumber(double value) { return absl::StrFormat("%.9g", value); }
+std::string FormatNumber(double value) {
+  return absl::StrFormat("%.9g", value);
+}
 
 // The output value a timestep becomes under repeat_only, in the output dtype.
 bool RepeatedValueFinite(DType dtype, float t) {
@@ -50,7 +52,8 @@ bool operator==(const EmbeddingSpec& a, const EmbeddingSpec& b) {
          a.downscale_freq_shift == b.downscale_freq_shift &&
          a.scale == b.scale && a.time_factor == b.time_factor &&
          a.repeat_only == b.repeat_only && a.layout == b.layout &&
-         a.dtype == b.dtype && a.precision == b.precision;
+         a.dtype == b.dtype && a.precision == b.precision &&
+         a.timestep_dtype == b.timestep_dtype;
 }
 
 std::string SpecDebugString(const EmbeddingSpec& spec) {
@@ -62,7 +65,10 @@ std::string SpecDebugString(const EmbeddingSpec& spec) {
       " time_factor=", FormatNumber(spec.time_factor),
       " repeat_only=", spec.repeat_only ? "true" : "false",
       " layout=", LayoutName(spec.layout), " dtype=", DTypeName(spec.dtype),
-      " precision=", PrecisionName(spec.precision));
+      " precision=", PrecisionName(spec.precision),
+      spec.timestep_dtype == DType::kFloat32
+          ? ""
+          : absl::StrCat(" timestep_dtype=", DTypeName(spec.timestep_dtype)));
 }
 
 int64_t OutputBytes(const EmbeddingSpec& spec, int64_t batch) {
@@ -83,15 +89,23 @@ absl::Status ValidateSpec(const EmbeddingSpec& spec, const Limits& limits) {
     return absl::ResourceExhaustedError(absl::StrCat(
         "dim must be in [1, ", limits.max_dim, "], got ", spec.dim));
   }
-  if (spec.repeat_only) return absl::OkStatus();  // no frequency parameters used
+  if (spec.timestep_dtype == DType::kFloat64) {
+    return InvalidArgument(
+        "timestep_dtype must be fp32, fp16 or bf16, got fp64 (timesteps "
+        "reach the embedding as float32)");
+  }
+  if (spec.repeat_only)
+    return absl::OkStatus();  // no frequency parameters used
 
   if (!std::isfinite(spec.max_period) || spec.max_period <= 0) {
-    return InvalidArgument(absl::StrCat(
-        "max_period must be finite and > 0, got ", FormatNumber(spec.max_period)));
+    return InvalidArgument(
+        absl::StrCat("max_period must be finite and > 0, got ",
+                     FormatNumber(spec.max_period)));
   }
   if (!std::isfinite(spec.downscale_freq_shift)) {
-    return InvalidArgument(absl::StrCat("downscale_freq_shift must be finite, got ",
-                                        FormatNumber(spec.downscale_freq_shift)));
+    return InvalidArgument(
+        absl::StrCat("downscale_freq_shift must be finite, got ",
+                     FormatNumber(spec.downscale_freq_shift)));
   }
   if (!std::isfinite(spec.scale)) {
     return InvalidArgument(
@@ -109,11 +123,13 @@ absl::Status ValidateSpec(const EmbeddingSpec& spec, const Limits& limits) {
   if (half == 0) return absl::OkStatus();  // dim 1: one zero column
   const double divisor = half - spec.downscale_freq_shift;
   if (divisor == 0.0 ||
-      static_cast<float>(half - static_cast<float>(spec.downscale_freq_shift)) == 0.0f) {
+      static_cast<float>(
+          half - static_cast<float>(spec.downscale_freq_shift)) == 0.0f) {
     return InvalidArgument(absl::StrCat(
         "dim / 2 - downscale_freq_shift must be non-zero (it divides the "
         "frequency exponent), got dim=",
-        spec.dim, " downscale_freq_shift=", FormatNumber(spec.downscale_freq_shift)));
+        spec.dim,
+        " downscale_freq_shift=", FormatNumber(spec.downscale_freq_shift)));
   }
   // The largest |exponent| is reached at i = H - 1.
   const double max_exponent =
@@ -138,28 +154,29 @@ absl::Status ValidateTimesteps(const EmbeddingSpec& spec,
   }
   const int64_t bytes = OutputBytes(spec, batch);
   if (bytes > limits.max_output_bytes) {
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "output size (batch * dim * dtype bytes) must be <= ",
-        limits.max_output_bytes, " bytes, got ", bytes));
+    return absl::ResourceExhaustedError(
+        absl::StrCat("output size (batch * dim * dtype bytes) must be <= ",
+                     limits.max_output_bytes, " bytes, got ", bytes));
   }
   int64_t largest = -1;
   for (int64_t n = 0; n < batch; ++n) {
     const float t = timesteps[n];
     if (!std::isfinite(t)) {
-      return InvalidArgument(absl::StrCat("timesteps[", n, "] must be finite, got ",
-                                          FormatNumber(t)));
+      return InvalidArgument(absl::StrCat(
+          "timesteps[", n, "] must be finite, got ", FormatNumber(t)));
     }
-    if (largest < 0 || std::fabs(t) > std::fabs(timesteps[largest])) largest = n;
+    if (largest < 0 || std::fabs(t) > std::fabs(timesteps[largest]))
+      largest = n;
   }
   if (largest < 0) return absl::OkStatus();
   const float t_max = timesteps[largest];
 
   if (spec.repeat_only) {
     if (!RepeatedValueFinite(spec.dtype, t_max)) {
-      return InvalidArgument(absl::StrCat(
-          "timesteps[", largest, "] = ", FormatNumber(t_max),
-          " is not representable in dtype ", DTypeName(spec.dtype),
-          " (repeat_only copies timesteps into the output)"));
+      return InvalidArgument(
+          absl::StrCat("timesteps[", largest, "] = ", FormatNumber(t_max),
+                       " is not representable in dtype ", DTypeName(spec.dtype),
+                       " (repeat_only copies timesteps into the output)"));
     }
     return absl::OkStatus();
   }
@@ -170,19 +187,23 @@ absl::Status ValidateTimesteps(const EmbeddingSpec& spec,
   bool finite;
   if (spec.precision == Precision::kFloat32) {
     const float f_max = Float32LargestFrequency(spec);
-    const float t_scaled = static_cast<float>(spec.time_factor) * std::fabs(t_max);
-    const float angle = Float32Angle(t_scaled, f_max, static_cast<float>(spec.scale),
-                                     spec.scale != 1.0);
+    const float t_scaled =
+        static_cast<float>(spec.time_factor) * std::fabs(t_max);
+    const float angle = Float32Angle(
+        t_scaled, f_max, static_cast<float>(spec.scale), spec.scale != 1.0);
     finite = std::isfinite(t_scaled) && std::isfinite(angle);
   } else {
     const double f_max = Float64LargestFrequency(spec);
-    finite = std::isfinite(spec.time_factor * std::fabs(t_max) * f_max * spec.scale);
+    finite =
+        std::isfinite(spec.time_factor * std::fabs(t_max) * f_max * spec.scale);
   }
   if (!finite) {
-    return InvalidArgument(absl::StrCat(
-        "timesteps[", largest, "] = ", FormatNumber(t_max),
-        " overflows the angle time_factor * t * frequency * scale (time_factor=",
-        FormatNumber(spec.time_factor), ", scale=", FormatNumber(spec.scale), ")"));
+    return InvalidArgument(
+        absl::StrCat("timesteps[", largest, "] = ", FormatNumber(t_max),
+                     " overflows the angle time_factor * t * frequency * scale "
+                     "(time_factor=",
+                     FormatNumber(spec.time_factor),
+                     ", scale=", FormatNumber(spec.scale), ")"));
   }
   return absl::OkStatus();
 }
@@ -193,6 +214,32 @@ absl::Status ValidateRequest(const EmbeddingSpec& spec,
   absl::Status status = ValidateSpec(spec, limits);
   if (!status.ok()) return status;
   return ValidateTimesteps(spec, timesteps, limits);
+}
+
+absl::Status PipelineTimesteps(EmbeddingSpec* spec,
+                               absl::Span<float> timesteps) {
+  const DType dtype = spec->timestep_dtype;
+  if (dtype == DType::kFloat32) return absl::OkStatus();
+  const auto round = [dtype](float value) {
+    return dtype == DType::kFloat16 ? HalfToFloat(FloatToHalf(value))
+                                    : BFloat16ToFloat(FloatToBFloat16(value));
+  };
+  const float factor = static_cast<float>(spec->time_factor);
+  for (size_t n = 0; n < timesteps.size(); ++n) {
+    const float t = timesteps[n];
+    const float value = round(round(t) * factor);
+    if (std::isfinite(t) && !std::isfinite(value)) {
+      return InvalidArgument(absl::StrCat(
+          "timesteps[", n, "] = ", FormatNumber(t), " times time_factor ",
+          FormatNumber(spec->time_factor), " overflows timestep_dtype ",
+          DTypeName(dtype), " (largest finite ",
+          dtype == DType::kFloat16 ? "65504" : "3.39e38", ")"));
+    }
+    timesteps[n] = value;
+  }
+  spec->time_factor = 1.0;
+  spec->timestep_dtype = DType::kFloat32;
+  return absl::OkStatus();
 }
 
 }  // namespace temb

@@ -11,7 +11,8 @@ struct Float32Exponent {
       // -math.log(P) is a Python double that PyTorch rounds to the tensor
       // dtype; `half - shift` is computed on Python numbers, then rounded.
       : neg_log_period(static_cast<float>(-std::log(spec.max_period))),
-        divisor(static_cast<float>(spec.half_dim() - spec.downscale_freq_shift)) {}
+        divisor(
+            static_cast<float>(spec.half_dim() - spec.downscale_freq_shift)) {}
 
   float Frequency(int i) const {
     const float exponent = (neg_log_period * static_cast<float>(i)) / divisor;
@@ -28,7 +29,9 @@ struct Float64Exponent {
       : neg_log_period(-std::log(spec.max_period)),
         divisor(spec.half_dim() - spec.downscale_freq_shift) {}
 
-  double Frequency(int i) const { return std::exp(neg_log_period * i / divisor); }
+  double Frequency(int i) const {
+    return std::exp(neg_log_period * i / divisor);
+  }
 
   double neg_log_period;
   double divisor;
@@ -54,12 +57,14 @@ std::vector<double> Float64Frequencies(const EmbeddingSpec& spec) {
 // largest frequency is the first or the last one.
 float Float32LargestFrequency(const EmbeddingSpec& spec) {
   const Float32Exponent exponent(spec);
-  return std::fmax(exponent.Frequency(0), exponent.Frequency(spec.half_dim() - 1));
+  return std::fmax(exponent.Frequency(0),
+                   exponent.Frequency(spec.half_dim() - 1));
 }
 
 double Float64LargestFrequency(const EmbeddingSpec& spec) {
   const Float64Exponent exponent(spec);
-  return std::fmax(exponent.Frequency(0), exponent.Frequency(spec.half_dim() - 1));
+  return std::fmax(exponent.Frequency(0),
+                   exponent.Frequency(spec.half_dim() - 1));
 }
 
 }  // namespace temb

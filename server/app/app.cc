@@ -1,21 +1,22 @@
-#include "server/app/app.h"
+#include "temb/app/app.h"
 
 #include <algorithm>
 #include <cstdio>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "server/app/logging.h"
-#include "server/core/embed_service.h"
-#include "server/core/presets.h"
-#include "server/core/request_observer.h"
-#include "server/core/token_auth.h"
-#include "server/grpc/call_gate.h"
-#include "server/grpc/grpc_server.h"
-#include "server/kserve/kserve_service.h"
-#include "server/metrics/prometheus_metrics.h"
-#include "server/native/native_service.h"
-#include "temb/kernels/status_macros.h"
+#include "temb/app/logging.h"
+#include "temb/base/status_macros.h"
+#include "temb/core/embed_service.h"
+#include "temb/core/presets.h"
+#include "temb/core/request_observer.h"
+#include "temb/core/token_auth.h"
+#include "temb/grpc/call_gate.h"
+#include "temb/grpc/grpc_server.h"
+#include "temb/kserve/kserve_service.h"
+#include "temb/metrics/prometheus_metrics.h"
+#include "temb/native/native_service.h"
+#include "temb/v1_convert/preset_catalog.h"
 
 namespace temb {
 
@@ -50,9 +51,9 @@ absl::StatusOr<std::unique_ptr<App>> App::Start(
     ASSIGN_OR_RETURN(backend,
                      CreateBackend(options.backend, options.backend_options));
   }
-  PresetCatalog presets = PresetCatalog::BuiltIn();
+  PresetCatalog presets = BuiltInPresetCatalog();
   if (!options.presets_file.empty()) {
-    ASSIGN_OR_RETURN(presets, PresetCatalog::FromFile(options.presets_file));
+    ASSIGN_OR_RETURN(presets, ReadPresetCatalog(options.presets_file));
   }
   const std::string backend_name(BackendKindName(backend->kind()));
   const std::string device = backend->device();

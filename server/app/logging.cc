@@ -1,4 +1,4 @@
-#include "server/app/logging.h"
+#include "temb/app/logging.h"
 
 #include <algorithm>
 #include <atomic>
@@ -143,10 +143,9 @@ void RequestLogger::OnFinish(const RequestRecord& record) {
 void RequestLogger::OnBackendFailure(absl::string_view backend,
                                      const absl::Status& error,
                                      absl::string_view action) {
-  LogEvent(LogLevel::kError, "backend_failed",
-           {{"backend", backend},
-            {"error", error.ToString()},
-            {"action", action}});
+  LogEvent(
+      LogLevel::kError, "backend_failed",
+      {{"backend", backend}, {"error", error.ToString()}, {"action", action}});
 }
 
 void RequestLogger::OnServingChanged(absl::string_view state) {

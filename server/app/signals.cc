@@ -1,4 +1,4 @@
-#include "server/app/signals.h"
+#include "temb/app/signals.h"
 
 #include <pthread.h>
 #include <signal.h>

@@ -1,4 +1,4 @@
-#include "server/core/admission.h"
+#include "temb/core/admission.h"
 
 #include <algorithm>
 #include <utility>
@@ -111,10 +111,10 @@ absl::StatusOr<AdmissionTicket> AdmissionController::Admit(
   std::lock_guard<std::mutex> lock(mu_);
   if (state_ != State::kServing) return NotServingLocked();
   if (deadline <= absl::Now()) {
-    return RefuseLocked("deadline_exceeded",
-                        absl::DeadlineExceededError(
-                            "the deadline passed before the call was "
-                            "admitted; nothing was computed"));
+    return RefuseLocked(
+        "deadline_exceeded",
+        absl::DeadlineExceededError("the deadline passed before the call was "
+                                    "admitted; nothing was computed"));
   }
   if (limits_.max_inflight > 0 && inflight_ >= limits_.max_inflight) {
     return RefuseLocked(

@@ -1,12 +1,12 @@
-#include "server/core/embed_service.h"
+#include "temb/core/embed_service.h"
 
 #include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "temb/base/status_macros.h"
 #include "temb/kernels/registry.h"
-#include "temb/kernels/status_macros.h"
 
 namespace temb {
 namespace {
@@ -30,13 +30,16 @@ absl::Status CheckNoConventionFields(const SpecRequest& request) {
   return absl::InvalidArgumentError(absl::StrCat(
       field, " cannot be set together with preset \"", request.preset,
       "\": a preset fixes the convention (only dim where the preset allows "
-      "it, precision and dtype may be set); omit the preset to give an "
+      "it, precision, dtype and timestep_dtype may be set); omit the preset to "
+      "give an "
       "explicit spec"));
 }
 
 absl::StatusOr<EmbeddingSpec> FromPreset(const SpecRequest& request,
                                          const PresetCatalog& presets) {
-  const Preset* preset = presets.Find(request.preset);
+  const Preset* preset = request.preset_entry != nullptr
+                             ? request.preset_entry
+                             : presets.Find(request.preset);
   if (preset == nullptr) {
     std::vector<absl::string_view> names;
     for (const Preset& p : presets.presets()) names.push_back(p.name);
@@ -59,14 +62,21 @@ absl::StatusOr<EmbeddingSpec> FromPreset(const SpecRequest& request,
   }
   if (request.precision) spec.precision = *request.precision;
   if (request.dtype) spec.dtype = *request.dtype;
+  if (request.timestep_dtype) spec.timestep_dtype = *request.timestep_dtype;
   return spec;
 }
 
 absl::StatusOr<EmbeddingSpec> FromExplicitFields(const SpecRequest& request) {
   std::vector<absl::string_view> missing;
   if (!request.dim) missing.push_back("dim");
-  if (!request.flip_sin_to_cos) missing.push_back("flip_sin_to_cos");
-  if (!request.downscale_freq_shift) missing.push_back("downscale_freq_shift");
+  // repeat_only copies t into every column: no convention to choose.
+  const bool repeat_only = request.repeat_only.value_or(false);
+  if (!request.flip_sin_to_cos && !repeat_only) {
+    missing.push_back("flip_sin_to_cos");
+  }
+  if (!request.downscale_freq_shift && !repeat_only) {
+    missing.push_back("downscale_freq_shift");
+  }
   if (!missing.empty()) {
     return absl::InvalidArgumentError(absl::StrCat(
         "without a preset, dim, flip_sin_to_cos and downscale_freq_shift are "
@@ -79,8 +89,9 @@ absl::StatusOr<EmbeddingSpec> FromExplicitFields(const SpecRequest& request) {
   }
   EmbeddingSpec spec;
   spec.dim = *request.dim;
-  spec.flip_sin_to_cos = *request.flip_sin_to_cos;
-  spec.downscale_freq_shift = *request.downscale_freq_shift;
+  spec.flip_sin_to_cos = request.flip_sin_to_cos.value_or(spec.flip_sin_to_cos);
+  spec.downscale_freq_shift =
+      request.downscale_freq_shift.value_or(spec.downscale_freq_shift);
   spec.max_period = request.max_period.value_or(spec.max_period);
   spec.scale = request.scale.value_or(spec.scale);
   spec.time_factor = request.time_factor.value_or(spec.time_factor);
@@ -88,6 +99,7 @@ absl::StatusOr<EmbeddingSpec> FromExplicitFields(const SpecRequest& request) {
   spec.layout = request.layout.value_or(spec.layout);
   spec.precision = request.precision.value_or(spec.precision);
   spec.dtype = request.dtype.value_or(spec.dtype);
+  spec.timestep_dtype = request.timestep_dtype.value_or(spec.timestep_dtype);
   return spec;
 }
 
@@ -122,11 +134,22 @@ EmbedService::EmbedService(std::unique_ptr<Backend> backend,
 absl::StatusOr<Embedding> EmbedService::Embed(
     const SpecRequest& request, absl::Span<const float> timesteps,
     AdmissionTicket* ticket, OutputAllocator* allocator) const {
-  ASSIGN_OR_RETURN(EmbeddingSpec spec,
+  ASSIGN_OR_RETURN(const EmbeddingSpec requested,
                    ResolveSpec(request, presets_, options_.limits));
+  // What the backend computes: the same numbers, from the timesteps as a
+  // fp16/bf16 pipeline's model sees them when timestep_dtype says so.
+  EmbeddingSpec spec = requested;
+  std::vector<float> pipeline_timesteps;
+  if (spec.timestep_dtype != DType::kFloat32 &&
+      static_cast<int64_t>(timesteps.size()) <= options_.limits.max_batch) {
+    pipeline_timesteps.assign(timesteps.begin(), timesteps.end());
+    RETURN_IF_ERROR(
+        PipelineTimesteps(&spec, absl::MakeSpan(pipeline_timesteps)));
+    timesteps = pipeline_timesteps;
+  }
   RETURN_IF_ERROR(ValidateTimesteps(spec, timesteps, options_.limits));
   Embedding embedding;
-  embedding.spec = spec;
+  embedding.spec = requested;
   embedding.rows = static_cast<int64_t>(timesteps.size());
   embedding.size_bytes = OutputBytes(spec, embedding.rows);
   if (ticket != nullptr) RETURN_IF_ERROR(ticket->Reserve(embedding.size_bytes));
@@ -139,8 +162,8 @@ absl::StatusOr<Embedding> EmbedService::Embed(
     output = lent != nullptr ? lent->bytes() : allocator->Allocate(size);
   } else {
     embedding.data.resize(size);
-    output = absl::MakeSpan(reinterpret_cast<uint8_t*>(embedding.data.data()),
-                            size);
+    output =
+        absl::MakeSpan(reinterpret_cast<uint8_t*>(embedding.data.data()), size);
   }
   while (true) {
     const absl::Status status = backend->Compute(spec, timesteps, output);
@@ -179,7 +202,8 @@ absl::StatusOr<Backend*> EmbedService::HandleBackendFailure(
   }
   const absl::Status cause(error.code(),
                            absl::StrCat(name, " backend: ", error.message()));
-  if (options_.admission != nullptr) options_.admission->MarkBackendFailed(cause);
+  if (options_.admission != nullptr)
+    options_.admission->MarkBackendFailed(cause);
   return absl::UnavailableError(absl::StrCat(
       "the backend failed and the server stopped serving: ", cause.message()));
 }

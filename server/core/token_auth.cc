@@ -1,7 +1,5 @@
-#include "server/core/token_auth.h"
+#include "temb/core/token_auth.h"
 
-#include <fstream>
-#include <sstream>
 #include <utility>
 
 #include "absl/strings/ascii.h"
@@ -10,6 +8,7 @@
 #include "absl/strings/str_split.h"
 #include "openssl/crypto.h"
 #include "openssl/sha.h"
+#include "temb/base/file_reader.h"
 
 namespace temb {
 namespace {
@@ -45,21 +44,17 @@ absl::StatusOr<TokenVerifier> TokenVerifier::FromTokens(
     digests.push_back(Sha256(token));
   }
   if (digests.empty()) {
-    return absl::InvalidArgumentError("no auth token given (the file is empty)");
+    return absl::InvalidArgumentError(
+        "no auth token given (the file is empty)");
   }
   return TokenVerifier(std::move(digests));
 }
 
 absl::StatusOr<TokenVerifier> TokenVerifier::FromFile(const std::string& path) {
-  std::ifstream file(path, std::ios::binary);
-  if (!file) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("cannot read auth token file \"", path, "\""));
-  }
-  std::stringstream contents;
-  contents << file.rdbuf();
-  absl::StatusOr<TokenVerifier> verifier = FromTokens(
-      absl::StrSplit(contents.str(), absl::ByAnyChar("\r\n")));
+  absl::StatusOr<std::string> contents = ReadFile(path, "auth token file");
+  if (!contents.ok()) return contents.status();
+  absl::StatusOr<TokenVerifier> verifier =
+      FromTokens(absl::StrSplit(*contents, absl::ByAnyChar("\r\n")));
   if (!verifier.ok()) {
     return absl::InvalidArgumentError(absl::StrCat(
         "auth token file \"", path, "\": ", verifier.status().message()));
@@ -84,7 +79,8 @@ absl::Status TokenVerifier::Verify(absl::string_view authorization) const {
   // Every digest is compared, whatever matched before.
   int matched = 0;
   for (const Digest& digest : digests_) {
-    matched |= CRYPTO_memcmp(digest.data(), presented.data(), digest.size()) == 0;
+    matched |=
+        CRYPTO_memcmp(digest.data(), presented.data(), digest.size()) == 0;
   }
   if (matched == 0) return absl::UnauthenticatedError("invalid bearer token");
   return absl::OkStatus();

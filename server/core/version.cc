@@ -1,4 +1,4 @@
-#include "server/core/version.h"
+#include "temb/core/version.h"
 
 namespace temb {
 

@@ -1,11 +1,11 @@
-#include "server/grpc/call_gate.h"
+#include "temb/grpc/call_gate.h"
 
 #include <chrono>
 #include <utility>
 
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
-#include "server/grpc/status.h"
+#include "temb/grpc/status.h"
 
 namespace temb {
 namespace {
@@ -64,7 +64,18 @@ absl::StatusOr<AdmissionTicket> CallGate::OpenStream(
 
 absl::StatusOr<AdmissionTicket> CallGate::Admit(
     const grpc::CallbackServerContext& context, int64_t request_bytes) const {
-  return admission_->Admit(request_bytes, Deadline(context));
+  absl::StatusOr<AdmissionTicket> ticket =
+      admission_->Admit(request_bytes, Deadline(context));
+  if (!ticket.ok()) return ticket;
+  // A client that gave up while the call waited to be admitted gets nothing
+  // computed for it.
+  if (context.IsCancelled()) {
+    return absl::CancelledError("the call was cancelled before computing");
+  }
+  if (context.deadline() <= std::chrono::system_clock::now()) {
+    return absl::DeadlineExceededError("the deadline passed before computing");
+  }
+  return ticket;
 }
 
 grpc::ServerUnaryReactor* FinishUnary(grpc::CallbackServerContext* context,

@@ -1,11 +1,9 @@
-#include "server/grpc/grpc_server.h"
+#include "temb/grpc/grpc_server.h"
 
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
-#include <fstream>
 #include <limits>
-#include <sstream>
 
 #include "absl/strings/str_cat.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
@@ -13,6 +11,7 @@
 #include "grpcpp/security/server_credentials.h"
 #include "grpcpp/server.h"
 #include "grpcpp/server_builder.h"
+#include "temb/base/file_reader.h"
 
 namespace temb {
 namespace {
@@ -22,17 +21,6 @@ namespace {
 constexpr int64_t kMessageHeadroomBytes = int64_t{64} << 10;
 // A negative int64 varint takes 10 bytes, the worst case per timestep.
 constexpr int64_t kMaxBytesPerTimestep = 10;
-
-absl::StatusOr<std::string> ReadPem(const std::string& path,
-                                    const char* flag) {
-  std::ifstream file(path, std::ios::binary);
-  std::stringstream contents;
-  if (!file || !(contents << file.rdbuf())) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("cannot read ", flag, " file \"", path, "\""));
-  }
-  return contents.str();
-}
 
 }  // namespace
 
@@ -47,9 +35,9 @@ absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> MakeServerCredentials(
         "TLS needs both tls_cert and tls_key (tls_client_ca alone cannot "
         "serve TLS)");
   }
-  absl::StatusOr<std::string> cert = ReadPem(tls.cert_file, "tls_cert");
+  absl::StatusOr<std::string> cert = ReadFile(tls.cert_file, "--tls_cert file");
   if (!cert.ok()) return cert.status();
-  absl::StatusOr<std::string> key = ReadPem(tls.key_file, "tls_key");
+  absl::StatusOr<std::string> key = ReadFile(tls.key_file, "--tls_key file");
   if (!key.ok()) return key.status();
   grpc::SslServerCredentialsOptions options(
       tls.client_ca_file.empty()
@@ -57,7 +45,7 @@ absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> MakeServerCredentials(
           : GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY);
   if (!tls.client_ca_file.empty()) {
     absl::StatusOr<std::string> ca =
-        ReadPem(tls.client_ca_file, "tls_client_ca");
+        ReadFile(tls.client_ca_file, "--tls_client_ca file");
     if (!ca.ok()) return ca.status();
     options.pem_root_certs = *std::move(ca);
   }

@@ -1,4 +1,4 @@
-#include "server/grpc/raw_messages.h"
+#include "temb/grpc/raw_messages.h"
 
 #include "google/protobuf/io/coded_stream.h"
 #include "grpc/slice.h"
@@ -29,7 +29,8 @@ void SliceAllocator::Adopt(std::unique_ptr<HostBuffer> buffer) {
   // (the response has been written or the call abandoned).
   grpc_slice memory = grpc_slice_new_with_user_data(
       bytes.data(), bytes.size(),
-      [](void* lent) { delete static_cast<HostBuffer*>(lent); }, buffer.release());
+      [](void* lent) { delete static_cast<HostBuffer*>(lent); },
+      buffer.release());
   slice_ = grpc::Slice(memory, grpc::Slice::STEAL_REF);
 }
 

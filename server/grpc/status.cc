@@ -1,4 +1,4 @@
-#include "server/grpc/status.h"
+#include "temb/grpc/status.h"
 
 #include <string>
 

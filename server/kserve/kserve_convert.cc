@@ -1,4 +1,4 @@
-#include "server/kserve/kserve_convert.h"
+#include "temb/kserve/kserve_convert.h"
 
 #include <algorithm>
 #include <cstdint>
@@ -12,7 +12,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "inference/model_config.pb.h"
-#include "temb/kernels/status_macros.h"
+#include "temb/base/status_macros.h"
+#include "temb/core/timesteps.h"
 
 // Raw tensors are little-endian on the wire; decoding and encoding them with
 // memcpy is only right on a little-endian host (x86-64, AArch64).
@@ -86,6 +87,8 @@ absl::Status ParseRequestParameters(const Params& params, SpecRequest* spec) {
       spec->dim = static_cast<int>(
           std::clamp<int64_t>(dim, std::numeric_limits<int>::min(),
                               std::numeric_limits<int>::max()));
+    } else if (key == "timestep_dtype") {
+      ASSIGN_OR_RETURN(spec->timestep_dtype, ParseDTypeParam(param, field));
     } else if (key == "precision") {
       ASSIGN_OR_RETURN(std::string text, StringParam(param, field));
       text = absl::AsciiStrToLower(text);
@@ -100,7 +103,7 @@ absl::Status ParseRequestParameters(const Params& params, SpecRequest* spec) {
     } else if (!IsIgnoredRequestParameter(key)) {
       return absl::InvalidArgumentError(
           absl::StrCat("unknown request parameter \"", key,
-                       "\"; accepted: dtype, dim, precision"));
+                       "\"; accepted: dtype, dim, precision, timestep_dtype"));
     }
   }
   return absl::OkStatus();
@@ -158,22 +161,6 @@ struct InputType {
   int typed_count;                // elements in that field of this request
 };
 
-template <typename T>
-void DecodeRaw(const std::string& bytes, std::vector<float>* out) {
-  const size_t n = bytes.size() / sizeof(T);
-  out->resize(n);
-  for (size_t i = 0; i < n; ++i) {
-    T value;
-    std::memcpy(&value, bytes.data() + i * sizeof(T), sizeof(T));
-    (*out)[i] = static_cast<float>(value);
-  }
-}
-
-template <typename Repeated>
-void DecodeTyped(const Repeated& values, std::vector<float>* out) {
-  out->assign(values.begin(), values.end());
-}
-
 absl::StatusOr<std::vector<float>> ParseTimesteps(
     const ModelInferRequest& request, const Preset& model) {
   if (request.inputs_size() != 1) {
@@ -218,7 +205,6 @@ absl::StatusOr<std::vector<float>> ParseTimesteps(
   }
   const int64_t count = shape[0];
 
-  std::vector<float> timesteps;
   if (request.raw_input_contents_size() > 0) {
     if (request.raw_input_contents_size() != 1) {
       return absl::InvalidArgumentError(absl::StrCat(
@@ -237,16 +223,10 @@ absl::StatusOr<std::vector<float>> ParseTimesteps(
                        " bytes, but shape ", ShapeString(shape), " of ",
                        type.name, " needs ", count, " x ", type.size));
     }
-    if (type.name == "FP32") {
-      DecodeRaw<float>(bytes, &timesteps);
-    } else if (type.name == "INT64") {
-      DecodeRaw<int64_t>(bytes, &timesteps);
-    } else if (type.name == "FP64") {
-      DecodeRaw<double>(bytes, &timesteps);
-    } else {
-      DecodeRaw<int32_t>(bytes, &timesteps);
-    }
-    return timesteps;
+    if (type.name == "FP32") return TimestepsFromRawBytes<float>(bytes);
+    if (type.name == "INT64") return TimestepsFromRawBytes<int64_t>(bytes);
+    if (type.name == "FP64") return TimestepsFromRawBytes<double>(bytes);
+    return TimestepsFromRawBytes<int32_t>(bytes);
   }
 
   // Typed contents: only the field matching the datatype may be used.
@@ -270,16 +250,11 @@ absl::StatusOr<std::vector<float>> ParseTimesteps(
         "inputs[0].contents.", type.typed_field, " has ", type.typed_count,
         " elements, but shape ", ShapeString(shape), " needs ", count));
   }
-  if (type.name == "FP32") {
-    DecodeTyped(contents.fp32_contents(), &timesteps);
-  } else if (type.name == "INT64") {
-    DecodeTyped(contents.int64_contents(), &timesteps);
-  } else if (type.name == "FP64") {
-    DecodeTyped(contents.fp64_contents(), &timesteps);
-  } else {
-    DecodeTyped(contents.int_contents(), &timesteps);
-  }
-  return timesteps;
+  if (type.name == "FP32") return TimestepsAsFloat32(contents.fp32_contents());
+  if (type.name == "INT64")
+    return TimestepsAsFloat32(contents.int64_contents());
+  if (type.name == "FP64") return TimestepsAsFloat32(contents.fp64_contents());
+  return TimestepsAsFloat32(contents.int_contents());
 }
 
 absl::string_view WireDTypeName(DType dtype) {
@@ -337,6 +312,7 @@ absl::StatusOr<InferCall> ParseInferRequest(const ModelInferRequest& request,
                                             const Preset& model) {
   InferCall call;
   call.spec.preset = model.name;
+  call.spec.preset_entry = &model;  // the core need not look it up again
   RETURN_IF_ERROR(ParseRequestParameters(request.parameters(), &call.spec));
   RETURN_IF_ERROR(ParseRequestedOutputs(request, model, &call.spec));
   ASSIGN_OR_RETURN(call.timesteps, ParseTimesteps(request, model));

@@ -1,13 +1,13 @@
-#include "server/kserve/kserve_service.h"
+#include "temb/kserve/kserve_service.h"
 
-#include <chrono>
 #include <string>
 #include <utility>
 
-#include "server/core/version.h"
-#include "server/grpc/raw_messages.h"
-#include "server/grpc/status.h"
-#include "server/kserve/kserve_convert.h"
+#include "temb/core/version.h"
+#include "temb/grpc/ordered_stream.h"
+#include "temb/grpc/raw_messages.h"
+#include "temb/grpc/status.h"
+#include "temb/kserve/kserve_convert.h"
 
 namespace temb::kserve {
 namespace {
@@ -20,107 +20,21 @@ grpc::ServerUnaryReactor* FinishWith(grpc::CallbackServerContext* context,
   return FinishUnary(context, status);
 }
 
-absl::Status CheckCallWanted(const grpc::CallbackServerContext& context) {
-  if (context.IsCancelled()) {
-    return absl::CancelledError("the call was cancelled before computing");
-  }
-  if (context.deadline() <= std::chrono::system_clock::now()) {
-    return absl::DeadlineExceededError("the deadline passed before computing");
-  }
-  return absl::OkStatus();
-}
-
 }  // namespace
-
-// Reads one request, answers it, and only then reads the next: responses
-// keep the requests' order and at most one read or write is ever in flight,
-// so Finish() is reached from exactly one place.
-class KServeService::StreamReactor final
-    : public grpc::ServerBidiReactor<inference::ModelInferRequest,
-                                     inference::ModelStreamInferResponse> {
- public:
-  StreamReactor(const KServeService& service,
-                grpc::CallbackServerContext* context)
-      : service_(service), context_(context) {
-    absl::StatusOr<AdmissionTicket> open = service_.gate_.OpenStream(*context);
-    if (!open.ok()) {
-      Finish(ToGrpcStatus(open.status()));
-      return;
-    }
-    open_ = std::move(*open);
-    StartRead(&request_);
-  }
-
-  void OnReadDone(bool ok) override {
-    if (!ok) {  // half-close; after a cancellation the status is ignored
-      Finish(grpc::Status::OK);
-      return;
-    }
-    response_.Clear();
-    inference::ModelInferResponse* answer = response_.mutable_infer_response();
-    RequestTimer timer(service_.observer_, kStreamMethod);
-    const absl::Status status =
-        service_.Compute(*context_, request_, answer, &ticket_);
-    if (status.ok()) {
-      timer.Finish(
-          status, answer->outputs(0).shape(0),
-          static_cast<int64_t>(answer->raw_output_contents(0).size()),
-          request_.id());
-    } else {
-      timer.Finish(status, 0, 0, request_.id());
-    }
-    if (absl::IsUnavailable(status)) {
-      Finish(ToGrpcStatus(status));
-      return;
-    }
-    if (!status.ok()) {
-      // Only the request's identity, so that clients can match the error.
-      answer->Clear();
-      answer->set_model_name(request_.model_name());
-      answer->set_model_version(request_.model_version());
-      answer->set_id(request_.id());
-      response_.set_error_message(std::string(status.message()));
-    }
-    StartWrite(&response_);
-  }
-
-  void OnWriteDone(bool ok) override {
-    if (!ok) {
-      Finish(grpc::Status(grpc::StatusCode::CANCELLED,
-                          "the stream closed before the answer was sent"));
-      return;
-    }
-    ticket_ = AdmissionTicket();  // the answer is out
-    StartRead(&request_);
-  }
-
-  void OnDone() override { delete this; }
-
- private:
-  const KServeService& service_;
-  grpc::CallbackServerContext* const context_;
-  inference::ModelInferRequest request_;
-  inference::ModelStreamInferResponse response_;
-  AdmissionTicket ticket_;  // of the request being answered
-  AdmissionTicket open_;    // held until the stream ends, for the drain
-};
 
 KServeService::KServeService(const EmbedService& core, const CallGate& gate,
                              RequestObserver* observer)
     : core_(core), gate_(gate), observer_(observer) {}
 
-absl::Status KServeService::Compute(
-    const grpc::CallbackServerContext& context,
-    const inference::ModelInferRequest& request,
-    inference::ModelInferResponse* response, AdmissionTicket* ticket,
-    OutputAllocator* output) const {
+absl::Status KServeService::Compute(const grpc::CallbackServerContext& context,
+                                    const inference::ModelInferRequest& request,
+                                    inference::ModelInferResponse* response,
+                                    AdmissionTicket* ticket,
+                                    OutputAllocator* output) const {
   absl::StatusOr<AdmissionTicket> admitted =
       gate_.Admit(context, static_cast<int64_t>(request.ByteSizeLong()));
   if (!admitted.ok()) return admitted.status();
   *ticket = std::move(*admitted);
-  if (absl::Status status = CheckCallWanted(context); !status.ok()) {
-    return status;
-  }
   return Infer(core_, request, response, ticket, output);
 }
 
@@ -191,8 +105,8 @@ grpc::ServerUnaryReactor* KServeService::ModelConfig(
 }
 
 grpc::ServerUnaryReactor* KServeService::ModelInfer(
-    grpc::CallbackServerContext* context,
-    const grpc::ByteBuffer* request_bytes, grpc::ByteBuffer* response_bytes) {
+    grpc::CallbackServerContext* context, const grpc::ByteBuffer* request_bytes,
+    grpc::ByteBuffer* response_bytes) {
   RequestTimer timer(observer_, kInferMethod);
   AdmissionTicket ticket;
   inference::ModelInferRequest request;
@@ -218,7 +132,41 @@ grpc::ServerUnaryReactor* KServeService::ModelInfer(
 grpc::ServerBidiReactor<inference::ModelInferRequest,
                         inference::ModelStreamInferResponse>*
 KServeService::ModelStreamInfer(grpc::CallbackServerContext* context) {
-  return new StreamReactor(*this, context);
+  return OrderedStreamReactor<inference::ModelInferRequest,
+                              inference::ModelStreamInferResponse>::
+      Start(context, gate_,
+            [this](grpc::CallbackServerContext* call,
+                   const inference::ModelInferRequest& request,
+                   AdmissionTicket* ticket,
+                   inference::ModelStreamInferResponse* response) {
+              return AnswerInStream(*call, request, ticket, response);
+            });
+}
+
+absl::Status KServeService::AnswerInStream(
+    const grpc::CallbackServerContext& context,
+    const inference::ModelInferRequest& request, AdmissionTicket* ticket,
+    inference::ModelStreamInferResponse* response) const {
+  inference::ModelInferResponse* answer = response->mutable_infer_response();
+  RequestTimer timer(observer_, kStreamMethod);
+  const absl::Status status = Compute(context, request, answer, ticket);
+  if (status.ok()) {
+    timer.Finish(status, answer->outputs(0).shape(0),
+                 static_cast<int64_t>(answer->raw_output_contents(0).size()),
+                 request.id());
+  } else {
+    timer.Finish(status, 0, 0, request.id());
+  }
+  if (absl::IsUnavailable(status)) return status;
+  if (!status.ok()) {
+    // Only the request's identity, so that clients can match the error.
+    answer->Clear();
+    answer->set_model_name(request.model_name());
+    answer->set_model_version(request.model_version());
+    answer->set_id(request.id());
+    response->set_error_message(std::string(status.message()));
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace temb::kserve

@@ -1,4 +1,4 @@
-#include "server/metrics/prometheus_metrics.h"
+#include "temb/metrics/prometheus_metrics.h"
 
 #include <array>
 #include <exception>
@@ -194,7 +194,6 @@ void PrometheusMetrics::OnFinish(const RequestRecord& record) {
     impl_->output_bytes.Increment(static_cast<double>(record.output_bytes));
   }
 }
-
 
 void PrometheusMetrics::OnRejected(absl::string_view reason) {
   impl_->rejected.Add({{"reason", std::string(reason)}}).Increment();

@@ -1,9 +1,9 @@
-#include "server/native/embed_response_bytes.h"
+#include "temb/native/embed_response_bytes.h"
 
 #include <string>
 #include <utility>
 
-#include "server/grpc/raw_messages.h"
+#include "temb/grpc/raw_messages.h"
 
 namespace temb {
 

@@ -1,16 +1,17 @@
-#include "server/native/native_service.h"
+#include "temb/native/native_service.h"
 
-#include <chrono>
 #include <string>
 #include <utility>
 #include <vector>
 
-#include "server/core/proto_conversions.h"
-#include "server/core/version.h"
-#include "server/grpc/raw_messages.h"
-#include "server/grpc/status.h"
-#include "server/native/embed_response_bytes.h"
-#include "temb/kernels/status_macros.h"
+#include "temb/base/status_macros.h"
+#include "temb/core/timesteps.h"
+#include "temb/core/version.h"
+#include "temb/grpc/ordered_stream.h"
+#include "temb/grpc/raw_messages.h"
+#include "temb/grpc/status.h"
+#include "temb/native/embed_response_bytes.h"
+#include "temb/v1_convert/conversions.h"
 
 namespace temb {
 namespace {
@@ -18,18 +19,8 @@ namespace {
 constexpr absl::string_view kEmbedMethod = "Embed";
 constexpr absl::string_view kStreamMethod = "EmbedStream";
 
-absl::Status CheckCallWanted(const grpc::CallbackServerContext& context) {
-  if (context.IsCancelled()) {
-    return absl::CancelledError("the call was cancelled before computing");
-  }
-  if (context.deadline() <= std::chrono::system_clock::now()) {
-    return absl::DeadlineExceededError("the deadline passed before computing");
-  }
-  return absl::OkStatus();
-}
-
 // A view of the float timesteps, or the integer ones converted into
-// `storage` (exact up to 2^24, as the contract says).
+// `storage`.
 absl::StatusOr<absl::Span<const float>> Timesteps(
     const v1::EmbedRequest& request, std::vector<float>* storage) {
   if (request.integer_timesteps_size() == 0) {
@@ -40,10 +31,7 @@ absl::StatusOr<absl::Span<const float>> Timesteps(
     return absl::InvalidArgumentError(
         "set either timesteps or integer_timesteps, not both");
   }
-  storage->reserve(request.integer_timesteps_size());
-  for (int64_t t : request.integer_timesteps()) {
-    storage->push_back(static_cast<float>(t));
-  }
+  *storage = TimestepsAsFloat32(request.integer_timesteps());
   return absl::MakeConstSpan(*storage);
 }
 
@@ -82,75 +70,6 @@ v1::ServerInfo MakeServerInfo(const EmbedService& core, int max_message_bytes) {
 
 }  // namespace
 
-class NativeService::StreamReactor final
-    : public grpc::ServerBidiReactor<v1::EmbedRequest,
-                                     v1::EmbedStreamResponse> {
- public:
-  StreamReactor(const NativeService& service,
-                grpc::CallbackServerContext* context)
-      : service_(service), context_(context) {
-    absl::StatusOr<AdmissionTicket> open = service_.gate_.OpenStream(*context);
-    if (!open.ok()) {
-      Finish(ToGrpcStatus(open.status()));
-      return;
-    }
-    open_ = std::move(*open);
-    StartRead(&request_);
-  }
-
-  // Exactly one read or write is outstanding at any time, which keeps the
-  // answers in order and makes Finish() reachable from a single place each.
-  void OnReadDone(bool ok) override {
-    if (!ok) {  // half-close; after a cancellation the status is ignored
-      Finish(grpc::Status::OK);
-      return;
-    }
-    response_.Clear();
-    RequestTimer timer(service_.observer_, kStreamMethod);
-    absl::StatusOr<Embedding> embedding =
-        service_.Compute(context_, request_, &ticket_);
-    const absl::Status status = embedding.status();
-    timer.Finish(status, BatchOf(request_),
-                 status.ok() ? embedding->size_bytes : 0, request_.request_id());
-    if (absl::IsUnavailable(status)) {
-      Finish(ToGrpcStatus(status));
-      return;
-    }
-    if (status.ok()) {
-      v1::EmbedResponse* response = response_.mutable_response();
-      *response = ResponseHead(request_, *embedding);
-      response->mutable_embedding()->set_data(std::move(embedding->data));
-    } else {
-      v1::Error* error = response_.mutable_error();
-      error->set_code(static_cast<int32_t>(status.code()));
-      error->set_message(std::string(status.message()));
-    }
-    response_.set_request_id(request_.request_id());
-    StartWrite(&response_);
-  }
-
-  void OnWriteDone(bool ok) override {
-    if (!ok) {
-      Finish(grpc::Status(grpc::StatusCode::CANCELLED,
-                          "the stream was cancelled while writing"));
-      return;
-    }
-    ticket_ = AdmissionTicket();  // the answer is out
-    request_.Clear();
-    StartRead(&request_);
-  }
-
-  void OnDone() override { delete this; }
-
- private:
-  const NativeService& service_;
-  grpc::CallbackServerContext* const context_;
-  v1::EmbedRequest request_;
-  v1::EmbedStreamResponse response_;
-  AdmissionTicket ticket_;  // of the request being answered
-  AdmissionTicket open_;    // held until the stream ends, for the drain
-};
-
 NativeService::NativeService(const EmbedService& core, const CallGate& gate,
                              RequestObserver* observer, Options options)
     : core_(core),
@@ -159,8 +78,8 @@ NativeService::NativeService(const EmbedService& core, const CallGate& gate,
       info_(MakeServerInfo(core, options.max_message_bytes)) {}
 
 grpc::ServerUnaryReactor* NativeService::Embed(
-    grpc::CallbackServerContext* context,
-    const grpc::ByteBuffer* request_bytes, grpc::ByteBuffer* response_bytes) {
+    grpc::CallbackServerContext* context, const grpc::ByteBuffer* request_bytes,
+    grpc::ByteBuffer* response_bytes) {
   RequestTimer timer(observer_, kEmbedMethod);
   AdmissionTicket ticket;
   v1::EmbedRequest request;
@@ -185,7 +104,34 @@ grpc::ServerUnaryReactor* NativeService::Embed(
 
 grpc::ServerBidiReactor<v1::EmbedRequest, v1::EmbedStreamResponse>*
 NativeService::EmbedStream(grpc::CallbackServerContext* context) {
-  return new StreamReactor(*this, context);
+  return OrderedStreamReactor<v1::EmbedRequest, v1::EmbedStreamResponse>::Start(
+      context, gate_,
+      [this](grpc::CallbackServerContext* call, const v1::EmbedRequest& request,
+             AdmissionTicket* ticket, v1::EmbedStreamResponse* response) {
+        return AnswerInStream(call, request, ticket, response);
+      });
+}
+
+absl::Status NativeService::AnswerInStream(
+    grpc::CallbackServerContext* context, const v1::EmbedRequest& request,
+    AdmissionTicket* ticket, v1::EmbedStreamResponse* response) const {
+  RequestTimer timer(observer_, kStreamMethod);
+  absl::StatusOr<Embedding> embedding = Compute(context, request, ticket);
+  const absl::Status status = embedding.status();
+  timer.Finish(status, BatchOf(request),
+               status.ok() ? embedding->size_bytes : 0, request.request_id());
+  if (absl::IsUnavailable(status)) return status;
+  if (status.ok()) {
+    v1::EmbedResponse* answer = response->mutable_response();
+    *answer = ResponseHead(request, *embedding);
+    answer->mutable_embedding()->set_data(std::move(embedding->data));
+  } else {
+    v1::Error* error = response->mutable_error();
+    error->set_code(static_cast<int32_t>(status.code()));
+    error->set_message(std::string(status.message()));
+  }
+  response->set_request_id(request.request_id());
+  return absl::OkStatus();
 }
 
 grpc::ServerUnaryReactor* NativeService::GetServerInfo(
@@ -199,16 +145,15 @@ grpc::ServerUnaryReactor* NativeService::GetServerInfo(
 absl::StatusOr<Embedding> NativeService::Compute(
     grpc::CallbackServerContext* context, const v1::EmbedRequest& request,
     AdmissionTicket* ticket, OutputAllocator* output) const {
-  ASSIGN_OR_RETURN(*ticket,
-                   gate_.Admit(*context,
-                               static_cast<int64_t>(request.ByteSizeLong())));
+  ASSIGN_OR_RETURN(
+      *ticket,
+      gate_.Admit(*context, static_cast<int64_t>(request.ByteSizeLong())));
   ASSIGN_OR_RETURN(
       SpecRequest spec_request,
       SpecRequestFromProto(request.preset(), request.spec(), request.dtype()));
   std::vector<float> storage;
   ASSIGN_OR_RETURN(absl::Span<const float> timesteps,
                    Timesteps(request, &storage));
-  RETURN_IF_ERROR(CheckCallWanted(*context));
   return core_.Embed(spec_request, timesteps, ticket, output);
 }
 

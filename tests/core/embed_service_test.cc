@@ -1,5 +1,5 @@
 // EmbedService and ResolveSpec against a fake backend that records calls.
-#include "server/core/embed_service.h"
+#include "temb/core/embed_service.h"
 
 #include <cmath>
 #include <cstring>
@@ -11,7 +11,8 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "server/core/request_observer.h"
+#include "temb/core/request_observer.h"
+#include "temb/v1_convert/preset_catalog.h"
 
 namespace temb {
 namespace {
@@ -57,7 +58,7 @@ class EmbedServiceTest : public ::testing::Test {
     EmbedService::Options options;
     options.limits = limits;
     service_ = std::make_unique<EmbedService>(
-        std::move(backend), PresetCatalog::BuiltIn(), std::move(options));
+        std::move(backend), BuiltInPresetCatalog(), std::move(options));
   }
 
   static SpecRequest Explicit(int dim) {
@@ -84,7 +85,7 @@ class EmbedServiceTest : public ::testing::Test {
 TEST_F(EmbedServiceTest, PresetGivesItsConvention) {
   auto spec = Resolve(Named("sdxl"));
   ASSERT_TRUE(spec.ok()) << spec.status();
-  EXPECT_EQ(*spec, PresetCatalog::BuiltIn().Find("sdxl")->spec);
+  EXPECT_EQ(*spec, BuiltInPresetCatalog().Find("sdxl")->spec);
 }
 
 TEST_F(EmbedServiceTest, PresetAcceptsItsOwnDimPrecisionAndDtype) {

@@ -1,6 +1,6 @@
 // The preset catalogue: the built-in entries against the contract table
 // (semantics section 4) and the rejection of malformed catalogues.
-#include "server/core/presets.h"
+#include "temb/core/presets.h"
 
 #include <cstdio>
 #include <fstream>
@@ -8,6 +8,7 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "temb/v1_convert/preset_catalog.h"
 
 namespace temb {
 namespace {
@@ -47,7 +48,7 @@ TEST(PresetsTest, BuiltInCatalogueMatchesTheContract) {
       {"ldm", 0, true, true, 0, kH, 1, kF32},
       {"diffusers-default", 0, true, false, 1, kH, 1, kF32},
   };
-  const PresetCatalog& catalog = PresetCatalog::BuiltIn();
+  const PresetCatalog& catalog = BuiltInPresetCatalog();
   EXPECT_EQ(catalog.presets().size(), std::size(table));
   for (const Expected& e : table) {
     SCOPED_TRACE(e.name);
@@ -71,7 +72,7 @@ TEST(PresetsTest, BuiltInCatalogueMatchesTheContract) {
 }
 
 TEST(PresetsTest, ParsesACustomCatalogue) {
-  auto catalog = PresetCatalog::FromTextProto(R"pb(
+  auto catalog = ParsePresetCatalog(R"pb(
     presets {
       name: "mine"
       description: "half precision LDM"
@@ -169,7 +170,7 @@ TEST(PresetsTest, RejectsBadCataloguesNamingThePreset) {
        "preset \"huge\": dim must be in"},
   };
   for (const Case& c : cases) {
-    auto catalog = PresetCatalog::FromTextProto(c.text);
+    auto catalog = ParsePresetCatalog(c.text);
     EXPECT_EQ(catalog.status().code(), absl::StatusCode::kInvalidArgument)
         << c.text;
     EXPECT_THAT(catalog.status().message(), HasSubstr(c.message));
@@ -186,7 +187,7 @@ TEST(PresetsTest, FromFile) {
                    spec { dim: 3 flip_sin_to_cos: true downscale_freq_shift: 1 }
                  })pb";
   }
-  auto bad = PresetCatalog::FromFile(path);
+  auto bad = ReadPresetCatalog(path);
   EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(bad.status().message(), HasSubstr(path));
   EXPECT_THAT(bad.status().message(), HasSubstr("preset \"bad\""));
@@ -197,12 +198,12 @@ TEST(PresetsTest, FromFile) {
                    spec { dim: 4 flip_sin_to_cos: true downscale_freq_shift: 1 }
                  })pb";
   }
-  auto good = PresetCatalog::FromFile(path);
+  auto good = ReadPresetCatalog(path);
   ASSERT_TRUE(good.ok()) << good.status();
   EXPECT_NE(good->Find("good"), nullptr);
   std::remove(path.c_str());
 
-  auto missing = PresetCatalog::FromFile(path + ".missing");
+  auto missing = ReadPresetCatalog(path + ".missing");
   EXPECT_EQ(missing.status().code(), absl::StatusCode::kNotFound);
 }
 

@@ -1,13 +1,13 @@
 // The hand-framed EmbedResponse must parse to exactly the message a typed
 // handler would have sent, and must carry the computed bytes without a copy.
-#include "server/native/embed_response_bytes.h"
-#include "server/grpc/raw_messages.h"
+#include "temb/native/embed_response_bytes.h"
 
 #include <cstring>
 #include <string>
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "temb/grpc/raw_messages.h"
 
 namespace temb {
 namespace {

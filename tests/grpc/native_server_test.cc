@@ -19,12 +19,13 @@
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
-#include "server/app/app.h"
-#include "server/core/embed_service.h"
-#include "server/core/presets.h"
-#include "server/metrics/prometheus_metrics.h"
+#include "temb/app/app.h"
+#include "temb/core/embed_service.h"
+#include "temb/core/presets.h"
 #include "temb/kernels/registry.h"
+#include "temb/metrics/prometheus_metrics.h"
 #include "temb/v1/temb.grpc.pb.h"
+#include "temb/v1_convert/preset_catalog.h"
 
 namespace temb {
 namespace {
@@ -175,7 +176,7 @@ TEST_F(NativeServerTest, EmbedEqualsTheCpuBackendBitForBit) {
       grpc::Status status = Embed(request, &response);
       ASSERT_TRUE(status.ok()) << status.error_message();
 
-      EmbeddingSpec spec = PresetCatalog::BuiltIn().Find(preset)->spec;
+      EmbeddingSpec spec = BuiltInPresetCatalog().Find(preset)->spec;
       spec.dtype = dtype;
       EXPECT_EQ(response.request_id(), "id-42");
       EXPECT_EQ(response.backend(), "cpu");
@@ -266,7 +267,7 @@ TEST_F(NativeServerTest, ServerInfoDescribesTheServer) {
   EXPECT_EQ(info.limits().max_output_bytes(), Limits().max_output_bytes);
   EXPECT_EQ(info.limits().max_message_bytes(), app_->max_message_bytes());
   EXPECT_GT(info.limits().max_message_bytes(), Limits().max_output_bytes);
-  const auto& builtin = PresetCatalog::BuiltIn().presets();
+  const auto& builtin = BuiltInPresetCatalog().presets();
   ASSERT_EQ(info.presets_size(), static_cast<int>(builtin.size()));
   for (int i = 0; i < info.presets_size(); ++i) {
     const v1::Preset& p = info.presets(i);
@@ -423,7 +424,7 @@ TEST_F(NativeServerTest, ShutdownDrainsInFlightCallsAndTurnsHealthOff) {
   in_flight.join();
   shutdown.join();
   ASSERT_TRUE(in_flight_status.ok()) << in_flight_status.error_message();
-  EmbeddingSpec spec = PresetCatalog::BuiltIn().Find("sd15")->spec;
+  EmbeddingSpec spec = BuiltInPresetCatalog().Find("sd15")->spec;
   EXPECT_TRUE(in_flight_response.embedding().data() ==
               Direct(spec, {1.0f, 2.0f, 3.0f}));
 }
@@ -490,7 +491,8 @@ class LendingBackend final : public Backend {
     return buffer;
   }
 
-  absl::Status Compute(const EmbeddingSpec& spec, absl::Span<const float> timesteps,
+  absl::Status Compute(const EmbeddingSpec& spec,
+                       absl::Span<const float> timesteps,
                        absl::Span<uint8_t> out) override {
     {
       std::lock_guard<std::mutex> lock(counts_->mutex);
@@ -510,7 +512,8 @@ class LendingBackend final : public Backend {
   // Waits (30 s at most, a safety net) until `n` buffers came back.
   bool WaitForReturned(int n) {
     std::unique_lock<std::mutex> lock(counts_->mutex);
-    return counts_->changed.wait_for(lock, kCallTimeout, [&] { return counts_->returned >= n; });
+    return counts_->changed.wait_for(lock, kCallTimeout,
+                                     [&] { return counts_->returned >= n; });
   }
 
  private:
@@ -533,7 +536,8 @@ class LendingBackend final : public Backend {
 
    private:
     std::vector<uint8_t> memory_;
-    std::shared_ptr<Counts> counts_;  // a buffer may come back after the backend is gone
+    std::shared_ptr<Counts>
+        counts_;  // a buffer may come back after the backend is gone
   };
 
   std::unique_ptr<Backend> inner_;
@@ -551,14 +555,17 @@ TEST(NativeServerLentOutputTest, LentMemoryIsSentAndGivenBack) {
   ASSERT_TRUE(app.ok()) << app.status();
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(-1);
-  auto stub = v1::EmbeddingService::NewStub(grpc::CreateCustomChannel(
-      "127.0.0.1:" + std::to_string((*app)->port()), grpc::InsecureChannelCredentials(), args));
+  auto stub = v1::EmbeddingService::NewStub(
+      grpc::CreateCustomChannel("127.0.0.1:" + std::to_string((*app)->port()),
+                                grpc::InsecureChannelCredentials(), args));
 
-  EmbeddingSpec spec = PresetCatalog::BuiltIn().Find("sdxl")->spec;
-  for (int rows : {1, 64, 1000}) {  // 1.25 KiB: not lent; 80 KiB and 1.2 MiB: lent
+  EmbeddingSpec spec = BuiltInPresetCatalog().Find("sdxl")->spec;
+  for (int rows :
+       {1, 64, 1000}) {  // 1.25 KiB: not lent; 80 KiB and 1.2 MiB: lent
     SCOPED_TRACE(rows);
     std::vector<float> ts;
-    for (int n = 0; n < rows; ++n) ts.push_back(static_cast<float>((n * 37) % 1000));
+    for (int n = 0; n < rows; ++n)
+      ts.push_back(static_cast<float>((n * 37) % 1000));
     v1::EmbedRequest request;
     request.set_preset("sdxl");
     for (float t : ts) request.add_timesteps(t);

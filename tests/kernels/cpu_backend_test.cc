@@ -1,7 +1,7 @@
 // The CPU backend: properties every engine must have, randomized accuracy
 // against an independent long-double evaluation, parity of every SIMD engine
 // with the scalar one, and thread-count independence.
-#include "cpu/cpu_backend.h"
+#include "temb/kernels/cpu_backend.h"
 
 #include <algorithm>
 #include <cmath>
@@ -536,8 +536,8 @@ TEST_P(CpuEngineTest, RepeatedTimestepsGiveTheSameRowsAsAlone) {
           ASSERT_EQ(std::memcmp(together.data() + n * row_bytes, alone.data(),
                                 row_bytes),
                     0)
-              << "row " << n << " t=" << t[n] << ", " << threads
-              << " threads, " << DTypeName(dtype);
+              << "row " << n << " t=" << t[n] << ", " << threads << " threads, "
+              << DTypeName(dtype);
         }
       }
     }

@@ -30,8 +30,9 @@ struct GoldenCase {
 std::vector<GoldenCase> LoadGolden() {
   // The environment may move the tree (a bundle run on another machine).
   const char* moved = std::getenv("TEMB_TEST_DATA_DIR");
-  const std::string path = std::string(moved != nullptr ? moved : TEMB_TEST_DATA_DIR) +
-                           "/reference/golden/embeddings.json";
+  const std::string path =
+      std::string(moved != nullptr ? moved : TEMB_TEST_DATA_DIR) +
+      "/reference/golden/embeddings.json";
   std::ifstream file(path);
   EXPECT_TRUE(file.good()) << "cannot open " << path;
   if (!file.good()) return {};

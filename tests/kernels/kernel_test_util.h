@@ -12,9 +12,9 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "cpu/cpu_backend.h"
 #include "gtest/gtest.h"
 #include "temb/kernels/backend.h"
+#include "temb/kernels/cpu_backend.h"
 #include "temb/kernels/dtype.h"
 #include "temb/kernels/embedding_spec.h"
 
@@ -55,25 +55,7 @@ inline absl::StatusOr<std::vector<uint8_t>> RunRequest(
 // The value of element `index` of a buffer of `dtype`.
 inline double Element(const std::vector<uint8_t>& bytes, DType dtype,
                       size_t index) {
-  switch (dtype) {
-    case DType::kFloat32: {
-      float v;
-      std::memcpy(&v, bytes.data() + 4 * index, 4);
-      return v;
-    }
-    case DType::kFloat16:
-    case DType::kBFloat16: {
-      uint16_t v;
-      std::memcpy(&v, bytes.data() + 2 * index, 2);
-      return dtype == DType::kFloat16 ? HalfToFloat(v) : BFloat16ToFloat(v);
-    }
-    case DType::kFloat64: {
-      double v;
-      std::memcpy(&v, bytes.data() + 8 * index, 8);
-      return v;
-    }
-  }
-  return std::numeric_limits<double>::quiet_NaN();
+  return ElementAsDouble(bytes.data(), dtype, static_cast<int64_t>(index));
 }
 
 // Half an ulp of `dtype`, relative, plus its smallest subnormal step: what

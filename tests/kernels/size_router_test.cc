@@ -20,7 +20,9 @@ class MarkingBackend final : public Backend {
   MarkingBackend(BackendKind kind, uint8_t mark, int* calls)
       : kind_(kind), mark_(mark), calls_(calls) {}
   BackendKind kind() const override { return kind_; }
-  std::string device() const override { return kind_ == BackendKind::kCuda ? "gpu0" : "cpu0"; }
+  std::string device() const override {
+    return kind_ == BackendKind::kCuda ? "gpu0" : "cpu0";
+  }
   absl::Status Compute(const EmbeddingSpec&, absl::Span<const float>,
                        absl::Span<uint8_t> out) override {
     ++*calls_;
@@ -41,8 +43,10 @@ class SizeRouterTest : public ::testing::Test {
   static constexpr int64_t kThreshold = 4096;
 
   void SetUp() override {
-    router_ = RouteBySize(std::make_unique<MarkingBackend>(BackendKind::kCpu, 0x11, &small_calls_),
-                          std::make_unique<MarkingBackend>(BackendKind::kCuda, 0x22, &large_calls_),
+    router_ = RouteBySize(std::make_unique<MarkingBackend>(BackendKind::kCpu,
+                                                           0x11, &small_calls_),
+                          std::make_unique<MarkingBackend>(BackendKind::kCuda,
+                                                           0x22, &large_calls_),
                           kThreshold);
     spec_.dim = 320;
   }

@@ -169,9 +169,9 @@ TEST(ValidationTest, LargestFrequencyIsTheTableMaximum) {
     double max_period;
     double shift;
   };
-  for (const Case& c : {Case{320, 10000, 0}, Case{321, 10000, 1},
-                        Case{2, 10000, 0}, Case{256, 0.01, 0},
-                        Case{64, 10000, 40}, Case{64, 0.5, 40.5}}) {
+  for (const Case& c :
+       {Case{320, 10000, 0}, Case{321, 10000, 1}, Case{2, 10000, 0},
+        Case{256, 0.01, 0}, Case{64, 10000, 40}, Case{64, 0.5, 40.5}}) {
     EmbeddingSpec spec = Spec(c.dim);
     spec.max_period = c.max_period;
     spec.downscale_freq_shift = c.shift;

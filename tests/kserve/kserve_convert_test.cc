@@ -1,5 +1,5 @@
 // The KServe v2 <-> core conversion rules, without a server.
-#include "server/kserve/kserve_convert.h"
+#include "temb/kserve/kserve_convert.h"
 
 #include <cstdint>
 #include <cstring>
@@ -9,6 +9,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "inference/model_config.pb.h"
+#include "temb/v1_convert/preset_catalog.h"
 
 namespace temb::kserve {
 namespace {
@@ -17,7 +18,7 @@ using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 
 const Preset& Model(const std::string& name) {
-  const Preset* preset = PresetCatalog::BuiltIn().Find(name);
+  const Preset* preset = BuiltInPresetCatalog().Find(name);
   EXPECT_NE(preset, nullptr) << name;
   return *preset;
 }
@@ -49,7 +50,7 @@ void ExpectInvalid(const inference::ModelInferRequest& request,
 }
 
 TEST(FindModelTest, PresetsAreModelsWithVersionOne) {
-  const PresetCatalog& presets = PresetCatalog::BuiltIn();
+  const PresetCatalog& presets = BuiltInPresetCatalog();
   EXPECT_TRUE(FindModel(presets, "flux", "").ok());
   EXPECT_TRUE(FindModel(presets, "flux", "1").ok());
   EXPECT_EQ(FindModel(presets, "flux", "2").status().code(),

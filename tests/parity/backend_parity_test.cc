@@ -51,14 +51,23 @@ std::string UnusableReason(const absl::Status& status) {
   const std::string message(status.message());
   const std::string marker = "no usable CUDA device: ";
   const size_t pos = message.find(marker);
-  return pos == std::string::npos ? message : message.substr(pos + marker.size());
+  return pos == std::string::npos ? message
+                                  : message.substr(pos + marker.size());
 }
 
 // Deterministic timesteps in [-limit, limit]: first 0, fractional values and
 // both extremes, then a mix of uniform reals and integers (diffusion steps).
 std::vector<float> MakeTimesteps(int64_t count, double limit, uint32_t seed) {
-  const double specials[] = {0.099925 * limit, 0.0, -limit, limit, 1.0, -0.5,
-                             0.125, 0.0261375 * limit, -0.0999 * limit, 0.0042 * limit};
+  const double specials[] = {0.099925 * limit,
+                             0.0,
+                             -limit,
+                             limit,
+                             1.0,
+                             -0.5,
+                             0.125,
+                             0.0261375 * limit,
+                             -0.0999 * limit,
+                             0.0042 * limit};
   std::mt19937 rng(seed);
   std::uniform_real_distribution<double> real(-limit, limit);
   std::uniform_real_distribution<double> step(0.0, std::min(limit, 1000.0));
@@ -166,25 +175,7 @@ int64_t Ordered(const ComparedBits& value) {
 }
 
 double Decode(DType dtype, const uint8_t* p) {
-  switch (dtype) {
-    case DType::kFloat32: {
-      float v;
-      std::memcpy(&v, p, sizeof v);
-      return v;
-    }
-    case DType::kFloat64: {
-      double v;
-      std::memcpy(&v, p, sizeof v);
-      return v;
-    }
-    case DType::kFloat16:
-    case DType::kBFloat16: {
-      uint16_t v;
-      std::memcpy(&v, p, sizeof v);
-      return dtype == DType::kFloat16 ? HalfToFloat(v) : BFloat16ToFloat(v);
-    }
-  }
-  return std::numeric_limits<double>::quiet_NaN();
+  return ElementAsDouble(p, dtype, 0);
 }
 
 bool AllZeroBytes(const uint8_t* p, size_t n) {
@@ -193,7 +184,8 @@ bool AllZeroBytes(const uint8_t* p, size_t n) {
 
 // Empty when `actual` matches `expected` (the CPU's) within tolerance;
 // otherwise a count and the first few differences.
-std::string Differences(const EmbeddingSpec& spec, absl::Span<const float> timesteps,
+std::string Differences(const EmbeddingSpec& spec,
+                        absl::Span<const float> timesteps,
                         const std::vector<uint8_t>& expected,
                         const std::vector<uint8_t>& actual) {
   const size_t size = DTypeSize(spec.dtype);
@@ -208,7 +200,8 @@ std::string Differences(const EmbeddingSpec& spec, absl::Span<const float> times
       const uint8_t* a = actual.data() + offset;
       std::string why;
       if (has_pad && j == spec.dim - 1) {
-        if (!AllZeroBytes(e, size) || !AllZeroBytes(a, size)) why = "padding must be +0";
+        if (!AllZeroBytes(e, size) || !AllZeroBytes(a, size))
+          why = "padding must be +0";
       } else {
         const ComparedBits ce = ReadCompared(spec, e);
         const ComparedBits ca = ReadCompared(spec, a);
@@ -221,9 +214,9 @@ std::string Differences(const EmbeddingSpec& spec, absl::Span<const float> times
       }
       if (why.empty()) continue;
       if (++mismatches <= 5) {
-        absl::StrAppend(&report, "\n  row ", n, " (t=", timesteps[n], ") col ", j,
-                        ": cpu=", Decode(spec.dtype, e), " other=", Decode(spec.dtype, a),
-                        " (", why, ")");
+        absl::StrAppend(&report, "\n  row ", n, " (t=", timesteps[n], ") col ",
+                        j, ": cpu=", Decode(spec.dtype, e),
+                        " other=", Decode(spec.dtype, a), " (", why, ")");
       }
     }
   }
@@ -231,10 +224,13 @@ std::string Differences(const EmbeddingSpec& spec, absl::Span<const float> times
   return absl::StrCat(mismatches, " element(s) differ:", report);
 }
 
-std::vector<uint8_t> ComputeWithSentinel(Backend& backend, const EmbeddingSpec& spec,
-                                  absl::Span<const float> timesteps, absl::Status* status) {
+std::vector<uint8_t> ComputeWithSentinel(Backend& backend,
+                                         const EmbeddingSpec& spec,
+                                         absl::Span<const float> timesteps,
+                                         absl::Status* status) {
   // A sentinel fill makes any element the backend forgets to write visible.
-  std::vector<uint8_t> out(OutputBytes(spec, static_cast<int64_t>(timesteps.size())), 0xab);
+  std::vector<uint8_t> out(
+      OutputBytes(spec, static_cast<int64_t>(timesteps.size())), 0xab);
   *status = backend.Compute(spec, timesteps, absl::MakeSpan(out));
   return out;
 }
@@ -247,31 +243,40 @@ class BackendParityTest : public ::testing::TestWithParam<BackendChoice> {
           UnusableReason(CreateBackend(BackendChoice::kCuda).status());
       // GPU CI sets this so that a broken driver cannot pass as "skipped".
       if (std::getenv("TEMB_REQUIRE_CUDA") != nullptr) {
-        FAIL() << "TEMB_REQUIRE_CUDA is set but there is no usable CUDA device: " << reason;
+        FAIL()
+            << "TEMB_REQUIRE_CUDA is set but there is no usable CUDA device: "
+            << reason;
       }
       GTEST_SKIP() << "no usable CUDA device: " << reason;
     }
-    absl::StatusOr<std::unique_ptr<Backend>> backend = CreateBackend(GetParam());
+    absl::StatusOr<std::unique_ptr<Backend>> backend =
+        CreateBackend(GetParam());
     ASSERT_TRUE(backend.ok()) << backend.status();
     backend_ = std::move(*backend);
-    absl::StatusOr<std::unique_ptr<Backend>> cpu = CreateBackend(BackendChoice::kCpu);
+    absl::StatusOr<std::unique_ptr<Backend>> cpu =
+        CreateBackend(BackendChoice::kCpu);
     ASSERT_TRUE(cpu.ok()) << cpu.status();
     cpu_ = std::move(*cpu);
   }
 
   // Runs one case on both backends and records a failure on mismatch.
   // Returns false once too many cases have failed, to stop the caller's loop.
-  bool ExpectParity(const EmbeddingSpec& spec, const std::vector<float>& timesteps) {
+  bool ExpectParity(const EmbeddingSpec& spec,
+                    const std::vector<float>& timesteps) {
     ++cases_;
     const absl::Status valid = ValidateRequest(spec, timesteps, Limits());
     EXPECT_TRUE(valid.ok()) << valid << " for " << SpecDebugString(spec);
     absl::Status status;
-    const std::vector<uint8_t> expected = ComputeWithSentinel(*cpu_, spec, timesteps, &status);
+    const std::vector<uint8_t> expected =
+        ComputeWithSentinel(*cpu_, spec, timesteps, &status);
     EXPECT_TRUE(status.ok()) << "cpu: " << status;
-    const std::vector<uint8_t> actual = ComputeWithSentinel(*backend_, spec, timesteps, &status);
+    const std::vector<uint8_t> actual =
+        ComputeWithSentinel(*backend_, spec, timesteps, &status);
     EXPECT_TRUE(status.ok()) << backend_->device() << ": " << status;
-    const std::string differences = Differences(spec, timesteps, expected, actual);
-    EXPECT_EQ(differences, "") << SpecDebugString(spec) << " batch=" << timesteps.size();
+    const std::string differences =
+        Differences(spec, timesteps, expected, actual);
+    EXPECT_EQ(differences, "")
+        << SpecDebugString(spec) << " batch=" << timesteps.size();
     if (!valid.ok() || !status.ok() || !differences.empty()) ++failed_cases_;
     return failed_cases_ < kMaxReportedCases;
   }
@@ -295,7 +300,8 @@ TEST_P(BackendParityTest, DescribesItsDevice) {
 TEST_P(BackendParityTest, Fp32AllShapesLayoutsOrdersAndShifts) {
   for (int dim : kDims) {
     for (int64_t batch : kBatches) {
-      const std::vector<float> timesteps = MakeTimesteps(batch, 1e4, 7919u * dim + batch);
+      const std::vector<float> timesteps =
+          MakeTimesteps(batch, 1e4, 7919u * dim + batch);
       for (const EmbeddingSpec& spec : Conventions(dim)) {
         if (!ExpectParity(spec, timesteps)) return;
       }
@@ -309,7 +315,8 @@ TEST_P(BackendParityTest, Fp32AllShapesLayoutsOrdersAndShifts) {
 TEST_P(BackendParityTest, EveryDTypeAndPrecision) {
   for (int dim : kDims) {
     for (int64_t batch : {int64_t{19}, int64_t{989}}) {
-      const std::vector<float> timesteps = MakeTimesteps(batch, 1e4, 104729u * dim + batch);
+      const std::vector<float> timesteps =
+          MakeTimesteps(batch, 1e4, 104729u * dim + batch);
       for (EmbeddingSpec spec : Conventions(dim)) {
         for (DType dtype : kDTypes) {
           for (Precision precision : kPrecisions) {
@@ -339,10 +346,12 @@ TEST_P(BackendParityTest, ScaleTimeFactorAndMaxPeriod) {
   for (const Params& p : kParams) {
     for (int dim : kDims) {
       for (int64_t batch : {int64_t{19}, int64_t{989}}) {
-        const std::vector<float> timesteps = MakeTimesteps(batch, p.t_limit, 31u * dim + batch);
+        const std::vector<float> timesteps =
+            MakeTimesteps(batch, p.t_limit, 31u * dim + batch);
         for (EmbeddingSpec spec : Conventions(dim)) {
           // The LDM and DDPM pairings of order and shift are enough here.
-          if (spec.flip_sin_to_cos == (spec.downscale_freq_shift != 0)) continue;
+          if (spec.flip_sin_to_cos == (spec.downscale_freq_shift != 0))
+            continue;
           spec.scale = p.scale;
           spec.time_factor = p.time_factor;
           spec.max_period = p.max_period;
@@ -362,7 +371,8 @@ TEST_P(BackendParityTest, ScaleTimeFactorAndMaxPeriod) {
 TEST_P(BackendParityTest, RepeatOnlyIsBitExact) {
   for (int dim : kDims) {
     for (int64_t batch : kBatches) {
-      const std::vector<float> timesteps = MakeTimesteps(batch, 1e4, 7u * dim + batch);
+      const std::vector<float> timesteps =
+          MakeTimesteps(batch, 1e4, 7u * dim + batch);
       EmbeddingSpec spec;
       spec.dim = dim;
       spec.repeat_only = true;
@@ -389,16 +399,19 @@ TEST_P(BackendParityTest, ZeroTimestepGivesExactOnesAndZeros) {
         spec.dtype = dtype;
         spec.precision = precision;
         absl::Status status;
-        const std::vector<uint8_t> out = ComputeWithSentinel(*backend_, spec, zeros, &status);
+        const std::vector<uint8_t> out =
+            ComputeWithSentinel(*backend_, spec, zeros, &status);
         ASSERT_TRUE(status.ok()) << status;
         const size_t size = DTypeSize(dtype);
         for (size_t n = 0; n < zeros.size(); ++n) {
           for (int j = 0; j < dim; ++j) {
             const uint8_t* p = out.data() + (n * dim + j) * size;
             if (j < spec.half_dim()) {
-              ASSERT_EQ(Decode(dtype, p), 1.0) << SpecDebugString(spec) << " col " << j;
+              ASSERT_EQ(Decode(dtype, p), 1.0)
+                  << SpecDebugString(spec) << " col " << j;
             } else {
-              ASSERT_TRUE(AllZeroBytes(p, size)) << SpecDebugString(spec) << " col " << j;
+              ASSERT_TRUE(AllZeroBytes(p, size))
+                  << SpecDebugString(spec) << " col " << j;
             }
           }
         }
@@ -412,8 +425,8 @@ TEST_P(BackendParityTest, EmptyBatchIsValid) {
     EmbeddingSpec spec;
     spec.dim = 320;
     spec.dtype = dtype;
-    const absl::Status status =
-        backend_->Compute(spec, absl::Span<const float>(), absl::Span<uint8_t>());
+    const absl::Status status = backend_->Compute(
+        spec, absl::Span<const float>(), absl::Span<uint8_t>());
     EXPECT_TRUE(status.ok()) << status;
   }
 }
@@ -435,9 +448,11 @@ TEST_P(BackendParityTest, ConcurrentCallsGiveIdenticalResults) {
     job.spec.dtype = kDTypes[k % std::size(kDTypes)];
     job.spec.precision = kPrecisions[(k / 4) % 2];
     job.spec.flip_sin_to_cos = k % 3 != 0;
-    job.timesteps = MakeTimesteps(kJobBatches[k % std::size(kJobBatches)], 1e4, 1000u + k);
+    job.timesteps =
+        MakeTimesteps(kJobBatches[k % std::size(kJobBatches)], 1e4, 1000u + k);
     absl::Status status;
-    job.serial = ComputeWithSentinel(*backend_, job.spec, job.timesteps, &status);
+    job.serial =
+        ComputeWithSentinel(*backend_, job.spec, job.timesteps, &status);
     ASSERT_TRUE(status.ok()) << status;
     jobs.push_back(std::move(job));
   }
@@ -451,7 +466,8 @@ TEST_P(BackendParityTest, ConcurrentCallsGiveIdenticalResults) {
     threads.emplace_back([&, w] {
       for (int r = 0; r < kRounds; ++r) {
         for (size_t i = 0; i < jobs.size(); ++i) {
-          const Job& job = jobs[(i * 5 + w + r) % jobs.size()];  // different orders
+          const Job& job =
+              jobs[(i * 5 + w + r) % jobs.size()];  // different orders
           absl::Status status;
           const std::vector<uint8_t> out =
               ComputeWithSentinel(*backend_, job.spec, job.timesteps, &status);
@@ -483,14 +499,17 @@ TEST_P(BackendParityTest, LentOutputMemoryGivesTheSameBytes) {
     const std::vector<float> timesteps = MakeTimesteps(batch, 1e4, 77u + batch);
     const size_t bytes = OutputBytes(spec, batch);
     std::unique_ptr<HostBuffer> lent = backend_->AllocateOutput(bytes);
-    if (lent == nullptr) GTEST_SKIP() << backend_->device() << " lends no output memory";
+    if (lent == nullptr)
+      GTEST_SKIP() << backend_->device() << " lends no output memory";
     ASSERT_EQ(lent->bytes().size(), bytes);
     std::fill(lent->bytes().begin(), lent->bytes().end(), 0xab);
     ASSERT_TRUE(backend_->Compute(spec, timesteps, lent->bytes()).ok());
     absl::Status status;
-    const std::vector<uint8_t> ordinary = ComputeWithSentinel(*backend_, spec, timesteps, &status);
+    const std::vector<uint8_t> ordinary =
+        ComputeWithSentinel(*backend_, spec, timesteps, &status);
     ASSERT_TRUE(status.ok()) << status;
-    EXPECT_TRUE(std::equal(ordinary.begin(), ordinary.end(), lent->bytes().begin()))
+    EXPECT_TRUE(
+        std::equal(ordinary.begin(), ordinary.end(), lent->bytes().begin()))
         << "batch " << batch;
   }
 }
@@ -505,7 +524,8 @@ TEST_P(BackendParityTest, LentOutputMemoryIsBounded) {
     if (lent == nullptr) break;
     held.push_back(std::move(lent));
   }
-  if (held.empty()) GTEST_SKIP() << backend_->device() << " lends no output memory";
+  if (held.empty())
+    GTEST_SKIP() << backend_->device() << " lends no output memory";
   EXPECT_LT(held.size(), 64u) << "lent memory has no bound";
   held.clear();
   // The kept 64 MiB buffers make room for a different size.
@@ -518,11 +538,13 @@ TEST_P(BackendParityTest, LentOutputMemoryIsBounded) {
 TEST_P(BackendParityTest, AutoSendsSmallOutputsToTheCpu) {
   BackendOptions options;
   options.gpu_min_output_bytes = int64_t{64} << 10;
-  absl::StatusOr<std::unique_ptr<Backend>> routed = CreateBackend(BackendChoice::kAuto, options);
+  absl::StatusOr<std::unique_ptr<Backend>> routed =
+      CreateBackend(BackendChoice::kAuto, options);
   ASSERT_TRUE(routed.ok()) << routed.status();
   Backend& router = **routed;
   EXPECT_EQ(router.kind(), backend_->kind());
-  EXPECT_EQ(router.KindFor(options.gpu_min_output_bytes - 1), BackendKind::kCpu);
+  EXPECT_EQ(router.KindFor(options.gpu_min_output_bytes - 1),
+            BackendKind::kCpu);
   EXPECT_EQ(router.KindFor(options.gpu_min_output_bytes), backend_->kind());
 
   EmbeddingSpec spec;
@@ -530,11 +552,14 @@ TEST_P(BackendParityTest, AutoSendsSmallOutputsToTheCpu) {
   for (int64_t batch : {int64_t{19}, int64_t{989}}) {  // 24 KiB and 1.2 MiB
     const std::vector<float> timesteps = MakeTimesteps(batch, 1e4, 31u + batch);
     absl::Status status;
-    const std::vector<uint8_t> routed_out = ComputeWithSentinel(router, spec, timesteps, &status);
+    const std::vector<uint8_t> routed_out =
+        ComputeWithSentinel(router, spec, timesteps, &status);
     ASSERT_TRUE(status.ok()) << status;
     Backend& expected_backend =
-        OutputBytes(spec, batch) < options.gpu_min_output_bytes ? *cpu_ : *backend_;
-    EXPECT_EQ(routed_out, ComputeWithSentinel(expected_backend, spec, timesteps, &status))
+        OutputBytes(spec, batch) < options.gpu_min_output_bytes ? *cpu_
+                                                                : *backend_;
+    EXPECT_EQ(routed_out,
+              ComputeWithSentinel(expected_backend, spec, timesteps, &status))
         << "batch " << batch;
   }
 
@@ -544,12 +569,12 @@ TEST_P(BackendParityTest, AutoSendsSmallOutputsToTheCpu) {
   EXPECT_EQ((*routed)->KindFor(1), backend_->kind());
 }
 
-INSTANTIATE_TEST_SUITE_P(Accelerated, BackendParityTest,
-                         ::testing::Values(BackendChoice::kCuda),
-                         [](const ::testing::TestParamInfo<BackendChoice>& param) {
-                           return param.param == BackendChoice::kCuda ? std::string("cuda")
-                                                                     : std::string("other");
-                         });
+INSTANTIATE_TEST_SUITE_P(
+    Accelerated, BackendParityTest, ::testing::Values(BackendChoice::kCuda),
+    [](const ::testing::TestParamInfo<BackendChoice>& param) {
+      return param.param == BackendChoice::kCuda ? std::string("cuda")
+                                                 : std::string("other");
+    });
 
 }  // namespace
 }  // namespace temb

@@ -1,5 +1,5 @@
 // The admission gate and the bearer-token check, without gRPC.
-#include "server/core/admission.h"
+#include "temb/core/admission.h"
 
 #include <fstream>
 #include <string>
@@ -8,7 +8,7 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "server/core/token_auth.h"
+#include "temb/core/token_auth.h"
 
 namespace temb {
 namespace {
@@ -117,8 +117,7 @@ TEST(AdmissionTest, ExpiredDeadlineIsRefusedBeforeTheLimits) {
   auto held = admission.Admit(0, Later());
   auto expired = admission.Admit(0, absl::Now() - absl::Milliseconds(1));
   EXPECT_EQ(expired.status().code(), absl::StatusCode::kDeadlineExceeded);
-  EXPECT_EQ(observer.reasons,
-            std::vector<std::string>{"deadline_exceeded"});
+  EXPECT_EQ(observer.reasons, std::vector<std::string>{"deadline_exceeded"});
 }
 
 TEST(AdmissionTest, DrainingRefusesNewWorkAndNotifiesOnce) {
@@ -141,8 +140,7 @@ TEST(AdmissionTest, DrainingRefusesNewWorkAndNotifiesOnce) {
     EXPECT_EQ(status.code(), absl::StatusCode::kUnavailable);
     EXPECT_THAT(status.message(), HasSubstr("server is draining"));
   }
-  EXPECT_EQ(observer.states,
-            (std::vector<std::string>{"serving", "draining"}));
+  EXPECT_EQ(observer.states, (std::vector<std::string>{"serving", "draining"}));
 }
 
 TEST(AdmissionTest, BackendFailureIsStickyAndNamesTheCause) {
@@ -217,7 +215,8 @@ TEST(TokenVerifierTest, AcceptsOnlyListedBearerTokens) {
     const absl::Status status = verifier->Verify(header);
     EXPECT_EQ(status.code(), absl::StatusCode::kUnauthenticated) << header;
     EXPECT_THAT(std::string(status.message()),
-                ::testing::Not(HasSubstr("alpha"))) << header;
+                ::testing::Not(HasSubstr("alpha")))
+        << header;
   }
 }
 
@@ -234,8 +233,10 @@ TEST(TokenVerifierTest, FileRules) {
   std::ofstream(path) << "two words\n";
   EXPECT_EQ(TokenVerifier::FromFile(path).status().code(),
             absl::StatusCode::kInvalidArgument);
+  // Every file flag reports an unreadable file alike (ReadFile): a missing
+  // one is NOT_FOUND.
   EXPECT_EQ(TokenVerifier::FromFile(path + ".missing").status().code(),
-            absl::StatusCode::kFailedPrecondition);
+            absl::StatusCode::kNotFound);
 }
 
 }  // namespace

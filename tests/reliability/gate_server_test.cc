@@ -14,10 +14,11 @@
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
 #include "inference/grpc_service.grpc.pb.h"
-#include "server/app/app.h"
-#include "server/metrics/prometheus_metrics.h"
+#include "temb/app/app.h"
 #include "temb/kernels/registry.h"
+#include "temb/metrics/prometheus_metrics.h"
 #include "temb/v1/temb.grpc.pb.h"
+#include "temb/v1_convert/preset_catalog.h"
 
 namespace temb {
 namespace {
@@ -79,8 +80,9 @@ grpc::Status CallEmpty(grpc::Channel* channel, const std::string& method,
 
 std::vector<std::string> GatedMethods() {
   std::vector<std::string> methods;
-  for (const char* name : {v1::EmbeddingService::service_full_name(),
-                           inference::GRPCInferenceService::service_full_name()}) {
+  for (const char* name :
+       {v1::EmbeddingService::service_full_name(),
+        inference::GRPCInferenceService::service_full_name()}) {
     const google::protobuf::ServiceDescriptor* service =
         google::protobuf::DescriptorPool::generated_pool()->FindServiceByName(
             name);
@@ -137,7 +139,8 @@ class FailingBackend final : public Backend {
   absl::Status Compute(const EmbeddingSpec& spec,
                        absl::Span<const float> timesteps,
                        absl::Span<uint8_t> out) override {
-    if (good_calls_.fetch_sub(1) > 0) return cpu_->Compute(spec, timesteps, out);
+    if (good_calls_.fetch_sub(1) > 0)
+      return cpu_->Compute(spec, timesteps, out);
     return absl::InternalError("injected: an illegal memory access");
   }
 
@@ -194,9 +197,13 @@ TEST(GateServerTest, BackendFailureStopsServingWhenSoConfigured) {
   ASSERT_TRUE(kserve->ServerReady(&ready_context, {}, &ready).ok());
   EXPECT_FALSE(ready.ready());
   const std::string metrics = (*app)->metrics()->TextExposition();
-  EXPECT_THAT(metrics, HasSubstr("temb_backend_failures_total{action=\"not_serving\",backend=\"cuda\"} 1"));
-  EXPECT_THAT(metrics, HasSubstr("temb_serving_state{state=\"backend_failed\"} 1"));
-  EXPECT_THAT(metrics, HasSubstr("temb_rejected_requests_total{reason=\"backend_failed\"} 1"));
+  EXPECT_THAT(metrics, HasSubstr("temb_backend_failures_total{action=\"not_"
+                                 "serving\",backend=\"cuda\"} 1"));
+  EXPECT_THAT(metrics,
+              HasSubstr("temb_serving_state{state=\"backend_failed\"} 1"));
+  EXPECT_THAT(
+      metrics,
+      HasSubstr("temb_rejected_requests_total{reason=\"backend_failed\"} 1"));
 }
 
 TEST(GateServerTest, BackendFailureFallsBackToCpuWhenSoConfigured) {
@@ -210,20 +217,21 @@ TEST(GateServerTest, BackendFailureFallsBackToCpuWhenSoConfigured) {
   for (int i = 0; i < 3; ++i) {
     grpc::ClientContext context;
     v1::EmbedResponse response;
-    const grpc::Status status = stub->Embed(&context, SmallRequest(), &response);
+    const grpc::Status status =
+        stub->Embed(&context, SmallRequest(), &response);
     ASSERT_TRUE(status.ok()) << status.error_message();
     EXPECT_EQ(response.backend(), "cpu");
     // The same numbers the CPU backend computes directly.
     SpecRequest sdxl;
     sdxl.preset = "sdxl";
-    auto spec = ResolveSpec(sdxl, PresetCatalog::BuiltIn(), Limits());
+    auto spec = ResolveSpec(sdxl, BuiltInPresetCatalog(), Limits());
     ASSERT_TRUE(spec.ok());
     std::string expected(OutputBytes(*spec, 3), '\0');
-    ASSERT_TRUE(cpu->Compute(*spec, std::vector<float>{0.0f, 1.0f, 999.0f},
-                             absl::MakeSpan(reinterpret_cast<uint8_t*>(
-                                                expected.data()),
-                                            expected.size()))
-                    .ok());
+    ASSERT_TRUE(
+        cpu->Compute(*spec, std::vector<float>{0.0f, 1.0f, 999.0f},
+                     absl::MakeSpan(reinterpret_cast<uint8_t*>(expected.data()),
+                                    expected.size()))
+            .ok());
     EXPECT_EQ(response.embedding().data(), expected);
   }
   EXPECT_EQ(Health(channel.get(), ""), HealthCheckResponse::SERVING);

@@ -41,6 +41,11 @@ uint16_t DoubleToBFloat16(double value);  // rounds once, from double
 float HalfToFloat(uint16_t bits);
 float BFloat16ToFloat(uint16_t bits);
 
+// Element `index` of a little-endian buffer of `dtype`, widened to double
+// (exactly: every dtype here is a subset of double).  For readers of
+// outputs: the CLI's printer, tests, fuzzers.
+double ElementAsDouble(const void* data, DType dtype, int64_t index);
+
 }  // namespace temb
 
 #endif  // TEMB_KERNELS_DTYPE_H_

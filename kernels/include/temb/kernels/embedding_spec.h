@@ -5,6 +5,9 @@
 // output (timestep t = timesteps[n]):
 //
 //   t'  = time_factor * t                        (Flux multiplies by 1000)
+//         with timestep_dtype fp16/bf16, as a pipeline of that dtype does:
+//         t' = rnd(fl32(rnd(t)) * fl32(time_factor)), rnd rounding to
+//         timestep_dtype (PipelineTimesteps below)
 //   f_i = exp(-ln(P) * i / (H - downscale_freq_shift)),   i in [0, H)
 //   a_i = scale * (t' * f_i)
 //   halves layout:       [sin(a), cos(a)], or [cos(a), sin(a)] when
@@ -53,7 +56,7 @@ enum class Precision : uint8_t {
   kFloat64 = 1,  // double angles, rounded once to the output dtype
 };
 
-absl::string_view LayoutName(Layout layout);        // "halves" | "interleaved"
+absl::string_view LayoutName(Layout layout);  // "halves" | "interleaved"
 absl::string_view PrecisionName(Precision precision);  // "fp32" | "fp64"
 
 // A plain value type; copy freely.  Defaults are the LDM convention that
@@ -70,6 +73,10 @@ struct EmbeddingSpec {
   Layout layout = Layout::kHalves;
   DType dtype = DType::kFloat32;
   Precision precision = Precision::kFloat32;
+  // The dtype the pipeline holds t in before the embedding: fp32, or fp16 /
+  // bf16 for pipelines that cast t to the latents' dtype and multiply by
+  // time_factor there (diffusers' Flux: `timestep.to(dtype) * 1000`).
+  DType timestep_dtype = DType::kFloat32;
 
   int half_dim() const { return dim / 2; }
   // Bytes of one output row.
@@ -114,6 +121,16 @@ absl::Status ValidateTimesteps(const EmbeddingSpec& spec,
 absl::Status ValidateRequest(const EmbeddingSpec& spec,
                              absl::Span<const float> timesteps,
                              const Limits& limits);
+
+// For a spec with timestep_dtype fp16 or bf16: `timesteps` become the values
+// the pipeline's model sees, rnd(fl32(rnd(t)) * fl32(time_factor)) with rnd
+// rounding to nearest even in timestep_dtype (fp16/bf16 tensor times a Python
+// number computes in float32, then rounds), and `spec` becomes the spec that
+// computes the same embedding from them (time_factor 1, timestep_dtype
+// fp32).  Identity for fp32.  INVALID_ARGUMENT naming the index when a value
+// overflows timestep_dtype (fp16 above 65504).  Call after ValidateSpec.
+absl::Status PipelineTimesteps(EmbeddingSpec* spec,
+                               absl::Span<float> timesteps);
 
 // Output size in bytes of `batch` rows.  Saturates instead of overflowing.
 int64_t OutputBytes(const EmbeddingSpec& spec, int64_t batch);

@@ -27,7 +27,8 @@ struct FrequencyKey {
   Precision precision = Precision::kFloat32;
 
   static FrequencyKey Of(const EmbeddingSpec& spec) {
-    return {spec.half_dim(), spec.max_period, spec.downscale_freq_shift, spec.precision};
+    return {spec.half_dim(), spec.max_period, spec.downscale_freq_shift,
+            spec.precision};
   }
   bool operator==(const FrequencyKey& other) const {
     return half_dim == other.half_dim && max_period == other.max_period &&

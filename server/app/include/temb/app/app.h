@@ -1,0 +1,108 @@
+// App: temb-server assembled from its parts (backend, preset catalogue,
+// service core, metrics, request log, frontends, gRPC server).  main() only
+// parses flags into AppOptions; in-process tests start the same assembly.
+#ifndef TEMB_APP_APP_H_
+#define TEMB_APP_APP_H_
+
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "temb/core/admission.h"
+#include "temb/core/embed_service.h"
+#include "temb/grpc/grpc_server.h"
+#include "temb/kernels/backend.h"
+#include "temb/kernels/embedding_spec.h"
+#include "temb/kernels/registry.h"
+
+namespace temb {
+
+class CallGate;
+class NativeService;
+class TokenVerifier;
+class ObserverList;
+class PrometheusMetrics;
+class RequestLogger;
+namespace kserve {
+class KServeService;
+}  // namespace kserve
+
+struct AppOptions {
+  // gRPC HOST:PORT; port 0 picks a free one (App::port()).
+  std::string address = "0.0.0.0:50051";
+  BackendChoice backend = BackendChoice::kAuto;
+  BackendOptions backend_options;
+  Limits limits;
+  // Prometheus HOST:PORT serving /metrics; empty disables metrics.
+  std::string metrics_address = "0.0.0.0:9090";
+  // A temb.v1.PresetCatalog text proto replacing the built-in catalogue.
+  std::string presets_file;
+  // How long in-flight calls may run on after Shutdown() starts.
+  absl::Duration drain_grace = absl::Seconds(15);
+  // During a drain, the server keeps answering UNAVAILABLE until no call
+  // has arrived for this long (or the grace ends) before it closes the
+  // listener: a call arriving after that is cancelled by gRPC.
+  absl::Duration drain_quiet = absl::Milliseconds(250);
+  // Serve TLS / mTLS (grpc_server.h); all empty: plaintext.
+  TlsFiles tls;
+  // Accepted bearer tokens (token_auth.h); empty: no authentication.
+  std::string auth_token_file;
+  // max_inflight, max_queued_bytes; 0 = unlimited.
+  AdmissionLimits admission;
+  BackendFailurePolicy on_backend_failure = BackendFailurePolicy::kNotServing;
+};
+
+class App {
+ public:
+  // Starts serving.  `backend` overrides options.backend (tests inject one).
+  // Errors: the backend's, the catalogue's, UNAVAILABLE when an address
+  // cannot be bound.
+  static absl::StatusOr<std::unique_ptr<App>> Start(
+      const AppOptions& options, std::unique_ptr<Backend> backend = nullptr);
+  ~App();  // Shutdown() if still serving
+
+  int port() const;
+  int metrics_port() const { return metrics_port_; }  // 0: metrics disabled
+  int max_message_bytes() const { return max_message_bytes_; }
+  const EmbedService& service() const { return *service_; }
+  const AdmissionController& admission() const { return *admission_; }
+  // Null when metrics are disabled.
+  const PrometheusMetrics* metrics() const { return metrics_.get(); }
+
+  // Drains, within options.drain_grace: health NOT_SERVING and new calls
+  // refused with UNAVAILABLE "server is draining" (KServe readiness false);
+  // then waits until no call is in flight and clients stopped calling
+  // (options.drain_quiet); only then stops gRPC with what is left of the
+  // grace.  Returns when stopped; thread-safe.
+  void Shutdown();
+
+ private:
+  explicit App(const AppOptions& options);
+
+  AppOptions options_;
+  std::once_flag shutdown_once_;
+  int max_message_bytes_ = 0;
+  int metrics_port_ = 0;
+  std::unique_ptr<PrometheusMetrics> metrics_;
+  std::unique_ptr<RequestLogger> request_logger_;
+  std::unique_ptr<ObserverList> observers_;
+  std::unique_ptr<AdmissionController> admission_;
+  std::unique_ptr<TokenVerifier> tokens_;
+  std::unique_ptr<CallGate> gate_;
+  std::unique_ptr<EmbedService> service_;
+  std::unique_ptr<NativeService> native_;
+  std::unique_ptr<kserve::KServeService> kserve_;
+  std::unique_ptr<GrpcServer> server_;  // last: stops before the rest goes
+};
+
+// Writes `contents` to `path` through a temporary file and a rename, so a
+// reader polling for the file never sees it half-written.
+absl::Status WriteFileAtomically(const std::string& path,
+                                 const std::string& contents);
+
+}  // namespace temb
+
+#endif  // TEMB_APP_APP_H_

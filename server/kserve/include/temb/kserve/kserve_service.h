@@ -1,0 +1,97 @@
+// The KServe v2 / Triton-compatible gRPC frontend: inference.
+// GRPCInferenceService on top of the service core, one model per preset
+// (see kserve_convert.h for the model signature and docs/kserve.md for the
+// user's view).  Protocol only: every request goes through EmbedService,
+// and every call through the CallGate first (authentication, admission).
+// While the server drains, ServerReady and ModelReady answer false and the
+// other calls are refused with UNAVAILABLE.
+#ifndef TEMB_KSERVE_KSERVE_SERVICE_H_
+#define TEMB_KSERVE_KSERVE_SERVICE_H_
+
+#include "absl/status/status.h"
+#include "absl/strings/string_view.h"
+#include "inference/grpc_service.grpc.pb.h"
+#include "temb/core/embed_service.h"
+#include "temb/core/request_observer.h"
+#include "temb/grpc/call_gate.h"
+
+namespace temb::kserve {
+
+// ModelInfer is registered as a raw method: its request is parsed here and
+// its response is framed around the embedding bytes without copying them
+// (server/grpc/raw_messages.h).  The other methods are typed.
+class KServeService final
+    : public inference::GRPCInferenceService::WithRawCallbackMethod_ModelInfer<
+          inference::GRPCInferenceService::CallbackService> {
+ public:
+  // `core` and `observer` (may be null) must outlive the service.  Handlers
+  // run on gRPC's callback threads and compute inline (the core is
+  // thread-safe).  ModelInfer and each ModelStreamInfer request are reported
+  // to `observer` (metrics, request log).
+  KServeService(const EmbedService& core, const CallGate& gate,
+                RequestObserver* observer);
+
+  grpc::ServerUnaryReactor* ServerLive(
+      grpc::CallbackServerContext* context,
+      const inference::ServerLiveRequest* request,
+      inference::ServerLiveResponse* response) override;
+  grpc::ServerUnaryReactor* ServerReady(
+      grpc::CallbackServerContext* context,
+      const inference::ServerReadyRequest* request,
+      inference::ServerReadyResponse* response) override;
+  // Unknown models are simply not ready (as in Triton), not an error.
+  grpc::ServerUnaryReactor* ModelReady(
+      grpc::CallbackServerContext* context,
+      const inference::ModelReadyRequest* request,
+      inference::ModelReadyResponse* response) override;
+  grpc::ServerUnaryReactor* ServerMetadata(
+      grpc::CallbackServerContext* context,
+      const inference::ServerMetadataRequest* request,
+      inference::ServerMetadataResponse* response) override;
+  // NOT_FOUND for an unknown model or version.
+  grpc::ServerUnaryReactor* ModelMetadata(
+      grpc::CallbackServerContext* context,
+      const inference::ModelMetadataRequest* request,
+      inference::ModelMetadataResponse* response) override;
+  grpc::ServerUnaryReactor* ModelConfig(
+      grpc::CallbackServerContext* context,
+      const inference::ModelConfigRequest* request,
+      inference::ModelConfigResponse* response) override;
+  // Codes as kserve::Infer; CANCELLED / DEADLINE_EXCEEDED, uncomputed, for a
+  // call already abandoned by its client; INVALID_ARGUMENT for bytes that
+  // are not a ModelInferRequest.
+  grpc::ServerUnaryReactor* ModelInfer(
+      grpc::CallbackServerContext* context,
+      const grpc::ByteBuffer* request_bytes,
+      grpc::ByteBuffer* response_bytes) override;
+  // Requests are answered one at a time, in order; a failed one gets
+  // error_message (and its id) and the stream goes on, except UNAVAILABLE
+  // (draining, failed backend), which ends the stream with that status.
+  grpc::ServerBidiReactor<inference::ModelInferRequest,
+                          inference::ModelStreamInferResponse>*
+  ModelStreamInfer(grpc::CallbackServerContext* context) override;
+
+ private:
+  // One request of ModelStreamInfer (OrderedStreamReactor::Answer).
+  absl::Status AnswerInStream(
+      const grpc::CallbackServerContext& context,
+      const inference::ModelInferRequest& request, AdmissionTicket* ticket,
+      inference::ModelStreamInferResponse* response) const;
+
+  // Admits (into `ticket`, held by the caller until the answer is sent) and
+  // computes one request; the embedding goes to `output` when one is given
+  // (see kserve::Infer).
+  absl::Status Compute(const grpc::CallbackServerContext& context,
+                       const inference::ModelInferRequest& request,
+                       inference::ModelInferResponse* response,
+                       AdmissionTicket* ticket,
+                       OutputAllocator* output = nullptr) const;
+
+  const EmbedService& core_;
+  const CallGate& gate_;
+  RequestObserver* const observer_;
+};
+
+}  // namespace temb::kserve
+
+#endif  // TEMB_KSERVE_KSERVE_SERVICE_H_

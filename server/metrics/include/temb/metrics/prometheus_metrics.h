@@ -1,0 +1,55 @@
+// Prometheus metrics for temb-server, fed by the frontends through the
+// RequestObserver interface and served on /metrics.
+//
+//   temb_requests_total{method,code}        counter
+//   temb_request_latency_seconds{method}    histogram, 50 us .. 1 s
+//   temb_batch_size                          histogram of successful requests
+//   temb_output_bytes_total                  counter of embedding bytes
+//                                            returned
+//   temb_inflight_requests                   gauge
+//   temb_backend_info{backend,device}        gauge, always 1
+//   temb_rejected_requests_total{reason}     counter of calls refused before
+//                                            any work (see RequestObserver)
+//   temb_backend_failures_total{backend,action}  counter
+//   temb_serving_state{state}                gauge, 1 for the current state
+//                                            (serving|draining|backend_failed)
+#ifndef TEMB_METRICS_PROMETHEUS_METRICS_H_
+#define TEMB_METRICS_PROMETHEUS_METRICS_H_
+
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "temb/core/request_observer.h"
+
+namespace temb {
+
+// Thread-safe.
+class PrometheusMetrics final : public RequestObserver {
+ public:
+  PrometheusMetrics(absl::string_view backend, absl::string_view device);
+  ~PrometheusMetrics() override;
+
+  // Starts the HTTP exposer on HOST:PORT (port 0 picks one) and returns the
+  // bound port.  UNAVAILABLE when the address cannot be bound.  Call once.
+  absl::StatusOr<int> Serve(const std::string& address);
+
+  // The current metrics in the Prometheus text format (what /metrics serves).
+  std::string TextExposition() const;
+
+  void OnStart(absl::string_view method) override;
+  void OnFinish(const RequestRecord& record) override;
+  void OnRejected(absl::string_view reason) override;
+  void OnBackendFailure(absl::string_view backend, const absl::Status& error,
+                        absl::string_view action) override;
+  void OnServingChanged(absl::string_view state) override;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace temb
+
+#endif  // TEMB_METRICS_PROMETHEUS_METRICS_H_

@@ -1,0 +1,78 @@
+// The native temb.v1.EmbeddingService frontend: protocol only.  Each call
+// converts the proto to core types, runs EmbedService and converts back; the
+// numbers and rules live in the core.
+#ifndef TEMB_NATIVE_NATIVE_SERVICE_H_
+#define TEMB_NATIVE_NATIVE_SERVICE_H_
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "temb/core/embed_service.h"
+#include "temb/core/request_observer.h"
+#include "temb/grpc/call_gate.h"
+#include "temb/v1/temb.grpc.pb.h"
+
+namespace temb {
+
+// Embed is registered as a raw method: its request is parsed here and its
+// response is framed around the embedding bytes without copying them
+// (embed_response_bytes.h).  The other methods are typed.
+class NativeService final
+    : public v1::EmbeddingService::WithRawCallbackMethod_Embed<
+          v1::EmbeddingService::CallbackService> {
+ public:
+  struct Options {
+    // The server's gRPC message limit, reported in ServerInfo.limits.
+    int max_message_bytes = 0;
+  };
+
+  // `core`, `gate` and `observer` (may be null) must outlive the service.
+  // Every call passes `gate` first (see call_gate.h).
+  NativeService(const EmbedService& core, const CallGate& gate,
+                RequestObserver* observer, Options options);
+
+  // A call whose deadline has passed or that was cancelled before the
+  // computation starts ends with DEADLINE_EXCEEDED / CANCELLED, uncomputed.
+  // UNAUTHENTICATED, UNAVAILABLE (draining) and RESOURCE_EXHAUSTED
+  // (overload) come from the gate, before any work; bytes that are not an
+  // EmbedRequest get INVALID_ARGUMENT.
+  grpc::ServerUnaryReactor* Embed(grpc::CallbackServerContext* context,
+                                  const grpc::ByteBuffer* request_bytes,
+                                  grpc::ByteBuffer* response_bytes) override;
+
+  // One response per request, in order; one request is processed at a time.
+  // A failed request yields an `error` entry and the stream goes on, except
+  // UNAVAILABLE (the server drains or its backend failed): the stream then
+  // ends with that status, so that the client reconnects elsewhere.  The
+  // call ends OK when the client half-closes.
+  grpc::ServerBidiReactor<v1::EmbedRequest, v1::EmbedStreamResponse>*
+  EmbedStream(grpc::CallbackServerContext* context) override;
+
+  grpc::ServerUnaryReactor* GetServerInfo(
+      grpc::CallbackServerContext* context,
+      const v1::GetServerInfoRequest* request,
+      v1::ServerInfo* response) override;
+
+ private:
+  // One request of EmbedStream (OrderedStreamReactor::Answer).
+  absl::Status AnswerInStream(grpc::CallbackServerContext* context,
+                              const v1::EmbedRequest& request,
+                              AdmissionTicket* ticket,
+                              v1::EmbedStreamResponse* response) const;
+
+  // Admits one request (into `ticket`, which the caller holds until the
+  // answer is sent) and computes it, into `output` when one is given.
+  absl::StatusOr<Embedding> Compute(grpc::CallbackServerContext* context,
+                                    const v1::EmbedRequest& request,
+                                    AdmissionTicket* ticket,
+                                    OutputAllocator* output = nullptr) const;
+
+  const EmbedService& core_;
+  const CallGate& gate_;
+  RequestObserver* const observer_;
+  v1::ServerInfo info_;  // immutable after construction
+};
+
+}  // namespace temb
+
+#endif  // TEMB_NATIVE_NATIVE_SERVICE_H_

@@ -1,0 +1,181 @@
+#include "temb/v1_convert/conversions.h"
+
+#include "absl/strings/str_cat.h"
+
+namespace temb {
+namespace {
+
+absl::Status BadEnum(absl::string_view field, int value) {
+  return absl::InvalidArgumentError(
+      absl::StrCat(field, " has an unknown enum value ", value));
+}
+
+}  // namespace
+
+absl::StatusOr<std::optional<DType>> DTypeFromProto(int value,
+                                                    absl::string_view field) {
+  switch (value) {
+    case v1::DTYPE_UNSPECIFIED:
+      return std::optional<DType>();
+    case v1::DTYPE_FP32:
+      return std::optional<DType>(DType::kFloat32);
+    case v1::DTYPE_FP16:
+      return std::optional<DType>(DType::kFloat16);
+    case v1::DTYPE_BF16:
+      return std::optional<DType>(DType::kBFloat16);
+    case v1::DTYPE_FP64:
+      return std::optional<DType>(DType::kFloat64);
+  }
+  return BadEnum(field, value);
+}
+
+absl::StatusOr<std::optional<Layout>> LayoutFromProto(int value,
+                                                      absl::string_view field) {
+  switch (value) {
+    case v1::LAYOUT_UNSPECIFIED:
+      return std::optional<Layout>();
+    case v1::LAYOUT_HALVES:
+      return std::optional<Layout>(Layout::kHalves);
+    case v1::LAYOUT_INTERLEAVED:
+      return std::optional<Layout>(Layout::kInterleaved);
+  }
+  return BadEnum(field, value);
+}
+
+absl::StatusOr<std::optional<Precision>> PrecisionFromProto(
+    int value, absl::string_view field) {
+  switch (value) {
+    case v1::PRECISION_UNSPECIFIED:
+      return std::optional<Precision>();
+    case v1::PRECISION_FP32:
+      return std::optional<Precision>(Precision::kFloat32);
+    case v1::PRECISION_FP64:
+      return std::optional<Precision>(Precision::kFloat64);
+  }
+  return BadEnum(field, value);
+}
+
+v1::DType DTypeToProto(DType dtype) {
+  switch (dtype) {
+    case DType::kFloat32:
+      return v1::DTYPE_FP32;
+    case DType::kFloat16:
+      return v1::DTYPE_FP16;
+    case DType::kBFloat16:
+      return v1::DTYPE_BF16;
+    case DType::kFloat64:
+      return v1::DTYPE_FP64;
+  }
+  return v1::DTYPE_UNSPECIFIED;
+}
+
+v1::Layout LayoutToProto(Layout layout) {
+  return layout == Layout::kInterleaved ? v1::LAYOUT_INTERLEAVED
+                                        : v1::LAYOUT_HALVES;
+}
+
+v1::Precision PrecisionToProto(Precision precision) {
+  return precision == Precision::kFloat64 ? v1::PRECISION_FP64
+                                          : v1::PRECISION_FP32;
+}
+
+absl::StatusOr<SpecRequest> SpecRequestFromProto(absl::string_view preset,
+                                                 const v1::EmbeddingSpec& spec,
+                                                 int dtype) {
+  SpecRequest request;
+  request.preset = std::string(preset);
+  if (spec.has_dim()) request.dim = spec.dim();
+  if (spec.has_max_period()) request.max_period = spec.max_period();
+  if (spec.has_flip_sin_to_cos())
+    request.flip_sin_to_cos = spec.flip_sin_to_cos();
+  if (spec.has_downscale_freq_shift()) {
+    request.downscale_freq_shift = spec.downscale_freq_shift();
+  }
+  if (spec.has_scale()) request.scale = spec.scale();
+  if (spec.has_time_factor()) request.time_factor = spec.time_factor();
+  if (spec.has_repeat_only()) request.repeat_only = spec.repeat_only();
+  auto layout = LayoutFromProto(spec.layout(), "spec.layout");
+  if (!layout.ok()) return layout.status();
+  request.layout = *layout;
+  auto precision = PrecisionFromProto(spec.precision(), "spec.precision");
+  if (!precision.ok()) return precision.status();
+  request.precision = *precision;
+  auto timestep_dtype =
+      DTypeFromProto(spec.timestep_dtype(), "spec.timestep_dtype");
+  if (!timestep_dtype.ok()) return timestep_dtype.status();
+  request.timestep_dtype = *timestep_dtype;
+  auto out_dtype = DTypeFromProto(dtype, "dtype");
+  if (!out_dtype.ok()) return out_dtype.status();
+  request.dtype = *out_dtype;
+  return request;
+}
+
+void SpecRequestToProto(const SpecRequest& spec, v1::EmbedRequest* request) {
+  request->set_preset(spec.preset);
+  v1::EmbeddingSpec* out = request->mutable_spec();
+  if (spec.dim) out->set_dim(*spec.dim);
+  if (spec.max_period) out->set_max_period(*spec.max_period);
+  if (spec.flip_sin_to_cos) out->set_flip_sin_to_cos(*spec.flip_sin_to_cos);
+  if (spec.downscale_freq_shift) {
+    out->set_downscale_freq_shift(*spec.downscale_freq_shift);
+  }
+  if (spec.scale) out->set_scale(*spec.scale);
+  if (spec.time_factor) out->set_time_factor(*spec.time_factor);
+  if (spec.repeat_only) out->set_repeat_only(*spec.repeat_only);
+  if (spec.layout) out->set_layout(LayoutToProto(*spec.layout));
+  if (spec.precision) out->set_precision(PrecisionToProto(*spec.precision));
+  if (spec.timestep_dtype) {
+    out->set_timestep_dtype(DTypeToProto(*spec.timestep_dtype));
+  }
+  if (spec.dtype) request->set_dtype(DTypeToProto(*spec.dtype));
+}
+
+void SpecToProto(const EmbeddingSpec& spec, v1::EmbeddingSpec* out) {
+  if (spec.dim > 0) out->set_dim(spec.dim);
+  out->set_max_period(spec.max_period);
+  out->set_flip_sin_to_cos(spec.flip_sin_to_cos);
+  out->set_downscale_freq_shift(spec.downscale_freq_shift);
+  out->set_scale(spec.scale);
+  out->set_time_factor(spec.time_factor);
+  out->set_repeat_only(spec.repeat_only);
+  out->set_layout(LayoutToProto(spec.layout));
+  out->set_precision(PrecisionToProto(spec.precision));
+  out->set_timestep_dtype(DTypeToProto(spec.timestep_dtype));
+}
+
+void PresetToProto(const Preset& preset, v1::Preset* out) {
+  out->set_name(preset.name);
+  out->set_description(preset.description);
+  SpecToProto(preset.spec, out->mutable_spec());
+  out->set_dim_overridable(preset.dim_overridable);
+  out->set_default_dtype(DTypeToProto(preset.spec.dtype));
+}
+
+absl::StatusOr<Preset> PresetFromProto(const v1::Preset& proto) {
+  absl::StatusOr<SpecRequest> request =
+      SpecRequestFromProto("", proto.spec(), proto.default_dtype());
+  if (!request.ok()) return request.status();
+  if (!request->flip_sin_to_cos || !request->downscale_freq_shift) {
+    return absl::InvalidArgumentError(
+        "spec must set flip_sin_to_cos and downscale_freq_shift explicitly");
+  }
+  Preset preset;
+  preset.name = proto.name();
+  preset.description = proto.description();
+  preset.dim_overridable = proto.dim_overridable();
+  EmbeddingSpec& spec = preset.spec;
+  spec.dim = request->dim.value_or(0);
+  spec.max_period = request->max_period.value_or(spec.max_period);
+  spec.flip_sin_to_cos = *request->flip_sin_to_cos;
+  spec.downscale_freq_shift = *request->downscale_freq_shift;
+  spec.scale = request->scale.value_or(spec.scale);
+  spec.time_factor = request->time_factor.value_or(spec.time_factor);
+  spec.repeat_only = request->repeat_only.value_or(spec.repeat_only);
+  spec.layout = request->layout.value_or(spec.layout);
+  spec.precision = request->precision.value_or(spec.precision);
+  spec.dtype = request->dtype.value_or(spec.dtype);
+  spec.timestep_dtype = request->timestep_dtype.value_or(spec.timestep_dtype);
+  return preset;
+}
+
+}  // namespace temb
