@@ -35,31 +35,49 @@ void Run(const inference::ModelInferRequest& request) {
   absl::StatusOr<kserve::InferCall> call =
       kserve::ParseInferRequest(request, **model);
   TEMB_FUZZ_CHECK(call.ok(), call.status().ToString());
-  absl::StatusOr<EmbeddingSpec> spec =
-      ResolveSpec(call->spec, service.presets(), service.limits());
-  TEMB_FUZZ_CHECK(spec.ok(), spec.status().ToString());
-
   TEMB_FUZZ_CHECK(response.id() == request.id(),
                   "response id differs from request id");
   TEMB_FUZZ_CHECK(
-      response.outputs_size() == 1 && response.raw_output_contents_size() == 1,
-      absl::StrCat("expected one output, got ", response.outputs_size(),
-                   " tensors and ", response.raw_output_contents_size(),
-                   " raw contents"));
-  const auto& output = response.outputs(0);
-  const int64_t rows = static_cast<int64_t>(call->timesteps.size());
-  TEMB_FUZZ_CHECK(output.name() == kserve::kOutputName, "output name");
-  TEMB_FUZZ_CHECK(
-      output.shape_size() == 2 && output.shape(0) == rows &&
-          output.shape(1) == spec->dim,
-      absl::StrCat("output shape [", absl::StrJoin(output.shape(), ", "),
-                   "], expected [", rows, ", ", spec->dim, "]"));
-  absl::StatusOr<DType> datatype =
-      ParseDType(absl::AsciiStrToLower(output.datatype()));
-  TEMB_FUZZ_CHECK(datatype.ok() && *datatype == spec->dtype,
-                  absl::StrCat("output datatype ", output.datatype(),
-                               " for dtype ", DTypeName(spec->dtype)));
-  CheckEmbedding(*spec, call->timesteps, response.raw_output_contents(0));
+      response.outputs_size() == static_cast<int>(call->inputs.size()) &&
+          response.raw_output_contents_size() == response.outputs_size(),
+      absl::StrCat("expected ", call->inputs.size(), " outputs, got ",
+                   response.outputs_size(), " tensors and ",
+                   response.raw_output_contents_size(), " raw contents"));
+  for (size_t i = 0; i < call->inputs.size(); ++i) {
+    const kserve::InferInput& input = call->inputs[i];
+    SpecRequest part;
+    part.dtype = input.dtype;
+    absl::StatusOr<SpecRequest> part_request =
+        PartSpecRequest(call->spec, input.part, part, service.presets());
+    TEMB_FUZZ_CHECK(part_request.ok(), part_request.status().ToString());
+    absl::StatusOr<EmbeddingSpec> spec =
+        ResolveSpec(*part_request, service.presets(), service.limits());
+    TEMB_FUZZ_CHECK(spec.ok(), spec.status().ToString());
+    const auto& output = response.outputs(static_cast<int>(i));
+    std::vector<int64_t> expected = input.timesteps_shape;
+    if (expected.empty()) {
+      expected.push_back(static_cast<int64_t>(input.timesteps.size()));
+    }
+    expected.push_back(spec->dim);
+    TEMB_FUZZ_CHECK(output.name() == kserve::OutputNameFor(input.name),
+                    "output name");
+    TEMB_FUZZ_CHECK(
+        std::vector<int64_t>(output.shape().begin(), output.shape().end()) ==
+            expected,
+        absl::StrCat("output shape [", absl::StrJoin(output.shape(), ", "),
+                     "], expected [", absl::StrJoin(expected, ", "), "]"));
+    absl::StatusOr<DType> datatype =
+        ParseDType(absl::AsciiStrToLower(output.datatype()));
+    TEMB_FUZZ_CHECK(datatype.ok() && *datatype == spec->dtype,
+                    absl::StrCat("output datatype ", output.datatype(),
+                                 " for dtype ", DTypeName(spec->dtype)));
+    // The fuzz check recomputes from float32 timesteps: only for fp32
+    // pipelines (timestep_dtype rounds them first).
+    if (spec->timestep_dtype == DType::kFloat32) {
+      CheckEmbedding(*spec, input.timesteps,
+                     response.raw_output_contents(static_cast<int>(i)));
+    }
+  }
 }
 
 }  // namespace

@@ -131,13 +131,15 @@ absl::Status ValidateSpec(const EmbeddingSpec& spec, const Limits& limits) {
         spec.dim,
         " downscale_freq_shift=", FormatNumber(spec.downscale_freq_shift)));
   }
-  // The largest |exponent| is reached at i = H - 1.
-  const double max_exponent =
-      std::fabs(std::log(spec.max_period)) * (half - 1) / std::fabs(divisor);
+  // The exponent -ln(P) * i / (H - shift) is largest in magnitude at
+  // i = H - 1.  Negative, the frequencies decay and may underflow to tiny or
+  // zero values: finite, and computed as PyTorch does.  Positive, they grow,
+  // and past 88 the float32 exp overflows to infinity: refused.
+  const double max_exponent = -std::log(spec.max_period) * (half - 1) / divisor;
   if (max_exponent > kMaxFloatExponent) {
     return InvalidArgument(absl::StrCat(
-        "frequencies overflow: |ln(max_period) * (dim/2 - 1) / (dim/2 - "
-        "downscale_freq_shift)| must be <= ",
+        "frequencies overflow: -ln(max_period) * (dim/2 - 1) / (dim/2 - "
+        "downscale_freq_shift) must be <= ",
         kMaxFloatExponent, ", got ", FormatNumber(max_exponent)));
   }
   return absl::OkStatus();

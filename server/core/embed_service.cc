@@ -105,6 +105,48 @@ absl::StatusOr<EmbeddingSpec> FromExplicitFields(const SpecRequest& request) {
 
 }  // namespace
 
+absl::StatusOr<SpecRequest> PartSpecRequest(const SpecRequest& whole,
+                                            absl::string_view name,
+                                            const SpecRequest& part,
+                                            const PresetCatalog& presets) {
+  const bool own_convention =
+      !part.preset.empty() || part.dim || part.max_period ||
+      part.flip_sin_to_cos || part.downscale_freq_shift || part.scale ||
+      part.time_factor || part.repeat_only || part.layout;
+  SpecRequest resolved = whole;
+  if (own_convention) {
+    resolved = part;
+  } else if (!whole.preset.empty()) {
+    const Preset* preset = whole.preset_entry != nullptr
+                               ? whole.preset_entry
+                               : presets.Find(whole.preset);
+    if (preset == nullptr) {
+      return absl::NotFoundError(
+          absl::StrCat("unknown preset \"", whole.preset, "\""));
+    }
+    for (const PresetPart& preset_part : preset->parts) {
+      if (preset_part.name != name) continue;
+      // Only the per-request choices carry over to the part's preset.
+      resolved = SpecRequest();
+      resolved.preset = preset_part.preset;
+      resolved.precision = whole.precision;
+      resolved.dtype = whole.dtype;
+      resolved.timestep_dtype = whole.timestep_dtype;
+      break;
+    }
+  }
+  if (part.precision) resolved.precision = part.precision;
+  if (part.dtype) resolved.dtype = part.dtype;
+  if (part.timestep_dtype) resolved.timestep_dtype = part.timestep_dtype;
+  if (own_convention) {
+    if (!resolved.precision) resolved.precision = whole.precision;
+    if (!resolved.dtype) resolved.dtype = whole.dtype;
+    if (!resolved.timestep_dtype)
+      resolved.timestep_dtype = whole.timestep_dtype;
+  }
+  return resolved;
+}
+
 absl::StatusOr<EmbeddingSpec> ResolveSpec(const SpecRequest& request,
                                           const PresetCatalog& presets,
                                           const Limits& limits) {

@@ -42,6 +42,23 @@ absl::StatusOr<PresetCatalog> PresetCatalog::Create(std::vector<Preset> presets,
           absl::StrCat("preset \"", preset.name, "\": ", status.message()));
     }
   }
+  for (const Preset& preset : presets) {
+    std::set<std::string> part_names;
+    for (const PresetPart& part : preset.parts) {
+      if (part.name.empty() || !part_names.insert(part.name).second) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("preset \"", preset.name,
+                         "\": part names must be non-empty and "
+                         "distinct, got \"",
+                         part.name, "\""));
+      }
+      if (names.count(part.preset) == 0) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("preset \"", preset.name, "\": part \"", part.name,
+                         "\" names an unknown preset \"", part.preset, "\""));
+      }
+    }
+  }
   PresetCatalog catalog;
   catalog.presets_ = std::move(presets);
   return catalog;

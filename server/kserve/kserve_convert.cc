@@ -109,39 +109,6 @@ absl::Status ParseRequestParameters(const Params& params, SpecRequest* spec) {
   return absl::OkStatus();
 }
 
-absl::Status ParseRequestedOutputs(const ModelInferRequest& request,
-                                   const Preset& model, SpecRequest* spec) {
-  if (request.outputs_size() > 1) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "outputs: model \"", model.name, "\" has one output, \"", kOutputName,
-        "\", got ", request.outputs_size(), " requested"));
-  }
-  if (request.outputs_size() == 0) return absl::OkStatus();
-  const auto& output = request.outputs(0);
-  if (output.name() != kOutputName) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "outputs[0].name: unknown output \"", output.name(), "\" of model \"",
-        model.name, "\"; its output is \"", kOutputName, "\""));
-  }
-  for (const auto& [key, param] : output.parameters()) {
-    const std::string field = ParamField("outputs[0].", key);
-    if (key == "datatype") {
-      ASSIGN_OR_RETURN(DType dtype, ParseDTypeParam(param, field));
-      if (spec->dtype.has_value() && *spec->dtype != dtype) {
-        return absl::InvalidArgumentError(
-            absl::StrCat(field, " (", DTypeName(dtype),
-                         ") contradicts the request parameter \"dtype\" (",
-                         DTypeName(*spec->dtype), ")"));
-      }
-      spec->dtype = dtype;
-    } else if (key != "binary_data") {  // HTTP-only; gRPC is always binary
-      return absl::InvalidArgumentError(
-          absl::StrCat(field, " is not supported; accepted: datatype"));
-    }
-  }
-  return absl::OkStatus();
-}
-
 std::string ShapeString(const google::protobuf::RepeatedField<int64_t>& shape) {
   return absl::StrCat("[", absl::StrJoin(shape, ", "), "]");
 }
@@ -161,22 +128,15 @@ struct InputType {
   int typed_count;                // elements in that field of this request
 };
 
-absl::StatusOr<std::vector<float>> ParseTimesteps(
-    const ModelInferRequest& request, const Preset& model) {
-  if (request.inputs_size() != 1) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("inputs: model \"", model.name, "\" takes one input, \"",
-                     kInputName, "\", got ", request.inputs_size()));
-  }
-  const auto& input = request.inputs(0);
-  if (input.name() != kInputName) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "inputs[0].name: unknown input \"", input.name(), "\" of model \"",
-        model.name, "\"; its input is \"", kInputName, "\""));
-  }
+// Decodes input `i` (its datatype, shape and contents, raw or typed) into
+// `out`.
+absl::Status ParseInput(const ModelInferRequest& request, int i,
+                        InferInput* out) {
+  const auto& input = request.inputs(i);
+  const std::string prefix = absl::StrCat("inputs[", i, "]");
   if (!input.parameters().empty()) {
     return absl::InvalidArgumentError(absl::StrCat(
-        ParamField("inputs[0].", input.parameters().begin()->first),
+        ParamField(prefix + ".", input.parameters().begin()->first),
         " is not supported (shared memory is not implemented)"));
   }
 
@@ -193,40 +153,60 @@ absl::StatusOr<std::vector<float>> ParseTimesteps(
     type = {"INT32", 4, "int_contents", contents.int_contents_size()};
   } else {
     return absl::InvalidArgumentError(absl::StrCat(
-        "inputs[0].datatype must be FP32, INT64, FP64 or INT32, got \"",
+        prefix, ".datatype must be FP32, INT64, FP64 or INT32, got \"",
         datatype, "\""));
   }
 
+  // [N] and [N, 1] (Triton's batched scalar) give [N, dim]; any other shape
+  // of rank up to kMaxTimestepsRank gives shape + [dim].
   const auto& shape = input.shape();
-  if (shape.empty() || shape.size() > 2 || shape[0] < 0 ||
-      (shape.size() == 2 && shape[1] != 1)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "inputs[0].shape must be [N] or [N, 1], got ", ShapeString(shape)));
+  const bool batched_scalar =
+      shape.size() == 1 || (shape.size() == 2 && shape[1] == 1);
+  int64_t count = 1;
+  for (const int64_t extent : shape) {
+    if (extent < 0 || (extent > 0 && count > INT64_MAX / extent)) {
+      count = -1;
+      break;
+    }
+    count *= extent;
   }
-  const int64_t count = shape[0];
+  if (shape.empty() || shape.size() > kMaxTimestepsRank || count < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(prefix, ".shape must have rank 1 to ", kMaxTimestepsRank,
+                     " and no negative dimension, got ", ShapeString(shape)));
+  }
+  out->name = input.name();
+  out->timesteps_shape.clear();
+  if (!batched_scalar) out->timesteps_shape.assign(shape.begin(), shape.end());
 
   if (request.raw_input_contents_size() > 0) {
-    if (request.raw_input_contents_size() != 1) {
+    if (request.raw_input_contents_size() != request.inputs_size()) {
       return absl::InvalidArgumentError(absl::StrCat(
-          "raw_input_contents must hold one entry per input (1), got ",
-          request.raw_input_contents_size()));
+          "raw_input_contents must hold one entry per input (",
+          request.inputs_size(), "), got ", request.raw_input_contents_size()));
     }
     if (HasTypedContents(contents)) {
-      return absl::InvalidArgumentError(
-          "inputs[0].contents must be empty when raw_input_contents is set");
+      return absl::InvalidArgumentError(absl::StrCat(
+          prefix, ".contents must be empty when raw_input_contents is set"));
     }
-    const std::string& bytes = request.raw_input_contents(0);
+    const std::string& bytes = request.raw_input_contents(i);
     if (bytes.size() % type.size != 0 ||
         bytes.size() / type.size != static_cast<uint64_t>(count)) {
       return absl::InvalidArgumentError(
-          absl::StrCat("raw_input_contents[0] has ", bytes.size(),
+          absl::StrCat("raw_input_contents[", i, "] has ", bytes.size(),
                        " bytes, but shape ", ShapeString(shape), " of ",
                        type.name, " needs ", count, " x ", type.size));
     }
-    if (type.name == "FP32") return TimestepsFromRawBytes<float>(bytes);
-    if (type.name == "INT64") return TimestepsFromRawBytes<int64_t>(bytes);
-    if (type.name == "FP64") return TimestepsFromRawBytes<double>(bytes);
-    return TimestepsFromRawBytes<int32_t>(bytes);
+    if (type.name == "FP32") {
+      out->timesteps = TimestepsFromRawBytes<float>(bytes);
+    } else if (type.name == "INT64") {
+      out->timesteps = TimestepsFromRawBytes<int64_t>(bytes);
+    } else if (type.name == "FP64") {
+      out->timesteps = TimestepsFromRawBytes<double>(bytes);
+    } else {
+      out->timesteps = TimestepsFromRawBytes<int32_t>(bytes);
+    }
+    return absl::OkStatus();
   }
 
   // Typed contents: only the field matching the datatype may be used.
@@ -242,19 +222,44 @@ absl::StatusOr<std::vector<float>> ParseTimesteps(
   if (HasTypedContents(others) || typed_fields > 1 ||
       (typed_fields == 1 && type.typed_count == 0)) {
     return absl::InvalidArgumentError(
-        absl::StrCat("inputs[0].contents: datatype ", type.name, " travels in ",
+        absl::StrCat(prefix, ".contents: datatype ", type.name, " travels in ",
                      type.typed_field, " only"));
   }
   if (type.typed_count != count) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "inputs[0].contents.", type.typed_field, " has ", type.typed_count,
+        prefix, ".contents.", type.typed_field, " has ", type.typed_count,
         " elements, but shape ", ShapeString(shape), " needs ", count));
   }
-  if (type.name == "FP32") return TimestepsAsFloat32(contents.fp32_contents());
-  if (type.name == "INT64")
-    return TimestepsAsFloat32(contents.int64_contents());
-  if (type.name == "FP64") return TimestepsAsFloat32(contents.fp64_contents());
-  return TimestepsAsFloat32(contents.int_contents());
+  if (type.name == "FP32") {
+    out->timesteps = TimestepsAsFloat32(contents.fp32_contents());
+  } else if (type.name == "INT64") {
+    out->timesteps = TimestepsAsFloat32(contents.int64_contents());
+  } else if (type.name == "FP64") {
+    out->timesteps = TimestepsAsFloat32(contents.fp64_contents());
+  } else {
+    out->timesteps = TimestepsAsFloat32(contents.int_contents());
+  }
+  return absl::OkStatus();
+}
+
+// The part an input feeds: "timestep" for TIMESTEP, else its lower-cased
+// name, which must be one of the model's parts.
+absl::StatusOr<std::string> InputPart(const Preset& model, int i,
+                                      const std::string& name) {
+  if (name == kInputName) return std::string("timestep");
+  const std::string part = absl::AsciiStrToLower(name);
+  for (const PresetPart& known : model.parts) {
+    if (known.name == part) return part;
+  }
+  std::vector<std::string> names = {kInputName};
+  for (const PresetPart& known : model.parts) {
+    if (known.name != "timestep") {
+      names.push_back(absl::AsciiStrToUpper(known.name));
+    }
+  }
+  return absl::InvalidArgumentError(absl::StrCat(
+      "inputs[", i, "].name: unknown input \"", name, "\" of model \"",
+      model.name, "\"; its inputs are ", absl::StrJoin(names, ", ")));
 }
 
 absl::string_view WireDTypeName(DType dtype) {
@@ -314,20 +319,86 @@ absl::StatusOr<InferCall> ParseInferRequest(const ModelInferRequest& request,
   call.spec.preset = model.name;
   call.spec.preset_entry = &model;  // the core need not look it up again
   RETURN_IF_ERROR(ParseRequestParameters(request.parameters(), &call.spec));
-  RETURN_IF_ERROR(ParseRequestedOutputs(request, model, &call.spec));
-  ASSIGN_OR_RETURN(call.timesteps, ParseTimesteps(request, model));
+  if (request.inputs_size() == 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("inputs: model \"", model.name, "\" needs input \"",
+                     kInputName, "\" (or its parts' inputs), got none"));
+  }
+  for (int i = 0; i < request.inputs_size(); ++i) {
+    InferInput input;
+    ASSIGN_OR_RETURN(input.part, InputPart(model, i, request.inputs(i).name()));
+    RETURN_IF_ERROR(ParseInput(request, i, &input));
+    for (const InferInput& earlier : call.inputs) {
+      if (earlier.name == input.name) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "inputs[", i, "].name: input \"", input.name, "\" given twice"));
+      }
+    }
+    call.inputs.push_back(std::move(input));
+  }
+  for (int o = 0; o < request.outputs_size(); ++o) {
+    const auto& output = request.outputs(o);
+    InferInput* input = nullptr;
+    for (InferInput& candidate : call.inputs) {
+      if (OutputNameFor(candidate.name) == output.name()) input = &candidate;
+    }
+    if (input == nullptr) {
+      std::vector<std::string> names;
+      for (const InferInput& candidate : call.inputs) {
+        names.push_back(OutputNameFor(candidate.name));
+      }
+      return absl::InvalidArgumentError(absl::StrCat(
+          "outputs[", o, "].name: unknown output \"", output.name(),
+          "\" of model \"", model.name, "\"; this request's outputs are ",
+          absl::StrJoin(names, ", ")));
+    }
+    for (const auto& [key, param] : output.parameters()) {
+      const std::string field =
+          ParamField(absl::StrCat("outputs[", o, "]."), key);
+      if (key == "datatype") {
+        ASSIGN_OR_RETURN(DType dtype, ParseDTypeParam(param, field));
+        if (call.spec.dtype.has_value() && *call.spec.dtype != dtype) {
+          return absl::InvalidArgumentError(
+              absl::StrCat(field, " (", DTypeName(dtype),
+                           ") contradicts the request parameter \"dtype\" (",
+                           DTypeName(*call.spec.dtype), ")"));
+        }
+        input->dtype = dtype;
+      } else if (key != "binary_data") {  // HTTP-only; gRPC is always binary
+        return absl::InvalidArgumentError(
+            absl::StrCat(field, " is not supported; accepted: datatype"));
+      }
+    }
+  }
   return call;
+}
+
+std::string OutputNameFor(absl::string_view input_name) {
+  if (input_name == kInputName) return kOutputName;
+  return absl::StrCat(input_name, "_", kOutputName);
 }
 
 void FillInferResponse(const ModelInferRequest& request, Embedding embedding,
                        ModelInferResponse* response) {
+  InferInput input;
+  input.name = kInputName;
+  AddInferOutput(input, std::move(embedding), response);
   response->set_model_name(request.model_name());
   response->set_model_version(kModelVersion);
   response->set_id(request.id());
+}
+
+void AddInferOutput(const InferInput& input, Embedding embedding,
+                    ModelInferResponse* response) {
   auto* output = response->add_outputs();
-  output->set_name(kOutputName);
+  output->set_name(OutputNameFor(input.name));
   output->set_datatype(std::string(WireDTypeName(embedding.spec.dtype)));
-  output->add_shape(embedding.rows);
+  if (input.timesteps_shape.empty()) {
+    output->add_shape(embedding.rows);
+  } else {
+    output->mutable_shape()->Add(input.timesteps_shape.begin(),
+                                 input.timesteps_shape.end());
+  }
   output->add_shape(embedding.spec.dim);
   response->add_raw_output_contents(std::move(embedding.data));
 }
@@ -340,11 +411,37 @@ absl::Status Infer(const EmbedService& service,
                    FindModel(service.presets(), request.model_name(),
                              request.model_version()));
   ASSIGN_OR_RETURN(InferCall call, ParseInferRequest(request, *model));
-  ASSIGN_OR_RETURN(Embedding embedding,
-                   service.Embed(call.spec, call.timesteps, ticket, output));
-  FillInferResponse(request, std::move(embedding), response);
+  response->set_model_name(request.model_name());
+  response->set_model_version(kModelVersion);
+  response->set_id(request.id());
+  // One input is computed into `output` (sent without a copy); several are
+  // moved into raw_output_contents.
+  OutputAllocator* single = call.inputs.size() == 1 ? output : nullptr;
+  for (size_t i = 0; i < call.inputs.size(); ++i) {
+    const InferInput& input = call.inputs[i];
+    SpecRequest part;
+    part.dtype = input.dtype;
+    ASSIGN_OR_RETURN(
+        SpecRequest spec,
+        PartSpecRequest(call.spec, input.part, part, service.presets()));
+    absl::StatusOr<Embedding> embedding =
+        service.Embed(spec, input.timesteps, ticket, single);
+    if (!embedding.ok()) {
+      if (call.inputs.size() == 1) return embedding.status();
+      return absl::Status(embedding.status().code(),
+                          absl::StrCat("inputs[", i, "] (", input.name,
+                                       "): ", embedding.status().message()));
+    }
+    if (!input.timesteps_shape.empty()) {
+      RETURN_IF_ERROR(EmbeddingShape(input.timesteps_shape, embedding->rows,
+                                     embedding->spec.dim,
+                                     absl::StrCat("inputs[", i, "].shape"))
+                          .status());
+    }
+    AddInferOutput(input, *std::move(embedding), response);
+  }
   // The bytes are in `output`'s memory: the caller appends them.
-  if (output != nullptr) response->clear_raw_output_contents();
+  if (single != nullptr) response->clear_raw_output_contents();
   return absl::OkStatus();
 }
 

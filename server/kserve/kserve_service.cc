@@ -20,6 +20,25 @@ grpc::ServerUnaryReactor* FinishWith(grpc::CallbackServerContext* context,
   return FinishUnary(context, status);
 }
 
+// Timesteps answered: the rows of every output (all but its last extent).
+int64_t BatchOf(const inference::ModelInferResponse& response) {
+  int64_t batch = 0;
+  for (const auto& output : response.outputs()) {
+    int64_t rows = 1;
+    for (int d = 0; d + 1 < output.shape_size(); ++d) rows *= output.shape(d);
+    batch += rows;
+  }
+  return batch;
+}
+
+int64_t OutputBytesOf(const inference::ModelInferResponse& response) {
+  int64_t bytes = 0;
+  for (const std::string& raw : response.raw_output_contents()) {
+    bytes += static_cast<int64_t>(raw.size());
+  }
+  return bytes;
+}
+
 }  // namespace
 
 KServeService::KServeService(const EmbedService& core, const CallGate& gate,
@@ -117,12 +136,20 @@ grpc::ServerUnaryReactor* KServeService::ModelInfer(
   SliceAllocator output;
   if (status.ok()) status = Compute(*context, request, &head, &ticket, &output);
   if (status.ok()) {
-    *response_bytes = WithBytesField(
-        head.SerializeAsString(),
-        inference::ModelInferResponse::kRawOutputContentsFieldNumber,
-        output.slice());
-    timer.Finish(status, head.outputs(0).shape(0),
-                 static_cast<int64_t>(output.slice().size()), request.id());
+    // One output was computed into `output`'s slice; several travel in the
+    // response itself.
+    const bool in_slice = head.raw_output_contents_size() == 0;
+    const int64_t output_bytes = OutputBytesOf(head) + output.slice().size();
+    if (in_slice) {
+      *response_bytes = WithBytesField(
+          head.SerializeAsString(),
+          inference::ModelInferResponse::kRawOutputContentsFieldNumber,
+          output.slice());
+    } else {
+      grpc::Slice whole(head.SerializeAsString());
+      *response_bytes = grpc::ByteBuffer(&whole, 1);
+    }
+    timer.Finish(status, BatchOf(head), output_bytes, request.id());
   } else {
     timer.Finish(status, 0, 0, request.id());
   }
@@ -151,8 +178,7 @@ absl::Status KServeService::AnswerInStream(
   RequestTimer timer(observer_, kStreamMethod);
   const absl::Status status = Compute(context, request, answer, ticket);
   if (status.ok()) {
-    timer.Finish(status, answer->outputs(0).shape(0),
-                 static_cast<int64_t>(answer->raw_output_contents(0).size()),
+    timer.Finish(status, BatchOf(*answer), OutputBytesOf(*answer),
                  request.id());
   } else {
     timer.Finish(status, 0, 0, request.id());

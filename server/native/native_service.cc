@@ -4,6 +4,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "temb/base/status_macros.h"
 #include "temb/core/timesteps.h"
 #include "temb/core/version.h"
@@ -19,37 +20,36 @@ namespace {
 constexpr absl::string_view kEmbedMethod = "Embed";
 constexpr absl::string_view kStreamMethod = "EmbedStream";
 
-// A view of the float timesteps, or the integer ones converted into
-// `storage`.
-absl::StatusOr<absl::Span<const float>> Timesteps(
-    const v1::EmbedRequest& request, std::vector<float>* storage) {
-  if (request.integer_timesteps_size() == 0) {
-    return absl::MakeConstSpan(request.timesteps().data(),
-                               request.timesteps_size());
+// A view of the float timesteps of `message` (an EmbedRequest or an
+// EmbedPart), or its integer ones converted into `storage`.
+template <typename Message>
+absl::StatusOr<absl::Span<const float>> Timesteps(const Message& message,
+                                                  std::vector<float>* storage) {
+  if (message.integer_timesteps_size() == 0) {
+    return absl::MakeConstSpan(message.timesteps().data(),
+                               message.timesteps_size());
   }
-  if (request.timesteps_size() > 0) {
+  if (message.timesteps_size() > 0) {
     return absl::InvalidArgumentError(
         "set either timesteps or integer_timesteps, not both");
   }
-  *storage = TimestepsAsFloat32(request.integer_timesteps());
+  *storage = TimestepsAsFloat32(message.integer_timesteps());
   return absl::MakeConstSpan(*storage);
 }
 
-// Every field of the response but embedding.data.
-v1::EmbedResponse ResponseHead(const v1::EmbedRequest& request,
-                               const Embedding& embedding) {
-  v1::EmbedResponse head;
-  head.set_request_id(request.request_id());
-  head.set_backend(std::string(BackendKindName(embedding.backend)));
-  v1::Tensor* tensor = head.mutable_embedding();
-  tensor->add_shape(embedding.rows);
-  tensor->add_shape(embedding.spec.dim);
+// The tensor's shape and dtype; its data is the caller's business.
+void FillTensorHead(const Embedding& embedding,
+                    const std::vector<int64_t>& shape, v1::Tensor* tensor) {
+  tensor->mutable_shape()->Add(shape.begin(), shape.end());
   tensor->set_dtype(DTypeToProto(embedding.spec.dtype));
-  return head;
 }
 
 int64_t BatchOf(const v1::EmbedRequest& request) {
-  return request.timesteps_size() + request.integer_timesteps_size();
+  int64_t batch = request.timesteps_size() + request.integer_timesteps_size();
+  for (const v1::EmbedPart& part : request.parts()) {
+    batch += part.timesteps_size() + part.integer_timesteps_size();
+  }
+  return batch;
 }
 
 v1::ServerInfo MakeServerInfo(const EmbedService& core, int max_message_bytes) {
@@ -89,13 +89,23 @@ grpc::ServerUnaryReactor* NativeService::Embed(
   int64_t output_bytes = 0;
   if (status.ok()) {
     SliceAllocator output;
-    absl::StatusOr<Embedding> embedding =
-        Compute(context, request, &ticket, &output);
-    status = embedding.status();
+    absl::StatusOr<Answer> answer = Compute(context, request, &ticket, &output);
+    status = answer.status();
     if (status.ok()) {
-      output_bytes = embedding->size_bytes;
-      *response_bytes =
-          EmbedResponseBytes(ResponseHead(request, *embedding), output.slice());
+      output_bytes = answer->output_bytes;
+      if (request.parts_size() == 0) {
+        *response_bytes =
+            EmbedResponseBytes(std::move(answer->response), output.slice());
+      } else {
+        bool own_buffer = false;
+        const grpc::Status serialized =
+            grpc::SerializationTraits<v1::EmbedResponse>::Serialize(
+                answer->response, response_bytes, &own_buffer);
+        if (!serialized.ok()) {
+          status = absl::InternalError(absl::StrCat(
+              "cannot serialise the response: ", serialized.error_message()));
+        }
+      }
     }
   }
   timer.Finish(status, BatchOf(request), output_bytes, request.request_id());
@@ -116,15 +126,13 @@ absl::Status NativeService::AnswerInStream(
     grpc::CallbackServerContext* context, const v1::EmbedRequest& request,
     AdmissionTicket* ticket, v1::EmbedStreamResponse* response) const {
   RequestTimer timer(observer_, kStreamMethod);
-  absl::StatusOr<Embedding> embedding = Compute(context, request, ticket);
-  const absl::Status status = embedding.status();
-  timer.Finish(status, BatchOf(request),
-               status.ok() ? embedding->size_bytes : 0, request.request_id());
+  absl::StatusOr<Answer> answer = Compute(context, request, ticket);
+  const absl::Status status = answer.status();
+  timer.Finish(status, BatchOf(request), status.ok() ? answer->output_bytes : 0,
+               request.request_id());
   if (absl::IsUnavailable(status)) return status;
   if (status.ok()) {
-    v1::EmbedResponse* answer = response->mutable_response();
-    *answer = ResponseHead(request, *embedding);
-    answer->mutable_embedding()->set_data(std::move(embedding->data));
+    *response->mutable_response() = std::move(answer->response);
   } else {
     v1::Error* error = response->mutable_error();
     error->set_code(static_cast<int32_t>(status.code()));
@@ -142,19 +150,79 @@ grpc::ServerUnaryReactor* NativeService::GetServerInfo(
   return FinishUnary(context, status);
 }
 
-absl::StatusOr<Embedding> NativeService::Compute(
+absl::StatusOr<NativeService::Answer> NativeService::Compute(
     grpc::CallbackServerContext* context, const v1::EmbedRequest& request,
     AdmissionTicket* ticket, OutputAllocator* output) const {
   ASSIGN_OR_RETURN(
       *ticket,
       gate_.Admit(*context, static_cast<int64_t>(request.ByteSizeLong())));
   ASSIGN_OR_RETURN(
-      SpecRequest spec_request,
+      SpecRequest whole,
       SpecRequestFromProto(request.preset(), request.spec(), request.dtype()));
-  std::vector<float> storage;
-  ASSIGN_OR_RETURN(absl::Span<const float> timesteps,
-                   Timesteps(request, &storage));
-  return core_.Embed(spec_request, timesteps, ticket, output);
+  Answer answer;
+  answer.response.set_request_id(request.request_id());
+  if (request.parts_size() == 0) {
+    std::vector<float> storage;
+    ASSIGN_OR_RETURN(absl::Span<const float> timesteps,
+                     Timesteps(request, &storage));
+    // The shape is checked before computing; its last extent is the dim.
+    RETURN_IF_ERROR(
+        EmbeddingShape(request.timesteps_shape(), timesteps.size(), 0)
+            .status());
+    ASSIGN_OR_RETURN(Embedding embedding,
+                     core_.Embed(whole, timesteps, ticket, output));
+    ASSIGN_OR_RETURN(std::vector<int64_t> shape,
+                     EmbeddingShape(request.timesteps_shape(), embedding.rows,
+                                    embedding.spec.dim));
+    answer.output_bytes = embedding.size_bytes;
+    answer.response.set_backend(
+        std::string(BackendKindName(embedding.backend)));
+    v1::Tensor* tensor = answer.response.mutable_embedding();
+    FillTensorHead(embedding, shape, tensor);
+    // Without an allocator the bytes are in embedding.data: moved, not copied.
+    if (output == nullptr) tensor->set_data(std::move(embedding.data));
+    return answer;
+  }
+  if (request.timesteps_size() > 0 || request.integer_timesteps_size() > 0 ||
+      !request.timesteps_shape().empty()) {
+    return absl::InvalidArgumentError(
+        "a request with parts carries its timesteps in each part: leave "
+        "timesteps, integer_timesteps and timesteps_shape empty");
+  }
+  for (int i = 0; i < request.parts_size(); ++i) {
+    const v1::EmbedPart& part = request.parts(i);
+    const std::string field = absl::StrCat("parts[", i, "]");
+    ASSIGN_OR_RETURN(
+        SpecRequest own,
+        SpecRequestFromProto(part.preset(), part.spec(), part.dtype()));
+    ASSIGN_OR_RETURN(SpecRequest spec,
+                     PartSpecRequest(whole, part.name(), own, core_.presets()));
+    std::vector<float> storage;
+    ASSIGN_OR_RETURN(absl::Span<const float> timesteps,
+                     Timesteps(part, &storage));
+    const std::string shape_field = absl::StrCat(field, ".timesteps_shape");
+    RETURN_IF_ERROR(
+        EmbeddingShape(part.timesteps_shape(), timesteps.size(), 0, shape_field)
+            .status());
+    absl::StatusOr<Embedding> embedding = core_.Embed(spec, timesteps, ticket);
+    if (!embedding.ok()) {
+      // Name the part, keep the code.
+      return absl::Status(embedding.status().code(),
+                          absl::StrCat(field, " (\"", part.name(),
+                                       "\"): ", embedding.status().message()));
+    }
+    ASSIGN_OR_RETURN(std::vector<int64_t> shape,
+                     EmbeddingShape(part.timesteps_shape(), embedding->rows,
+                                    embedding->spec.dim, shape_field));
+    answer.output_bytes += embedding->size_bytes;
+    answer.response.set_backend(
+        std::string(BackendKindName(embedding->backend)));
+    v1::NamedTensor* named = answer.response.add_parts();
+    named->set_name(part.name());
+    FillTensorHead(*embedding, shape, named->mutable_tensor());
+    named->mutable_tensor()->set_data(std::move(embedding->data));
+  }
+  return answer;
 }
 
 }  // namespace temb

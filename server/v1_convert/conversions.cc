@@ -149,6 +149,11 @@ void PresetToProto(const Preset& preset, v1::Preset* out) {
   SpecToProto(preset.spec, out->mutable_spec());
   out->set_dim_overridable(preset.dim_overridable);
   out->set_default_dtype(DTypeToProto(preset.spec.dtype));
+  for (const PresetPart& part : preset.parts) {
+    v1::PresetPart* entry = out->add_parts();
+    entry->set_name(part.name);
+    entry->set_preset(part.preset);
+  }
 }
 
 absl::StatusOr<Preset> PresetFromProto(const v1::Preset& proto) {
@@ -175,6 +180,9 @@ absl::StatusOr<Preset> PresetFromProto(const v1::Preset& proto) {
   spec.precision = request->precision.value_or(spec.precision);
   spec.dtype = request->dtype.value_or(spec.dtype);
   spec.timestep_dtype = request->timestep_dtype.value_or(spec.timestep_dtype);
+  for (const v1::PresetPart& part : proto.parts()) {
+    preset.parts.push_back({part.name(), part.preset()});
+  }
   return preset;
 }
 

@@ -260,6 +260,41 @@ TEST_F(EmbedServiceTest, EmbedReturnsWhatTheBackendWroteWithTheRightSize) {
   }
 }
 
+// repeat_only copies t: only dim is needed.
+TEST_F(EmbedServiceTest, RepeatOnlyNeedsOnlyDim) {
+  SpecRequest request;
+  request.dim = 4;
+  request.repeat_only = true;
+  auto spec = Resolve(request);
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_TRUE(spec->repeat_only);
+  EXPECT_EQ(spec->dim, 4);
+}
+
+// timestep_dtype: the backend computes the bf16 pipeline's timesteps with
+// time_factor 1; the caller sees the spec it asked for.
+TEST_F(EmbedServiceTest, TimestepDTypeGivesTheBackendThePipelinesTimesteps) {
+  SpecRequest request = Named("flux");
+  request.timestep_dtype = DType::kBFloat16;
+  request.dtype = DType::kBFloat16;
+  const std::vector<float> sigmas = {0.8929f, 1.0f};
+  auto embedding = service_->Embed(request, sigmas);
+  ASSERT_TRUE(embedding.ok()) << embedding.status();
+  EXPECT_EQ(embedding->spec.time_factor, 1000.0);
+  EXPECT_EQ(embedding->spec.timestep_dtype, DType::kBFloat16);
+  ASSERT_EQ(calls_.size(), 1u);
+  EXPECT_EQ(calls_[0].timesteps, (std::vector<float>{896.0f, 1000.0f}));
+  EXPECT_EQ(calls_[0].spec.time_factor, 1.0);
+  EXPECT_EQ(calls_[0].spec.timestep_dtype, DType::kFloat32);
+
+  request.timestep_dtype = DType::kFloat16;
+  const std::vector<float> too_large = {70.0f};
+  auto refused = service_->Embed(request, too_large);
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(refused.status().message(),
+              HasSubstr("overflows timestep_dtype"));
+}
+
 TEST_F(EmbedServiceTest, EmptyBatchIsValidAndEmpty) {
   auto embedding = service_->Embed(Named("sd15"), {});
   ASSERT_TRUE(embedding.ok()) << embedding.status();

@@ -24,6 +24,8 @@ struct Expected {
   Layout layout;
   double time_factor;
   Precision precision;
+  double scale = 1.0;
+  double max_period = 10000.0;
 };
 
 constexpr Layout kH = Layout::kHalves;
@@ -47,6 +49,34 @@ TEST(PresetsTest, BuiltInCatalogueMatchesTheContract) {
       {"transformer", 512, true, false, 0, Layout::kInterleaved, 1, kF32},
       {"ldm", 0, true, true, 0, kH, 1, kF32},
       {"diffusers-default", 0, true, false, 1, kH, 1, kF32},
+      // Today's families (diffusers 0.42.1); tests/models runs diffusers.
+      {"flux2", 256, false, true, 0, kH, 1000, kF32},
+      {"qwen-image", 256, false, true, 0, kH, 1, kF32, 1000},
+      {"auraflow", 256, false, true, 0, kH, 1, kF32, 1000},
+      {"z-image", 256, false, true, 0, kH, 1000, kF32},
+      {"lumina2", 256, false, true, 0, kH, 1, kF32},
+      {"hidream", 256, false, true, 0, kH, 1, kF32},
+      {"sana", 256, false, true, 0, kH, 1, kF32},
+      {"ltx-video", 256, false, true, 0, kH, 1, kF32},
+      {"ltx2", 256, false, true, 0, kH, 1, kF32},
+      {"cogvideox", 1920, true, true, 0, kH, 1, kF32},
+      {"cosmos", 4096, true, true, 0, kH, 1, kF32},
+      {"kandinsky5", 2048, true, true, 0, kH, 1, kF32},
+      {"kandinsky3", 192, false, false, 1, kH, 1, kF32},
+      {"ernie-image", 3072, false, false, 0, kH, 1, kF32},
+      {"chroma", 16, false, true, 0, kH, 1000, kF32},
+      {"skyreels-v2", 256, false, true, 0, kH, 1, Precision::kFloat64},
+      {"hunyuan-video-1.5", 256, false, true, 0, kH, 1, kF32},
+      {"hunyuan-dit", 256, false, true, 0, kH, 1, kF32},
+      {"mochi", 256, false, true, 0, kH, 1, kF32},
+      {"allegro", 256, false, true, 0, kH, 1, kF32},
+      {"latte", 256, false, true, 0, kH, 1, kF32},
+      {"omnigen", 256, false, true, 0, kH, 1, kF32},
+      {"bria", 256, false, true, 0, kH, 1, kF32},
+      {"prx", 256, false, true, 0, kH, 1, kF32, 1000},
+      {"ace-step", 256, false, true, 0, kH, 1000, kF32},
+      {"longcat-audio-dit", 256, false, false, 1, kH, 1000, kF32},
+      {"t5-film", 768, true, false, 1, kH, 2000, kF32, 1, 2000},
   };
   const PresetCatalog& catalog = BuiltInPresetCatalog();
   EXPECT_EQ(catalog.presets().size(), std::size(table));
@@ -62,8 +92,8 @@ TEST(PresetsTest, BuiltInCatalogueMatchesTheContract) {
     EXPECT_EQ(preset->spec.layout, e.layout);
     EXPECT_EQ(preset->spec.time_factor, e.time_factor);
     EXPECT_EQ(preset->spec.precision, e.precision);
-    EXPECT_EQ(preset->spec.max_period, 10000.0);
-    EXPECT_EQ(preset->spec.scale, 1.0);
+    EXPECT_EQ(preset->spec.max_period, e.max_period);
+    EXPECT_EQ(preset->spec.scale, e.scale);
     EXPECT_FALSE(preset->spec.repeat_only);
     EXPECT_EQ(preset->spec.dtype, DType::kFloat32);
     EXPECT_THAT(preset->description, HasSubstr("Source:"));

@@ -55,7 +55,7 @@ FLAG_CASES = [
                            "--downscale_freq_shift=1"],
      "INVALID_ARGUMENT", "dim=3 downscale_freq_shift=1"),
     ("frequency-overflow", ["--dim=16", "--flip_sin_to_cos",
-                            "--downscale_freq_shift=7.9"],
+                            "--downscale_freq_shift=8.5"],
      "INVALID_ARGUMENT", "frequencies overflow"),
     ("interleaved-odd", ["--dim=7", *EXPLICIT, "--layout=interleaved"],
      "INVALID_ARGUMENT", "dim must be even with layout=interleaved"),

@@ -109,15 +109,66 @@ TEST(ValidationTest, OddDimInterleaved) {
 
 TEST(ValidationTest, FrequencyOverflow) {
   EmbeddingSpec spec = Spec(4);
-  spec.max_period = 1e300;  // ln(1e300) * 1 / 2 = 345 > 88
+  spec.max_period = 1e-300;  // -ln(1e-300) * 1 / 2 = 345 > 88: frequencies grow
   ExpectError(ValidateSpec(spec, Limits()), absl::StatusCode::kInvalidArgument,
-              "frequencies overflow: |ln(max_period) * (dim/2 - 1) / (dim/2 - "
-              "downscale_freq_shift)| must be <= 88, got 345.387764");
-  spec.max_period = 1e-300;  // growing frequencies overflow too
+              "frequencies overflow: -ln(max_period) * (dim/2 - 1) / (dim/2 - "
+              "downscale_freq_shift) must be <= 88, got 345.387764");
+  spec = Spec(16);
+  spec.downscale_freq_shift = 8.5;  // a negative divisor: growing too
   EXPECT_EQ(ValidateSpec(spec, Limits()).code(),
             absl::StatusCode::kInvalidArgument);
-  spec.max_period = 1e30;  // 69 / 2: fine
+  spec = Spec(4);
+  spec.max_period = 1e-30;  // 69 / 2: fine
   EXPECT_TRUE(ValidateSpec(spec, Limits()).ok());
+}
+
+// Decaying frequencies that underflow float32 are finite (tiny or zero), and
+// diffusers computes them: so does temb (dim 16, shift 7.5: exp(-129)).
+TEST(ValidationTest, UnderflowingFrequenciesAreComputed) {
+  EmbeddingSpec spec = Spec(16);
+  spec.downscale_freq_shift = 7.5;
+  EXPECT_TRUE(ValidateSpec(spec, Limits()).ok());
+  spec = Spec(4);
+  spec.max_period = 1e300;  // exp(-345)
+  EXPECT_TRUE(ValidateSpec(spec, Limits()).ok());
+  const std::vector<float> t = {999.0f};
+  EXPECT_TRUE(ValidateTimesteps(spec, t, Limits()).ok());
+}
+
+// A bf16 pipeline: sigma 0.8929 becomes bf16 0.89453125, times 1000 in
+// float32 is 894.53125, rounded to bf16 is 896 (not 892.9).
+TEST(ValidationTest, PipelineTimestepsRoundInTheirDType) {
+  EmbeddingSpec spec = Spec(8);
+  spec.time_factor = 1000;
+  spec.timestep_dtype = DType::kBFloat16;
+  std::vector<float> t = {0.8929f, 0.0f, -0.25f};
+  ASSERT_TRUE(PipelineTimesteps(&spec, absl::MakeSpan(t)).ok());
+  EXPECT_EQ(t, (std::vector<float>{896.0f, 0.0f, -250.0f}));
+  EXPECT_EQ(spec.time_factor, 1.0);
+  EXPECT_EQ(spec.timestep_dtype, DType::kFloat32);
+
+  spec.time_factor = 1000;
+  spec.timestep_dtype = DType::kFloat16;
+  t = {0.8929f};  // fp16 0.89306640625 * 1000 = 893.0664 -> 893
+  ASSERT_TRUE(PipelineTimesteps(&spec, absl::MakeSpan(t)).ok());
+  EXPECT_EQ(t[0], 893.0f);
+
+  spec.time_factor = 1000;
+  spec.timestep_dtype = DType::kFloat16;
+  t = {1.0f, 70.0f};  // 70000 > 65504
+  ExpectError(PipelineTimesteps(&spec, absl::MakeSpan(t)),
+              absl::StatusCode::kInvalidArgument,
+              "timesteps[1] = 70 times time_factor 1000 overflows "
+              "timestep_dtype fp16 (largest finite 65504)");
+
+  spec = Spec(8);  // fp32: untouched
+  t = {0.8929f};
+  ASSERT_TRUE(PipelineTimesteps(&spec, absl::MakeSpan(t)).ok());
+  EXPECT_EQ(t[0], 0.8929f);
+
+  spec.timestep_dtype = DType::kFloat64;
+  EXPECT_EQ(ValidateSpec(spec, Limits()).code(),
+            absl::StatusCode::kInvalidArgument);
 }
 
 TEST(ValidationTest, NonFiniteTimestepsNameTheIndex) {

@@ -65,14 +65,16 @@ TEST(ParseInferRequestTest, DecodesRawInt64AndTypedFp64) {
   absl::StatusOr<InferCall> call = ParseInferRequest(raw, Model("sd15"));
   ASSERT_TRUE(call.ok()) << call.status();
   EXPECT_EQ(call->spec.preset, "sd15");
-  EXPECT_THAT(call->timesteps, ElementsAre(0.0f, 999.0f, -7.0f));
+  ASSERT_EQ(call->inputs.size(), 1u);
+  EXPECT_THAT(call->inputs[0].timesteps, ElementsAre(0.0f, 999.0f, -7.0f));
+  EXPECT_TRUE(call->inputs[0].timesteps_shape.empty());  // [N, 1]: [N, dim]
 
   inference::ModelInferRequest typed = Request("FP64", {2});
   typed.mutable_inputs(0)->mutable_contents()->add_fp64_contents(0.5);
   typed.mutable_inputs(0)->mutable_contents()->add_fp64_contents(1e30);
   call = ParseInferRequest(typed, Model("sd15"));
   ASSERT_TRUE(call.ok()) << call.status();
-  EXPECT_THAT(call->timesteps, ElementsAre(0.5f, 1e30f));
+  EXPECT_THAT(call->inputs[0].timesteps, ElementsAre(0.5f, 1e30f));
 }
 
 TEST(ParseInferRequestTest, Parameters) {
@@ -114,7 +116,8 @@ TEST(ParseInferRequestTest, RejectsMalformedTensors) {
   request.mutable_inputs(0)->mutable_contents()->add_int64_contents(1);
   ExpectInvalid(request, "fp32_contents only");
 
-  ExpectInvalid(Request("FP32", {2, 2}), "inputs[0].shape");
+  // Shaped timesteps are valid up to rank 5 (see ShapedTimesteps below).
+  ExpectInvalid(Request("FP32", {1, 1, 1, 1, 1, 1}), "inputs[0].shape");
   ExpectInvalid(Request("FP32", {-1, 1}), "inputs[0].shape");
   ExpectInvalid(Request("FP32", {}), "inputs[0].shape");
   ExpectInvalid(Request("UINT8", {1}), "inputs[0].datatype");
@@ -126,6 +129,38 @@ TEST(ParseInferRequestTest, RejectsMalformedTensors) {
   request = Request("FP32", {0});
   request.add_outputs()->set_name("OTHER");
   ExpectInvalid(request, "outputs[0].name");
+}
+
+TEST(ParseInferRequestTest, ShapedTimesteps) {
+  inference::ModelInferRequest request = Request("FP32", {2, 3});
+  for (int i = 0; i < 6; ++i) {
+    request.mutable_inputs(0)->mutable_contents()->add_fp32_contents(i);
+  }
+  absl::StatusOr<InferCall> call = ParseInferRequest(request, Model("wan"));
+  ASSERT_TRUE(call.ok()) << call.status();
+  EXPECT_THAT(call->inputs[0].timesteps_shape, ElementsAre(2, 3));
+  EXPECT_EQ(call->inputs[0].timesteps.size(), 6u);
+}
+
+// A model with parts takes one input per part besides TIMESTEP.
+TEST(ParseInferRequestTest, PartsAreInputs) {
+  inference::ModelInferRequest request = Request("FP32", {1});
+  request.mutable_inputs(0)->mutable_contents()->add_fp32_contents(0.5f);
+  auto* guidance = request.add_inputs();
+  guidance->set_name("GUIDANCE");
+  guidance->set_datatype("FP32");
+  guidance->add_shape(1);
+  guidance->mutable_contents()->add_fp32_contents(3.5f);
+  request.add_outputs()->set_name("GUIDANCE_EMBEDDING");
+  absl::StatusOr<InferCall> call = ParseInferRequest(request, Model("flux"));
+  ASSERT_TRUE(call.ok()) << call.status();
+  ASSERT_EQ(call->inputs.size(), 2u);
+  EXPECT_EQ(call->inputs[1].part, "guidance");
+  EXPECT_EQ(OutputNameFor("GUIDANCE"), "GUIDANCE_EMBEDDING");
+  EXPECT_EQ(OutputNameFor("TIMESTEP"), "EMBEDDING");
+  // sd15 has no parts: GUIDANCE is not one of its inputs.
+  EXPECT_EQ(ParseInferRequest(request, Model("sd15")).status().code(),
+            absl::StatusCode::kInvalidArgument);
 }
 
 TEST(FillTest, ResponseAndModelDescriptions) {

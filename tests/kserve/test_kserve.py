@@ -319,10 +319,41 @@ def test_wrong_input_datatype(client):
 
 
 def test_bad_shape(client):
-    tensor = triton.InferInput("TIMESTEP", [2, 3], "FP32")
-    tensor.set_data_from_numpy(np.zeros((2, 3), np.float32))
+    # Shapes of rank 1 to 5 are timesteps tensors; rank 6 is refused.
+    shape = [1, 1, 1, 1, 1, 1]
+    tensor = triton.InferInput("TIMESTEP", shape, "FP32")
+    tensor.set_data_from_numpy(np.zeros(shape, np.float32))
     expect_error(INVALID, client.infer, "sd15", [tensor],
                  contains="inputs[0].shape")
+
+
+def test_shaped_timesteps_give_shape_plus_dim(client, native):
+    # Per-token timesteps [B, L] (Wan 2.2 TI2V, LTX) give [B, L, dim].
+    values = np.arange(14, dtype=np.float32).reshape(2, 7) * 70.5
+    tensor = triton.InferInput("TIMESTEP", [2, 7], "FP32")
+    tensor.set_data_from_numpy(values)
+    result = client.infer("wan-diffusers", [tensor])
+    output, raw = raw_output(result)
+    assert list(output.shape) == [2, 7, 256]
+    flat = native_embed(native, "wan-diffusers", values.reshape(-1))
+    assert raw == flat.data
+
+
+def test_flux_timestep_and_guidance_in_one_call(client, native):
+    timestep = triton.InferInput("TIMESTEP", [2], "FP32")
+    timestep.set_data_from_numpy(np.array([0.25, 1.0], np.float32))
+    guidance = triton.InferInput("GUIDANCE", [2], "FP32")
+    guidance.set_data_from_numpy(np.array([3.5, 3.5], np.float32))
+    result = client.infer("flux", [timestep, guidance])
+    response = result.get_response()
+    names = [output.name for output in response.outputs]
+    assert names == ["EMBEDDING", "GUIDANCE_EMBEDDING"]
+    assert response.raw_output_contents[0] == native_embed(
+        native, "flux", [0.25, 1.0]).data
+    assert response.raw_output_contents[1] == native_embed(
+        native, "flux", [3.5, 3.5]).data
+    expect_error(INVALID, client.infer, "sd15", [timestep, guidance],
+                 contains="unknown input \"GUIDANCE\"")
 
 
 def test_unknown_requested_output(client):

@@ -49,6 +49,17 @@ struct SpecRequest {
   std::optional<DType> timestep_dtype;
 };
 
+// The request one part of a multi-part call resolves with: `part` itself when
+// it names a preset or sets a convention field (dim, max_period,
+// flip_sin_to_cos, downscale_freq_shift, scale, time_factor, repeat_only,
+// layout); else the part called `name` of `whole`'s preset (Preset::parts);
+// else `whole`.  dtype, precision and timestep_dtype that the part leaves
+// unset come from `whole`.  NOT_FOUND for an unknown preset of `whole`.
+absl::StatusOr<SpecRequest> PartSpecRequest(const SpecRequest& whole,
+                                            absl::string_view name,
+                                            const SpecRequest& part,
+                                            const PresetCatalog& presets);
+
 // Turns a SpecRequest into a validated EmbeddingSpec.  NOT_FOUND for an
 // unknown preset; INVALID_ARGUMENT naming the field otherwise;
 // RESOURCE_EXHAUSTED for dim above limits.max_dim.

@@ -15,6 +15,12 @@
 
 namespace temb {
 
+// One embedding a model's denoising step needs, computed with `preset`.
+struct PresetPart {
+  std::string name;    // e.g. "timestep", "guidance", "add_time"
+  std::string preset;  // a preset of the same catalogue
+};
+
 struct Preset {
   std::string name;
   std::string description;
@@ -24,6 +30,9 @@ struct Preset {
   EmbeddingSpec spec;
   // Whether callers may choose dim (e.g. "transformer", "ldm").
   bool dim_overridable = false;
+  // The embeddings of one denoising step, for multi-part requests (may be
+  // empty: the preset is then its own single part).
+  std::vector<PresetPart> parts;
 };
 
 class PresetCatalog {
@@ -31,9 +40,10 @@ class PresetCatalog {
   PresetCatalog() = default;
 
   // A catalogue of `presets`, in that order.  INVALID_ARGUMENT on an empty
-  // or duplicate name, dim 0 on a preset that is not dim_overridable, or a
+  // or duplicate name, dim 0 on a preset that is not dim_overridable, a
   // spec that fails ValidateSpec with `limits` (a preset without a default
-  // width is checked at limits.max_dim).  Messages name the preset.
+  // width is checked at limits.max_dim), or a part with an empty or repeated
+  // name or naming a preset the catalogue lacks.  Messages name the preset.
   static absl::StatusOr<PresetCatalog> Create(std::vector<Preset> presets,
                                               const Limits& limits = Limits());
 

@@ -6,10 +6,13 @@
 #ifndef TEMB_CORE_TIMESTEPS_H_
 #define TEMB_CORE_TIMESTEPS_H_
 
+#include <cstdint>
 #include <cstring>
 #include <vector>
 
+#include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "absl/types/span.h"
 
 namespace temb {
 
@@ -35,6 +38,16 @@ std::vector<float> TimestepsFromRawBytes(absl::string_view bytes) {
   }
   return out;
 }
+
+// Shaped timesteps (per token [B, L], Cosmos' [B, 1, T, 1, 1]): the shape of
+// the embedding of `count` timesteps of width `dim`, timesteps_shape + [dim],
+// or [count, dim] when timesteps_shape is empty.  INVALID_ARGUMENT naming
+// `field` for a rank above kMaxTimestepsRank, a negative dimension, or a
+// shape whose product is not `count`.  Limits apply to the element count.
+inline constexpr int kMaxTimestepsRank = 5;
+absl::StatusOr<std::vector<int64_t>> EmbeddingShape(
+    absl::Span<const int64_t> timesteps_shape, int64_t count, int dim,
+    absl::string_view field = "timesteps_shape");
 
 }  // namespace temb
 

@@ -16,6 +16,8 @@
 #ifndef TEMB_KSERVE_KSERVE_CONVERT_H_
 #define TEMB_KSERVE_KSERVE_CONVERT_H_
 
+#include <optional>
+#include <string>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -32,11 +34,28 @@ inline constexpr char kOutputName[] = "EMBEDDING";
 inline constexpr char kModelVersion[] = "1";
 inline constexpr char kPlatform[] = "temb";
 
+// One input tensor of an inference call: TIMESTEP, or an input named after
+// one of the model's parts (GUIDANCE for flux's "guidance", R, ADD_TIME,
+// ...).  Each gives one output: EMBEDDING for TIMESTEP, <NAME>_EMBEDDING
+// for the others.
+struct InferInput {
+  std::string name;
+  std::string part;  // "timestep" for TIMESTEP, else the lower-cased name
+  std::vector<float> timesteps;
+  // Empty for inputs of shape [N] or [N, 1] (output [N, dim]); otherwise
+  // the input's shape (output shape + [dim]).
+  std::vector<int64_t> timesteps_shape;
+  std::optional<DType> dtype;  // the output's "datatype" parameter
+};
+
 // One inference call in core terms.
 struct InferCall {
   SpecRequest spec;  // spec.preset is the model name
-  std::vector<float> timesteps;
+  std::vector<InferInput> inputs;
 };
+
+// The output an input gives: EMBEDDING for TIMESTEP, else NAME_EMBEDDING.
+std::string OutputNameFor(absl::string_view input_name);
 
 // The model `name` at `version` ("" or "1").  NOT_FOUND otherwise.
 absl::StatusOr<const Preset*> FindModel(const PresetCatalog& presets,
@@ -46,23 +65,28 @@ absl::StatusOr<const Preset*> FindModel(const PresetCatalog& presets,
 // Checks the request's tensors and parameters against the model's signature
 // and decodes the timesteps (raw little-endian bytes or typed contents) to
 // float32.  INVALID_ARGUMENT naming the offending field, e.g.
-// "inputs[0].shape must be [N] or [N, 1], got [2, 3]".  Spec fields
-// (dim range, precision rules) and timestep values are left to the core.
+// "inputs[0].datatype must be FP32, INT64, FP64 or INT32, got \"UINT8\"".  Spec
+// fields (dim range, precision rules) and timestep values are left to the core.
 absl::StatusOr<InferCall> ParseInferRequest(
     const inference::ModelInferRequest& request, const Preset& model);
 
-// The response for `request`: id echoed, output EMBEDDING [rows, dim] with
-// the embedding's bytes moved into raw_output_contents.
+// The response for a single-input `request`: id echoed, output EMBEDDING
+// [rows, dim] with the embedding's bytes moved into raw_output_contents.
 void FillInferResponse(const inference::ModelInferRequest& request,
                        Embedding embedding,
                        inference::ModelInferResponse* response);
 
+// Appends the output of `input` (name, datatype, shape) and its bytes.
+void AddInferOutput(const InferInput& input, Embedding embedding,
+                    inference::ModelInferResponse* response);
+
 // FindModel, ParseInferRequest, EmbedService::Embed, FillInferResponse.
 // Codes: NOT_FOUND (model), INVALID_ARGUMENT, RESOURCE_EXHAUSTED (limits),
 // or the backend's error.  `ticket` (may be null) as in EmbedService::Embed.
-// With `output`, the embedding is computed into the memory it gives and the
-// response has no raw_output_contents: the caller sends that memory as its
-// one entry.
+// With `output` and a single input, the embedding is computed into the
+// memory it gives and the response has no raw_output_contents: the caller
+// sends that memory as its one entry.  With several inputs the response
+// carries every output's bytes in raw_output_contents.
 absl::Status Infer(const EmbedService& service,
                    const inference::ModelInferRequest& request,
                    inference::ModelInferResponse* response,

@@ -60,12 +60,21 @@ class NativeService final
                               AdmissionTicket* ticket,
                               v1::EmbedStreamResponse* response) const;
 
+  // What one request computed: the response (for a single-part request
+  // computed into an allocator, everything but embedding.data, which is in
+  // the allocator's memory) and the bytes of all its embeddings.
+  struct Answer {
+    v1::EmbedResponse response;
+    int64_t output_bytes = 0;
+  };
+
   // Admits one request (into `ticket`, which the caller holds until the
-  // answer is sent) and computes it, into `output` when one is given.
-  absl::StatusOr<Embedding> Compute(grpc::CallbackServerContext* context,
-                                    const v1::EmbedRequest& request,
-                                    AdmissionTicket* ticket,
-                                    OutputAllocator* output = nullptr) const;
+  // answer is sent) and computes it, into `output` when one is given (a
+  // single-part request only).
+  absl::StatusOr<Answer> Compute(grpc::CallbackServerContext* context,
+                                 const v1::EmbedRequest& request,
+                                 AdmissionTicket* ticket,
+                                 OutputAllocator* output = nullptr) const;
 
   const EmbedService& core_;
   const CallGate& gate_;
