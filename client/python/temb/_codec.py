@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Any, Dict, Mapping, Optional, Tuple
+from typing import Any, Dict, Tuple
 
 import grpc
 import numpy as np
@@ -32,6 +32,7 @@ _LAYOUT_NAMES = {v: k for k, v in _LAYOUTS.items()}
 _PRECISIONS = {"fp32": pb.PRECISION_FP32, "float32": pb.PRECISION_FP32,
                "fp64": pb.PRECISION_FP64, "float64": pb.PRECISION_FP64}
 _PRECISION_NAMES = {pb.PRECISION_FP32: "fp32", pb.PRECISION_FP64: "fp64"}
+_ENUMS = {"dtype": _DTYPES, "layout": _LAYOUTS, "precision": _PRECISIONS}
 _BF16_FORMATS = ("auto", "float32", "bits", "ml_dtypes")
 _RETURN_TENSORS = ("np", "pt")
 
@@ -96,43 +97,18 @@ def timesteps_array(timesteps: Any) -> np.ndarray:
     raise TypeError(f"timesteps must be real numbers, got dtype {array.dtype}")
 
 
-def build_request(timesteps: Any, *, dim: Optional[int] = None,
-                  preset: Optional[str] = None, dtype: Optional[str] = None,
-                  layout: Optional[str] = None, precision: Optional[str] = None,
-                  request_id: Optional[str] = None,
-                  **spec: Any) -> pb.EmbedRequest:
-    """An EmbedRequest where every None argument is left unset."""
-    unknown = set(spec) - set(_SPEC_FIELDS)
-    if unknown:
-        raise TypeError(f"unexpected keyword argument(s): {sorted(unknown)}")
-    request = pb.EmbedRequest(request_id=request_id or "", preset=preset or "")
-    if dtype is not None:
-        request.dtype = _choice("dtype", dtype, _DTYPES)
-    target = request.spec
-    if dim is not None:
-        target.dim = int(dim)
-    for name in _SPEC_FIELDS:
-        value = spec.get(name)
-        if value is not None:
-            setattr(target, name, value)
-    if layout is not None:
-        target.layout = _choice("layout", layout, _LAYOUTS)
-    if precision is not None:
-        target.precision = _choice("precision", precision, _PRECISIONS)
+def encode_timesteps(request: pb.EmbedRequest, timesteps: Any) -> None:
+    """Sets the timesteps of `request`: integer values as integers."""
     array = timesteps_array(timesteps)
     if array.dtype == np.int64:
         request.integer_timesteps.extend(array.tolist())
     else:
         request.timesteps.extend(array.tolist())
-    return request
 
 
-def split_embed_kwargs(kwargs: Mapping[str, Any]) -> Tuple[Dict[str, Any], Decoding]:
-    """Separates the decoding options from a request's keyword arguments."""
-    request_kwargs = dict(kwargs)
-    return_tensors = request_kwargs.pop("return_tensors", "np")
-    bf16_format = request_kwargs.pop("bf16_format", "auto")
-    return request_kwargs, make_decoding(return_tensors, bf16_format)
+def enum_value(field: str, name: str) -> Any:
+    """The temb.v1 enum number of a "dtype", "layout" or "precision" name."""
+    return _choice(field, name, _ENUMS[field])
 
 
 def make_decoding(return_tensors: str, bf16_format: str) -> Decoding:

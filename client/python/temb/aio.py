@@ -7,78 +7,33 @@ one loop), preferably as ``async with temb.aio.Client(target) as client:``.
 from __future__ import annotations
 
 import collections.abc
-from typing import (Any, AsyncIterable, AsyncIterator, Iterable, Mapping,
-                    Optional, Sequence, Tuple, Union)
+from typing import (Any, AsyncIterable, AsyncIterator, Iterable, Iterator,
+                    Mapping, Optional, Union)
 
-import grpc
 import grpc.aio
 
-from temb import _channel, _codec
+from temb import _codec, _request
 from temb._proto.temb.v1 import temb_pb2 as pb
-from temb._proto.temb.v1 import temb_pb2_grpc as pb_grpc
-from temb.client import Embedding, _Settings, _StreamState
-from temb.errors import TembError, error_from_rpc
+from temb._request import Embedding
+from temb.errors import TembError
 from temb.types import HealthStatus, ServerInfo
 
 __all__ = ["Client"]
 
 
-class Client:
+class Client(_request.ClientBase):
     """See :class:`temb.Client`; the arguments and semantics are the same."""
 
-    def __init__(self, target: str, *, timeout: Optional[float] = None,
-                 retries: int = _channel.DEFAULT_RETRIES,
-                 tls: _channel.TlsOption = None,
-                 auth_token: Optional[str] = None,
-                 max_message_bytes: int = _channel.DEFAULT_MAX_MESSAGE_BYTES,
-                 options: Sequence[Tuple[str, Any]] = ()) -> None:
-        self._settings = _Settings(target, timeout, retries, tls, auth_token,
-                                   max_message_bytes, options)
-        s = self._settings
-        if s.credentials is None:
-            self._channel = grpc.aio.insecure_channel(target, options=s.options)
-        else:
-            self._channel = grpc.aio.secure_channel(target, s.credentials,
-                                                    options=s.options)
-        self._stub = pb_grpc.EmbeddingServiceStub(self._channel)
-        # Raw bytes in and out: see _codec.encode_health_request.
-        self._health_check = self._channel.unary_unary(
-            _channel.HEALTH_CHECK_METHOD, request_serializer=None,
-            response_deserializer=None)
+    _grpc = grpc.aio
 
-    @property
-    def target(self) -> str:
-        return self._settings.target
-
-    async def embed(self, timesteps: Any, dim: Optional[int] = None,
-                    preset: Optional[str] = None, dtype: Optional[str] = None,
-                    *, max_period: Optional[float] = None,
-                    flip_sin_to_cos: Optional[bool] = None,
-                    downscale_freq_shift: Optional[float] = None,
-                    scale: Optional[float] = None,
-                    time_factor: Optional[float] = None,
-                    repeat_only: Optional[bool] = None,
-                    layout: Optional[str] = None,
-                    precision: Optional[str] = None,
-                    request_id: Optional[str] = None,
-                    timeout: Optional[float] = None,
-                    return_tensors: str = "np",
-                    bf16_format: str = "auto") -> Embedding:
+    @_request.takes_embed_arguments
+    async def embed(self, *args: Any, **kwargs: Any) -> Embedding:
         """See :meth:`temb.Client.embed`."""
-        decoding = _codec.make_decoding(return_tensors, bf16_format)
-        request = _codec.build_request(
-            timesteps, dim=dim, preset=preset, dtype=dtype,
-            max_period=max_period, flip_sin_to_cos=flip_sin_to_cos,
-            downscale_freq_shift=downscale_freq_shift, scale=scale,
-            time_factor=time_factor, repeat_only=repeat_only, layout=layout,
-            precision=precision, request_id=request_id)
-        try:
+        call = _request.embed_call(*args, **kwargs)
+        with _request.rpc_errors(call.request.request_id):
             response = await self._stub.Embed(
-                request, timeout=self._settings.deadline(timeout),
-                metadata=self._settings.metadata)
-        except grpc.RpcError as e:
-            raise error_from_rpc(e, request_id) from None
-        return _codec.decode_tensor(response.embedding, decoding)
+                call.request, **self._call_options(call.timeout))
+        return _codec.decode_tensor(response.embedding, call.decoding)
 
     async def embed_stream(
             self,
@@ -89,27 +44,20 @@ class Client:
     ) -> AsyncIterator[Union[Embedding, TembError]]:
         """See :meth:`temb.Client.embed_stream`; `requests` may also be an
         async iterable."""
-        state = _StreamState()
-
-        async def request_iterator() -> AsyncIterator[pb.EmbedRequest]:
-            try:
-                if isinstance(requests, collections.abc.AsyncIterable):
-                    async for item in requests:
-                        yield state.request(item)
-                else:
-                    for item in requests:
-                        yield state.request(item)
-            except Exception as e:  # surfaced to the caller after the stream
-                state.error = e
-
-        call = self._stub.EmbedStream(
-            request_iterator(), timeout=self._settings.deadline(timeout),
-            metadata=self._settings.metadata)
+        state = _request.StreamState()
+        # grpc.aio takes either kind of iterable.
+        request_iterator: Union[Iterator[pb.EmbedRequest],
+                                AsyncIterator[pb.EmbedRequest]]
+        if isinstance(requests, collections.abc.AsyncIterable):
+            request_iterator = state.async_requests(requests)
+        else:
+            request_iterator = state.requests(requests)
+        call = self._stub.EmbedStream(request_iterator,
+                                      **self._call_options(timeout))
         try:
-            async for response in call:
-                yield state.result(response, raise_errors)
-        except grpc.RpcError as e:
-            raise error_from_rpc(e) from None
+            with _request.rpc_errors():
+                async for response in call:
+                    yield state.result(response, raise_errors)
         finally:
             call.cancel()
         if state.error is not None:
@@ -118,25 +66,18 @@ class Client:
     async def server_info(self, *, timeout: Optional[float] = None
                           ) -> ServerInfo:
         """See :meth:`temb.Client.server_info`."""
-        try:
+        with _request.rpc_errors():
             info = await self._stub.GetServerInfo(
-                pb.GetServerInfoRequest(),
-                timeout=self._settings.deadline(timeout),
-                metadata=self._settings.metadata)
-        except grpc.RpcError as e:
-            raise error_from_rpc(e) from None
+                pb.GetServerInfoRequest(), **self._call_options(timeout))
         return _codec.server_info_from_proto(info)
 
     async def health(self, service: str = "", *,
                      timeout: Optional[float] = None) -> HealthStatus:
         """See :meth:`temb.Client.health`."""
-        try:
+        with _request.rpc_errors():
             data = await self._health_check(
                 _codec.encode_health_request(service),
-                timeout=self._settings.deadline(timeout),
-                metadata=self._settings.metadata)
-        except grpc.RpcError as e:
-            raise error_from_rpc(e) from None
+                **self._call_options(timeout))
         return HealthStatus(_codec.decode_health_response(data))
 
     async def close(self) -> None:

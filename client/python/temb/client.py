@@ -7,70 +7,20 @@ should create it once and share it.  Calls raise :class:`temb.TembError`
 
 from __future__ import annotations
 
-import collections
-from typing import (Any, Deque, Iterable, Iterator, Mapping, Optional,
-                    Sequence, Tuple, Union)
+from typing import Any, Iterable, Iterator, Mapping, Optional, Union
 
 import grpc
 
-from temb import _channel, _codec
+from temb import _codec, _request
 from temb._proto.temb.v1 import temb_pb2 as pb
-from temb._proto.temb.v1 import temb_pb2_grpc as pb_grpc
-from temb.errors import TembError, error_from_code, error_from_rpc
+from temb._request import Embedding
+from temb.errors import TembError
 from temb.types import HealthStatus, ServerInfo
 
 __all__ = ["Client"]
 
-# What embed() returns: numpy.ndarray, or torch.Tensor for return_tensors="pt".
-Embedding = Any
 
-
-class _Settings:
-    """Constructor arguments shared by the blocking and asyncio clients."""
-
-    def __init__(self, target: str, timeout: Optional[float], retries: int,
-                 tls: _channel.TlsOption, auth_token: Optional[str],
-                 max_message_bytes: int,
-                 options: Sequence[Tuple[str, Any]]) -> None:
-        self.target = target
-        self.timeout = timeout
-        self.credentials = _channel.credentials(tls)
-        self.options = _channel.channel_options(retries, max_message_bytes,
-                                                tls, options)
-        self.metadata = _channel.auth_metadata(auth_token)
-
-    def deadline(self, timeout: Optional[float]) -> Optional[float]:
-        return self.timeout if timeout is None else timeout
-
-
-class _StreamState:
-    """Book-keeping for embed_stream: decodings in request order, and an
-    error raised while building a request (re-raised after the stream)."""
-
-    def __init__(self) -> None:
-        self.pending: Deque[Tuple[str, _codec.Decoding]] = collections.deque()
-        self.error: Optional[BaseException] = None
-
-    def request(self, item: Mapping[str, Any]) -> pb.EmbedRequest:
-        kwargs, decoding = _codec.split_embed_kwargs(item)
-        request = _codec.build_request(**kwargs)
-        self.pending.append((request.request_id, decoding))
-        return request
-
-    def result(self, response: pb.EmbedStreamResponse,
-               raise_errors: bool) -> Union[Embedding, TembError]:
-        request_id, decoding = self.pending.popleft()
-        if response.WhichOneof("result") == "error":
-            error = error_from_code(response.error.code,
-                                    response.error.message,
-                                    response.request_id or request_id)
-            if raise_errors:
-                raise error
-            return error
-        return _codec.decode_tensor(response.response.embedding, decoding)
-
-
-class Client:
+class Client(_request.ClientBase):
     """A connection to a temb server.
 
     Args:
@@ -87,44 +37,10 @@ class Client:
       options: extra gRPC channel arguments.
     """
 
-    def __init__(self, target: str, *, timeout: Optional[float] = None,
-                 retries: int = _channel.DEFAULT_RETRIES,
-                 tls: _channel.TlsOption = None,
-                 auth_token: Optional[str] = None,
-                 max_message_bytes: int = _channel.DEFAULT_MAX_MESSAGE_BYTES,
-                 options: Sequence[Tuple[str, Any]] = ()) -> None:
-        self._settings = _Settings(target, timeout, retries, tls, auth_token,
-                                   max_message_bytes, options)
-        s = self._settings
-        if s.credentials is None:
-            self._channel = grpc.insecure_channel(target, options=s.options)
-        else:
-            self._channel = grpc.secure_channel(target, s.credentials,
-                                                options=s.options)
-        self._stub = pb_grpc.EmbeddingServiceStub(self._channel)
-        # Raw bytes in and out: see _codec.encode_health_request.
-        self._health_check = self._channel.unary_unary(
-            _channel.HEALTH_CHECK_METHOD, request_serializer=None,
-            response_deserializer=None)
+    _grpc = grpc
 
-    @property
-    def target(self) -> str:
-        return self._settings.target
-
-    def embed(self, timesteps: Any, dim: Optional[int] = None,
-              preset: Optional[str] = None, dtype: Optional[str] = None, *,
-              max_period: Optional[float] = None,
-              flip_sin_to_cos: Optional[bool] = None,
-              downscale_freq_shift: Optional[float] = None,
-              scale: Optional[float] = None,
-              time_factor: Optional[float] = None,
-              repeat_only: Optional[bool] = None,
-              layout: Optional[str] = None,
-              precision: Optional[str] = None,
-              request_id: Optional[str] = None,
-              timeout: Optional[float] = None,
-              return_tensors: str = "np",
-              bf16_format: str = "auto") -> Embedding:
+    @_request.takes_embed_arguments
+    def embed(self, *args: Any, **kwargs: Any) -> Embedding:
         """Computes the [N, dim] embedding of N timesteps.
 
         Args:
@@ -157,20 +73,11 @@ class Client:
           ResourceExhaustedError, ...), ValueError/TypeError for arguments
           that cannot be encoded at all.
         """
-        decoding = _codec.make_decoding(return_tensors, bf16_format)
-        request = _codec.build_request(
-            timesteps, dim=dim, preset=preset, dtype=dtype,
-            max_period=max_period, flip_sin_to_cos=flip_sin_to_cos,
-            downscale_freq_shift=downscale_freq_shift, scale=scale,
-            time_factor=time_factor, repeat_only=repeat_only, layout=layout,
-            precision=precision, request_id=request_id)
-        try:
-            response = self._stub.Embed(
-                request, timeout=self._settings.deadline(timeout),
-                metadata=self._settings.metadata)
-        except grpc.RpcError as e:
-            raise error_from_rpc(e, request_id) from None
-        return _codec.decode_tensor(response.embedding, decoding)
+        call = _request.embed_call(*args, **kwargs)
+        with _request.rpc_errors(call.request.request_id):
+            response = self._stub.Embed(call.request,
+                                        **self._call_options(call.timeout))
+        return _codec.decode_tensor(response.embedding, call.decoding)
 
     def embed_stream(self, requests: Iterable[Mapping[str, Any]], *,
                      timeout: Optional[float] = None,
@@ -191,23 +98,13 @@ class Client:
 
         `timeout` bounds the whole stream.
         """
-        state = _StreamState()
-
-        def request_iterator() -> Iterator[pb.EmbedRequest]:
-            try:
-                for item in requests:
-                    yield state.request(item)
-            except Exception as e:  # surfaced to the caller after the stream
-                state.error = e
-
-        call = self._stub.EmbedStream(
-            request_iterator(), timeout=self._settings.deadline(timeout),
-            metadata=self._settings.metadata)
+        state = _request.StreamState()
+        call = self._stub.EmbedStream(state.requests(requests),
+                                      **self._call_options(timeout))
         try:
-            for response in call:
-                yield state.result(response, raise_errors)
-        except grpc.RpcError as e:
-            raise error_from_rpc(e) from None
+            with _request.rpc_errors():
+                for response in call:
+                    yield state.result(response, raise_errors)
         finally:
             call.cancel()  # no-op once finished; stops an abandoned stream
         if state.error is not None:
@@ -215,13 +112,9 @@ class Client:
 
     def server_info(self, *, timeout: Optional[float] = None) -> ServerInfo:
         """Version, backend, device, limits and presets of the server."""
-        try:
-            info = self._stub.GetServerInfo(
-                pb.GetServerInfoRequest(),
-                timeout=self._settings.deadline(timeout),
-                metadata=self._settings.metadata)
-        except grpc.RpcError as e:
-            raise error_from_rpc(e) from None
+        with _request.rpc_errors():
+            info = self._stub.GetServerInfo(pb.GetServerInfoRequest(),
+                                            **self._call_options(timeout))
         return _codec.server_info_from_proto(info)
 
     def health(self, service: str = "", *,
@@ -229,13 +122,9 @@ class Client:
         """grpc.health.v1 Check: "" is the whole server, or a service name
         such as "temb.v1.EmbeddingService".  NotFoundError for a service the
         server does not know."""
-        try:
-            data = self._health_check(
-                _codec.encode_health_request(service),
-                timeout=self._settings.deadline(timeout),
-                metadata=self._settings.metadata)
-        except grpc.RpcError as e:
-            raise error_from_rpc(e) from None
+        with _request.rpc_errors():
+            data = self._health_check(_codec.encode_health_request(service),
+                                      **self._call_options(timeout))
         return HealthStatus(_codec.decode_health_response(data))
 
     def close(self) -> None:

@@ -1,0 +1,192 @@
+"""What the blocking and asyncio clients share: the constructor and settings,
+embed()'s arguments (declared once, in :func:`embed_call`) and the request
+they become, and the book-keeping of embed_stream.
+
+The clients differ only in how they wait: `grpc` or `grpc.aio` channels, and
+plain or ``async`` methods.
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import inspect
+from typing import (TYPE_CHECKING, Any, AsyncIterable, AsyncIterator,
+                    Callable, Deque, Dict, Iterable, Iterator, Mapping,
+                    NamedTuple, Optional, Sequence, Tuple, TypeVar, Union)
+
+import grpc
+
+from temb import _channel, _codec
+from temb._proto.temb.v1 import temb_pb2 as pb
+from temb._proto.temb.v1 import temb_pb2_grpc as pb_grpc
+from temb.errors import TembError, error_from_code, error_from_rpc
+
+if TYPE_CHECKING:
+    from typing_extensions import Concatenate, ParamSpec
+    _P = ParamSpec("_P")
+
+_R = TypeVar("_R")
+
+# What embed() returns: numpy.ndarray, or torch.Tensor for return_tensors="pt".
+Embedding = Any
+
+
+class ClientBase:
+    """The constructor of both clients; see :class:`temb.Client` for its
+    arguments."""
+
+    # grpc or grpc.aio, set by each client: both make channels with the same
+    # arguments.
+    _grpc: Any
+
+    def __init__(self, target: str, *, timeout: Optional[float] = None,
+                 retries: int = _channel.DEFAULT_RETRIES,
+                 tls: _channel.TlsOption = None,
+                 auth_token: Optional[str] = None,
+                 max_message_bytes: int = _channel.DEFAULT_MAX_MESSAGE_BYTES,
+                 options: Sequence[Tuple[str, Any]] = ()) -> None:
+        self._target = target
+        self._timeout = timeout
+        self._metadata = _channel.auth_metadata(auth_token)
+        credentials = _channel.credentials(tls)
+        channel_options = _channel.channel_options(retries, max_message_bytes,
+                                                   tls, options)
+        if credentials is None:
+            self._channel = self._grpc.insecure_channel(
+                target, options=channel_options)
+        else:
+            self._channel = self._grpc.secure_channel(
+                target, credentials, options=channel_options)
+        self._stub = pb_grpc.EmbeddingServiceStub(self._channel)
+        # Raw bytes in and out: see _codec.encode_health_request.
+        self._health_check = self._channel.unary_unary(
+            _channel.HEALTH_CHECK_METHOD, request_serializer=None,
+            response_deserializer=None)
+
+    @property
+    def target(self) -> str:
+        return self._target
+
+    def _call_options(self, timeout: Optional[float]) -> Dict[str, Any]:
+        """The keyword arguments of one gRPC call: deadline and metadata."""
+        return {"timeout": self._timeout if timeout is None else timeout,
+                "metadata": self._metadata}
+
+
+@contextlib.contextmanager
+def rpc_errors(request_id: Optional[str] = "") -> Iterator[None]:
+    """Raises what grpc raises (sync or asyncio) as a TembError."""
+    try:
+        yield
+    except grpc.RpcError as e:
+        raise error_from_rpc(e, request_id) from None
+
+
+class EmbedCall(NamedTuple):
+    request: pb.EmbedRequest
+    decoding: _codec.Decoding
+    timeout: Optional[float]
+
+
+def embed_call(timesteps: Any, dim: Optional[int] = None,
+               preset: Optional[str] = None, dtype: Optional[str] = None, *,
+               max_period: Optional[float] = None,
+               flip_sin_to_cos: Optional[bool] = None,
+               downscale_freq_shift: Optional[float] = None,
+               scale: Optional[float] = None,
+               time_factor: Optional[float] = None,
+               repeat_only: Optional[bool] = None,
+               layout: Optional[str] = None,
+               precision: Optional[str] = None,
+               request_id: Optional[str] = None,
+               timeout: Optional[float] = None,
+               return_tensors: str = "np",
+               bf16_format: str = "auto") -> EmbedCall:
+    """The arguments of :meth:`temb.Client.embed`, checked and encoded; None
+    leaves a field of the EmbedRequest unset."""
+    decoding = _codec.make_decoding(return_tensors, bf16_format)
+    request = pb.EmbedRequest(request_id=request_id or "", preset=preset or "")
+    if dtype is not None:
+        request.dtype = _codec.enum_value("dtype", dtype)
+    spec = request.spec
+    if dim is not None:
+        spec.dim = int(dim)
+    for name, value in (("max_period", max_period),
+                        ("flip_sin_to_cos", flip_sin_to_cos),
+                        ("downscale_freq_shift", downscale_freq_shift),
+                        ("scale", scale), ("time_factor", time_factor),
+                        ("repeat_only", repeat_only)):
+        if value is not None:
+            setattr(spec, name, value)
+    if layout is not None:
+        spec.layout = _codec.enum_value("layout", layout)
+    if precision is not None:
+        spec.precision = _codec.enum_value("precision", precision)
+    _codec.encode_timesteps(request, timesteps)
+    return EmbedCall(request, decoding, timeout)
+
+
+def with_parameters_of(
+        template: Callable[_P, Any]
+) -> Callable[[Callable[..., _R]], Callable[Concatenate[Any, _P], _R]]:
+    """Shows `method(self, *args, **kwargs)` as taking `template`'s
+    parameters, to help(), IDEs and type checkers."""
+    def decorate(method: Callable[..., _R]) -> Any:
+        own = inspect.signature(method)
+        self_parameter = next(iter(own.parameters.values()))
+        parameters = inspect.signature(template).parameters.values()
+        method.__signature__ = own.replace(  # type: ignore[attr-defined]
+            parameters=[self_parameter, *parameters])
+        return method
+    return decorate
+
+
+# Both clients' embed() take exactly embed_call's arguments, so that they are
+# declared in one place.
+takes_embed_arguments = with_parameters_of(embed_call)
+
+
+class StreamState:
+    """Book-keeping for embed_stream: decodings in request order, and an
+    error raised while building a request (re-raised after the stream)."""
+
+    def __init__(self) -> None:
+        self.pending: Deque[Tuple[str, _codec.Decoding]] = collections.deque()
+        self.error: Optional[BaseException] = None
+
+    def requests(self, items: Iterable[Mapping[str, Any]]
+                 ) -> Iterator[pb.EmbedRequest]:
+        try:
+            for item in items:
+                yield self.request(item)
+        except Exception as e:  # surfaced to the caller after the stream
+            self.error = e
+
+    async def async_requests(self, items: AsyncIterable[Mapping[str, Any]]
+                             ) -> AsyncIterator[pb.EmbedRequest]:
+        try:
+            async for item in items:
+                yield self.request(item)
+        except Exception as e:  # surfaced to the caller after the stream
+            self.error = e
+
+    def request(self, item: Mapping[str, Any]) -> pb.EmbedRequest:
+        if "timeout" in item:
+            raise TypeError("embed_stream items take no timeout: the "
+                            "stream's timeout bounds them all")
+        call = embed_call(**item)
+        self.pending.append((call.request.request_id, call.decoding))
+        return call.request
+
+    def result(self, response: pb.EmbedStreamResponse,
+               raise_errors: bool) -> Union[Embedding, TembError]:
+        request_id, decoding = self.pending.popleft()
+        if response.WhichOneof("result") == "error":
+            error = error_from_code(response.error.code,
+                                    response.error.message,
+                                    response.request_id or request_id)
+            if raise_errors:
+                raise error
+            return error
+        return _codec.decode_tensor(response.response.embedding, decoding)
