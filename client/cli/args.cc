@@ -25,6 +25,7 @@ bool ParseBoolValue(const std::string& text, bool* value) {
 bool ValueParses(FlagType type, const std::string& text) {
   switch (type) {
     case FlagType::kString:
+    case FlagType::kStrings:
       return true;
     case FlagType::kInt: {
       int64_t v;
@@ -97,6 +98,7 @@ absl::StatusOr<Args> Args::Parse(const std::vector<FlagSpec>& specs,
           absl::StrCat("invalid value '", *value, "' for flag --", name));
     }
     args.values_[name] = *value;
+    if (spec->type == FlagType::kStrings) args.lists_[name].push_back(*value);
   }
   return args;
 }
@@ -133,6 +135,11 @@ std::optional<absl::Duration> Args::Duration(const std::string& name) const {
   absl::Duration v;
   if (!text || !absl::ParseDuration(*text, &v)) return std::nullopt;
   return v;
+}
+
+std::vector<std::string> Args::Strings(const std::string& name) const {
+  auto it = lists_.find(name);
+  return it == lists_.end() ? std::vector<std::string>() : it->second;
 }
 
 std::string FlagHelp(const std::vector<FlagSpec>& specs) {

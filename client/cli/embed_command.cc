@@ -9,12 +9,17 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "temb/base/status_macros.h"
 #include "temb/cli/commands.h"
 #include "temb/cli/common.h"
 #include "temb/cli/output.h"
 #include "temb/client/temb_client.h"
 #include "temb/core/embed_service.h"
 #include "temb/core/presets.h"
+#include "temb/core/timesteps.h"
 #include "temb/kernels/registry.h"
 #include "temb/v1_convert/conversions.h"
 #include "temb/v1_convert/preset_catalog.h"
@@ -22,12 +27,22 @@
 namespace temb::cli {
 namespace {
 
-// The embedding with its storage, from either path.
+// One embedding with its storage, from either path.
 struct Result {
+  std::string name;  // the part's; empty for a single-part request
+  std::vector<int64_t> row_shape;  // shape without dim
   int64_t rows = 0;
   int64_t cols = 0;
   DType dtype = DType::kFloat32;
   std::string data;
+};
+
+// What one call asks for: the timesteps of each part (one unnamed part for
+// a single-part request) and their shapes.
+struct PartArgs {
+  std::string name;
+  std::vector<float> timesteps;
+  std::vector<int64_t> shape;  // empty: [N]
 };
 
 std::vector<FlagSpec> EmbedFlags() {
@@ -36,53 +51,174 @@ std::vector<FlagSpec> EmbedFlags() {
   specs.insert(specs.end(), spec_flags.begin(), spec_flags.end());
   specs.push_back({"local", FlagType::kBool,
                    "compute in-process instead of calling a server"});
-  specs.push_back({"timesteps", FlagType::kString,
-                   "comma list, or @file of numbers (required)"});
+  specs.push_back(
+      {"timesteps", FlagType::kString, "comma list, or @file of numbers"});
+  specs.push_back({"timesteps_shape", FlagType::kString,
+                   "shape of the timesteps, e.g. 2,7 (per token): the "
+                   "embedding is [2, 7, dim]"});
+  specs.push_back({"part", FlagType::kStrings,
+                   "NAME:TIMESTEPS, one embedding of a multi-part call "
+                   "(repeatable), e.g. --preset=flux --part=timestep:0.5 "
+                   "--part=guidance:3.5; instead of --timesteps"});
   specs.push_back({"format", FlagType::kString, "json | npy | table"});
   specs.push_back({"help", FlagType::kBool, "show this help"});
   return specs;
 }
 
-absl::StatusOr<Result> EmbedLocal(const SpecRequest& spec,
-                                  const std::vector<float>& timesteps) {
+absl::StatusOr<std::vector<int64_t>> ParseShape(const std::string& text) {
+  std::vector<int64_t> shape;
+  for (absl::string_view token : absl::StrSplit(text, ',', absl::SkipEmpty())) {
+    int64_t extent;
+    if (!absl::SimpleAtoi(token, &extent)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--timesteps_shape: cannot parse '", token, "'"));
+    }
+    shape.push_back(extent);
+  }
+  return shape;
+}
+
+// The parts of the command line: --part flags, or --timesteps (with
+// --timesteps_shape) as one unnamed part.
+absl::StatusOr<std::vector<PartArgs>> PartsFromArgs(const Args& args) {
+  std::vector<PartArgs> parts;
+  const std::vector<std::string> given = args.Strings("part");
+  if (given.empty()) {
+    PartArgs part;
+    ASSIGN_OR_RETURN(part.timesteps, ParseTimesteps(*args.String("timesteps")));
+    if (auto shape = args.String("timesteps_shape")) {
+      ASSIGN_OR_RETURN(part.shape, ParseShape(*shape));
+    }
+    parts.push_back(std::move(part));
+    return parts;
+  }
+  if (args.Has("timesteps_shape")) {
+    return absl::InvalidArgumentError(
+        "--timesteps_shape goes with --timesteps, not with --part");
+  }
+  for (const std::string& text : given) {
+    const size_t colon = text.find(':');
+    if (colon == std::string::npos || colon == 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--part must be NAME:TIMESTEPS, e.g. guidance:3.5, got '", text,
+          "'"));
+    }
+    PartArgs part;
+    part.name = text.substr(0, colon);
+    ASSIGN_OR_RETURN(part.timesteps, ParseTimesteps(text.substr(colon + 1)));
+    parts.push_back(std::move(part));
+  }
+  return parts;
+}
+
+absl::StatusOr<std::vector<Result>> EmbedLocal(
+    const SpecRequest& spec, const std::vector<PartArgs>& parts) {
   absl::StatusOr<std::unique_ptr<Backend>> backend =
       CreateBackend(BackendChoice::kAuto);
   if (!backend.ok()) return backend.status();
   EmbedService service(std::move(*backend), BuiltInPresetCatalog(), {});
-  absl::StatusOr<Embedding> embedding = service.Embed(spec, timesteps);
-  if (!embedding.ok()) return embedding.status();
-  return Result{embedding->rows, embedding->spec.dim, embedding->spec.dtype,
-                std::move(embedding->data)};
+  std::vector<Result> results;
+  for (const PartArgs& part : parts) {
+    SpecRequest part_spec = spec;
+    if (!part.name.empty()) {
+      ASSIGN_OR_RETURN(part_spec,
+                       PartSpecRequest(spec, part.name, {}, service.presets()));
+    }
+    ASSIGN_OR_RETURN(Embedding embedding,
+                     service.Embed(part_spec, part.timesteps));
+    ASSIGN_OR_RETURN(
+        std::vector<int64_t> shape,
+        EmbeddingShape(part.shape, embedding.rows, embedding.spec.dim));
+    shape.pop_back();
+    results.push_back(Result{part.name, std::move(shape), embedding.rows,
+                             embedding.spec.dim, embedding.spec.dtype,
+                             std::move(embedding.data)});
+  }
+  return results;
 }
 
-absl::StatusOr<Result> EmbedRemote(const ClientOptions& options,
-                                   const SpecRequest& spec,
-                                   const std::vector<float>& timesteps) {
-  absl::StatusOr<std::unique_ptr<Client>> client = Client::Create(options);
-  if (!client.ok()) return client.status();
-  absl::StatusOr<v1::EmbedResponse> response =
-      (*client)->Embed(EmbedRequestFor(spec, timesteps));
-  if (!response.ok()) return response.status();
-  v1::Tensor* tensor = response->mutable_embedding();
+absl::StatusOr<Result> FromTensor(std::string name, v1::Tensor* tensor) {
   absl::StatusOr<std::optional<DType>> dtype =
       DTypeFromProto(tensor->dtype(), "embedding.dtype");
   if (!dtype.ok()) return dtype.status();
   if (!dtype->has_value()) {
     return absl::InvalidArgumentError("server sent a tensor without a dtype");
   }
-  if (tensor->shape_size() != 2) {
-    return absl::InternalError("server sent a tensor that is not 2-D");
+  if (tensor->shape_size() < 2) {
+    return absl::InternalError("server sent a tensor of rank below 2");
   }
-  Result result{tensor->shape(0), tensor->shape(1), **dtype,
-                std::move(*tensor->mutable_data())};
+  Result result;
+  result.name = std::move(name);
+  result.row_shape.assign(tensor->shape().begin(), tensor->shape().end() - 1);
+  result.cols = tensor->shape(tensor->shape_size() - 1);
+  result.rows = 1;
+  for (const int64_t extent : result.row_shape) {
+    if (extent < 0) return absl::InternalError("server sent a negative shape");
+    result.rows *= extent;
+  }
+  result.dtype = **dtype;
+  result.data = std::move(*tensor->mutable_data());
   const uint64_t expected = static_cast<uint64_t>(result.rows) *
                             static_cast<uint64_t>(result.cols) *
                             DTypeSize(result.dtype);
-  if (result.rows < 0 || result.cols < 0 || result.data.size() != expected) {
+  if (result.cols < 0 || result.data.size() != expected) {
     return absl::InternalError(
         "server sent a tensor whose size disagrees with its shape");
   }
   return result;
+}
+
+absl::StatusOr<std::vector<Result>> EmbedRemote(
+    const ClientOptions& options, const SpecRequest& spec,
+    const std::vector<PartArgs>& parts) {
+  absl::StatusOr<std::unique_ptr<Client>> client = Client::Create(options);
+  if (!client.ok()) return client.status();
+  v1::EmbedRequest request;
+  if (parts.size() == 1 && parts[0].name.empty()) {
+    request = EmbedRequestFor(spec, parts[0].timesteps);
+    request.mutable_timesteps_shape()->Add(parts[0].shape.begin(),
+                                           parts[0].shape.end());
+  } else {
+    SpecRequestToProto(spec, &request);
+    for (const PartArgs& part : parts) {
+      v1::EmbedPart* entry = request.add_parts();
+      entry->set_name(part.name);
+      entry->mutable_timesteps()->Add(part.timesteps.begin(),
+                                      part.timesteps.end());
+    }
+  }
+  absl::StatusOr<v1::EmbedResponse> response = (*client)->Embed(request);
+  if (!response.ok()) return response.status();
+  std::vector<Result> results;
+  if (request.parts_size() == 0) {
+    ASSIGN_OR_RETURN(Result result,
+                     FromTensor("", response->mutable_embedding()));
+    results.push_back(std::move(result));
+  }
+  for (v1::NamedTensor& named : *response->mutable_parts()) {
+    ASSIGN_OR_RETURN(Result result,
+                     FromTensor(named.name(), named.mutable_tensor()));
+    results.push_back(std::move(result));
+  }
+  return results;
+}
+
+TensorView ViewOf(const Result& result) {
+  return TensorView{result.rows, result.cols, result.dtype, result.data,
+                    result.row_shape};
+}
+
+// JSON: the tensor object, or {"parts": {"name": tensor, ...}} for parts.
+std::string PartsToJson(const std::vector<Result>& results) {
+  std::string out = "{\"parts\": {";
+  for (size_t i = 0; i < results.size(); ++i) {
+    std::string tensor = ToJson(ViewOf(results[i]));
+    tensor.pop_back();  // its newline
+    absl::StrAppend(&out, i > 0 ? ", " : "", "\"", results[i].name,
+                    "\": ", tensor);
+  }
+  out += "}}\n";
+  return out;
 }
 
 }  // namespace
@@ -106,39 +242,54 @@ int RunEmbed(const std::vector<std::string>& argv) {
   if (format != "json" && format != "npy" && format != "table") {
     return PrintUsage("embed", "--format must be json, npy or table", specs);
   }
-  if (!args->Has("timesteps")) {
-    return PrintUsage("embed", "--timesteps is required", specs);
-  }
   absl::StatusOr<SpecRequest> spec = SpecRequestFromArgs(*args);
   if (!spec.ok()) {
     return PrintUsage("embed", std::string(spec.status().message()), specs);
   }
-  absl::StatusOr<std::vector<float>> timesteps =
-      ParseTimesteps(*args->String("timesteps"));
-  if (!timesteps.ok()) return PrintError(timesteps.status());
+  if (args->Strings("part").empty() == !args->Has("timesteps")) {
+    return PrintUsage("embed",
+                      "--timesteps is required (or one --part per embedding)",
+                      specs);
+  }
+  absl::StatusOr<std::vector<PartArgs>> parts = PartsFromArgs(*args);
+  if (!parts.ok()) return PrintError(parts.status());
+  const bool multi_part = !(*parts)[0].name.empty();
+  if (multi_part && format == "npy") {
+    return PrintUsage("embed",
+                      "a .npy file holds one tensor: use --format=json or "
+                      "table with --part",
+                      specs);
+  }
 
-  absl::StatusOr<Result> result;
+  absl::StatusOr<std::vector<Result>> results;
   if (local) {
-    result = EmbedLocal(*spec, *timesteps);
+    results = EmbedLocal(*spec, *parts);
   } else {
     absl::StatusOr<ClientOptions> options = ClientOptionsFromArgs(*args);
     if (!options.ok()) {
       return PrintUsage("embed", std::string(options.status().message()),
                         specs);
     }
-    result = EmbedRemote(*options, *spec, *timesteps);
+    results = EmbedRemote(*options, *spec, *parts);
   }
-  if (!result.ok()) return PrintError(result.status());
+  if (!results.ok()) return PrintError(results.status());
 
-  const TensorView view{result->rows, result->cols, result->dtype,
-                        result->data};
   std::string out;
-  if (format == "json") {
-    out = ToJson(view);
-  } else if (format == "npy") {
-    out = ToNpy(view);
+  if (multi_part && format == "json") {
+    out = PartsToJson(*results);
   } else {
-    out = ToTable(view, *timesteps);
+    for (size_t i = 0; i < results->size(); ++i) {
+      const TensorView view = ViewOf((*results)[i]);
+      if (format == "json") {
+        out += ToJson(view);
+      } else if (format == "npy") {
+        out += ToNpy(view);
+      } else {
+        if (multi_part)
+          absl::StrAppend(&out, "# part ", (*results)[i].name, "\n");
+        out += ToTable(view, (*parts)[i].timesteps);
+      }
+    }
   }
   if (std::fwrite(out.data(), 1, out.size(), stdout) != out.size() ||
       std::fflush(stdout) != 0) {

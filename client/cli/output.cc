@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 
 namespace temb::cli {
 namespace {
@@ -78,8 +79,8 @@ std::string FormatElement(DType dtype, double value) {
 
 std::string ToJson(const TensorView& tensor) {
   std::string out =
-      absl::StrFormat(R"({"shape": [%d, %d], "dtype": "%s", "data": [)",
-                      tensor.rows, tensor.cols, DTypeName(tensor.dtype));
+      absl::StrFormat(R"({"shape": [%s], "dtype": "%s", "data": [)",
+                      ShapeText(tensor), DTypeName(tensor.dtype));
   const int64_t n = tensor.rows * tensor.cols;
   for (int64_t i = 0; i < n; ++i) {
     if (i > 0) out += ", ";
@@ -89,10 +90,17 @@ std::string ToJson(const TensorView& tensor) {
   return out;
 }
 
+std::string ShapeText(const TensorView& tensor) {
+  if (tensor.row_shape.empty()) {
+    return absl::StrCat(tensor.rows, ", ", tensor.cols);
+  }
+  return absl::StrCat(absl::StrJoin(tensor.row_shape, ", "), ", ", tensor.cols);
+}
+
 std::string ToNpy(const TensorView& tensor) {
   std::string header = absl::StrFormat(
-      "{'descr': '%s', 'fortran_order': False, 'shape': (%d, %d), }",
-      NpyDescr(tensor.dtype), tensor.rows, tensor.cols);
+      "{'descr': '%s', 'fortran_order': False, 'shape': (%s), }",
+      NpyDescr(tensor.dtype), ShapeText(tensor));
   // Magic (6) + version (2) + length (2) + header, padded with spaces and a
   // final newline to a multiple of 64 so that the data is aligned.
   const size_t unpadded = 10 + header.size() + 1;
@@ -112,8 +120,8 @@ std::string ToTable(const TensorView& tensor,
   // "..." between, so a 320-wide embedding still fits a terminal.
   constexpr int64_t kEdgeColumns = 4;
   const bool elide = tensor.cols > 2 * kEdgeColumns + 1;
-  std::string out = absl::StrFormat("# shape [%d, %d] dtype %s\n", tensor.rows,
-                                    tensor.cols, DTypeName(tensor.dtype));
+  std::string out = absl::StrFormat("# shape [%s] dtype %s\n",
+                                    ShapeText(tensor), DTypeName(tensor.dtype));
   for (int64_t r = 0; r < tensor.rows; ++r) {
     if (static_cast<size_t>(r) < timesteps.size()) {
       absl::StrAppendFormat(&out, "t=%-10g", timesteps[r]);

@@ -132,3 +132,45 @@ def test_round_robin_target_list(start_server):
     result = temb("bench", "--target", target, "--requests=100",
                   "--concurrency=4", "--warmup=0s", "--json")
     assert result.returncode == 0, result.stderr.decode()
+
+
+def run_json(*args):
+    result = temb("embed", *args, "--format=json")
+    assert result.returncode == 0, result.stderr.decode()
+    return json.loads(result.stdout)
+
+
+def test_pipeline_dtype_timesteps_remote_equals_local(server):
+    # A bf16 Flux pipeline: sigma 0.8929 reaches the embedding as 896.
+    flags = ["--preset=flux", "--timesteps=0.8929,0.5,1",
+             "--timestep_dtype=bf16", "--dtype=bf16"]
+    remote = run_json("--target", server.target, *flags)
+    assert remote == run_json("--local", *flags)
+    as_896 = run_json("--local", "--dim=256", "--flip_sin_to_cos",
+                      "--downscale_freq_shift=0", "--timesteps=896",
+                      "--dtype=bf16")
+    assert remote["data"][:256] == as_896["data"]
+
+
+def test_shaped_timesteps_give_shape_plus_dim(server):
+    flags = ["--preset=wan-diffusers", "--timesteps=" + ",".join(
+        str(7 * i) for i in range(14)), "--timesteps_shape=2,7"]
+    remote = run_json("--target", server.target, *flags)
+    assert remote["shape"] == [2, 7, 256]
+    assert remote == run_json("--local", *flags)
+    flat = run_json("--local", *flags[:2])
+    assert flat["shape"] == [14, 256] and flat["data"] == remote["data"]
+    bad = temb("embed", "--target", server.target, "--preset=sd15",
+               "--timesteps=1,2,3", "--timesteps_shape=2,2")
+    assert bad.returncode == 1
+    assert b"timesteps_shape [2, 2] does not match" in bad.stderr
+
+
+def test_flux_timestep_and_guidance_in_one_call(server):
+    flags = ["--preset=flux", "--part=timestep:0.25,1",
+             "--part=guidance:3.5,3.5"]
+    remote = run_json("--target", server.target, *flags)
+    assert list(remote["parts"]) == ["timestep", "guidance"]
+    assert remote == run_json("--local", *flags)
+    alone = run_json("--local", "--preset=flux", "--timesteps=3.5,3.5")
+    assert remote["parts"]["guidance"] == alone

@@ -19,7 +19,8 @@
 
 namespace temb::cli {
 
-enum class FlagType { kString, kInt, kDouble, kBool, kDuration };
+// kStrings: a string flag that may be given several times (--part).
+enum class FlagType { kString, kInt, kDouble, kBool, kDuration, kStrings };
 
 struct FlagSpec {
   std::string name;
@@ -44,9 +45,12 @@ class Args {
   std::optional<double> Double(const std::string& name) const;
   std::optional<bool> Bool(const std::string& name) const;
   std::optional<absl::Duration> Duration(const std::string& name) const;
+  // Every value of a kStrings flag, in command-line order (empty if none).
+  std::vector<std::string> Strings(const std::string& name) const;
 
  private:
-  std::map<std::string, std::string> values_;
+  std::map<std::string, std::string> values_;  // the last value of each flag
+  std::map<std::string, std::vector<std::string>> lists_;  // kStrings flags
 };
 
 // "  --name  help" lines for a usage message.

@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
@@ -15,13 +16,20 @@
 
 namespace temb::cli {
 
-// A [rows, cols] row-major tensor of little-endian `dtype` elements.
+// A [rows, cols] row-major tensor of little-endian `dtype` elements, where
+// rows may stand for a shape of several dimensions (shaped timesteps:
+// [B, L] rows of cols give [B, L, cols]).
 struct TensorView {
   int64_t rows = 0;
   int64_t cols = 0;
   DType dtype = DType::kFloat32;
   absl::string_view data;  // rows * cols * DTypeSize(dtype) bytes
+  // The dimensions before cols when not just [rows]; their product is rows.
+  std::vector<int64_t> row_shape;
 };
+
+// "2, 7, 256": the full shape, for the writers.
+std::string ShapeText(const TensorView& tensor);
 
 // Element i widened to double (exact for every dtype).
 double ElementAt(const TensorView& tensor, int64_t i);
@@ -31,7 +39,7 @@ double ElementAt(const TensorView& tensor, int64_t i);
 // rounded value (short, since those types carry 11 and 8 significant bits).
 std::string FormatElement(DType dtype, double value);
 
-// {"shape": [rows, cols], "dtype": "fp32", "data": [row-major values]}
+// {"shape": [..., cols], "dtype": "fp32", "data": [row-major values]}
 std::string ToJson(const TensorView& tensor);
 
 // A .npy (format version 1.0) file.  fp32/fp16/fp64 map to <f4/<f2/<f8.
