@@ -36,6 +36,7 @@ LAYERS = [
     ("grpc_server", ["server/grpc/"]),
     ("native_frontend", ["server/native/"]),
     ("kserve_frontend", ["server/kserve/"]),
+    ("rest_frontend", ["server/rest/"]),
     ("metrics", ["server/metrics/"]),
     ("app", ["server/app/", "server/main.cc"]),
     ("client", ["client/cpp/"]),
@@ -59,8 +60,9 @@ ALLOWED = {
     "grpc_server": ["core"],
     "native_frontend": ["grpc_server", "v1_convert"],
     "kserve_frontend": ["grpc_server", "proto"],
+    "rest_frontend": ["kserve_frontend"],
     "metrics": ["core"],
-    "app": ["native_frontend", "kserve_frontend", "metrics"],
+    "app": ["native_frontend", "kserve_frontend", "rest_frontend", "metrics"],
     "client": ["proto", "base"],
     "cli": ["client", "v1_convert"],
     # Leaves: nothing includes them.

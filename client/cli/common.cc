@@ -60,13 +60,19 @@ absl::StatusOr<ClientOptions> ClientOptionsFromArgs(const Args& args) {
     return absl::InvalidArgumentError("--target is required");
   }
   options.deadline = args.Duration("timeout").value_or(options.deadline);
-  options.channels =
-      static_cast<int>(args.Int("channels").value_or(options.channels));
-  options.max_attempts =
-      static_cast<int>(args.Int("max_attempts").value_or(options.max_attempts));
-  if (options.max_attempts < 1) {
-    return absl::InvalidArgumentError("--max_attempts must be >= 1");
+  const int64_t channels = args.Int("channels").value_or(options.channels);
+  const int64_t attempts =
+      args.Int("max_attempts").value_or(options.max_attempts);
+  if (channels < 1 || channels > 1024) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--channels must be in [1, 1024], got ", channels));
   }
+  if (attempts < 1 || attempts > INT32_MAX) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--max_attempts must be >= 1, got ", attempts));
+  }
+  options.channels = static_cast<int>(channels);
+  options.max_attempts = static_cast<int>(attempts);
   options.tls = args.Bool("tls").value_or(false);
   options.tls_ca_file = args.String("tls_ca").value_or("");
   options.tls_cert_file = args.String("tls_cert").value_or("");

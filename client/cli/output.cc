@@ -1,6 +1,7 @@
 #include "temb/cli/output.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 
@@ -65,6 +66,10 @@ double ElementAt(const TensorView& tensor, int64_t i) {
 }
 
 std::string FormatElement(DType dtype, double value) {
+  // The server never sends these (it refuses what would produce them), but
+  // a reader must not crash on them: JSON has no literal, so a string.
+  if (std::isnan(value)) return "\"nan\"";
+  if (std::isinf(value)) return value > 0 ? "\"inf\"" : "\"-inf\"";
   switch (dtype) {
     case DType::kFloat32:
       return absl::StrFormat("%.9g", value);

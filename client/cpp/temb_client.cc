@@ -10,9 +10,13 @@
 namespace temb {
 namespace {
 
-// gRPC's service config wants durations as decimal seconds, "0.05s".
+// gRPC's service config wants durations as decimal seconds, "0.05s", with
+// up to nine fractional digits (nanoseconds); fewer would round a short
+// backoff to "0s", which gRPC rejects.
 std::string ConfigDuration(absl::Duration d) {
-  return absl::StrFormat("%.3fs", absl::ToDoubleSeconds(d));
+  std::string text = absl::StrFormat("%.9f", absl::ToDoubleSeconds(d));
+  while (text.back() == '0' && text[text.size() - 2] != '.') text.pop_back();
+  return text + "s";
 }
 
 }  // namespace

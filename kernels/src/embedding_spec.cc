@@ -53,7 +53,10 @@ bool operator==(const EmbeddingSpec& a, const EmbeddingSpec& b) {
          a.scale == b.scale && a.time_factor == b.time_factor &&
          a.repeat_only == b.repeat_only && a.layout == b.layout &&
          a.dtype == b.dtype && a.precision == b.precision &&
-         a.timestep_dtype == b.timestep_dtype;
+         a.timestep_dtype == b.timestep_dtype &&
+         (a.frequencies == b.frequencies ||
+          (a.frequencies != nullptr && b.frequencies != nullptr &&
+           *a.frequencies == *b.frequencies));
 }
 
 std::string SpecDebugString(const EmbeddingSpec& spec) {
@@ -68,7 +71,10 @@ std::string SpecDebugString(const EmbeddingSpec& spec) {
       " precision=", PrecisionName(spec.precision),
       spec.timestep_dtype == DType::kFloat32
           ? ""
-          : absl::StrCat(" timestep_dtype=", DTypeName(spec.timestep_dtype)));
+          : absl::StrCat(" timestep_dtype=", DTypeName(spec.timestep_dtype)),
+      spec.frequencies == nullptr
+          ? ""
+          : absl::StrCat(" frequencies=table[", spec.frequencies->size(), "]"));
 }
 
 int64_t OutputBytes(const EmbeddingSpec& spec, int64_t batch) {
@@ -96,7 +102,38 @@ absl::Status ValidateSpec(const EmbeddingSpec& spec, const Limits& limits) {
   }
   if (spec.repeat_only)
     return absl::OkStatus();  // no frequency parameters used
+  if (spec.frequencies != nullptr) {
+    if (static_cast<int>(spec.frequencies->size()) != spec.half_dim()) {
+      return InvalidArgument(
+          absl::StrCat("frequencies must hold dim / 2 = ", spec.half_dim(),
+                       " values, got ", spec.frequencies->size()));
+    }
+    for (size_t i = 0; i < spec.frequencies->size(); ++i) {
+      const double f = (*spec.frequencies)[i];
+      if (!std::isfinite(f) || (spec.precision == Precision::kFloat32 &&
+                                !std::isfinite(static_cast<float>(f)))) {
+        return InvalidArgument(absl::StrCat(
+            "frequencies[", i, "] must be finite, got ", FormatNumber(f)));
+      }
+    }
+  }
 
+  if (spec.frequencies != nullptr) {
+    // The formula's parameters play no part; only the scalars below do.
+    if (!std::isfinite(spec.scale)) {
+      return InvalidArgument(
+          absl::StrCat("scale must be finite, got ", FormatNumber(spec.scale)));
+    }
+    if (!std::isfinite(spec.time_factor)) {
+      return InvalidArgument(absl::StrCat("time_factor must be finite, got ",
+                                          FormatNumber(spec.time_factor)));
+    }
+    if (spec.layout == Layout::kInterleaved && spec.dim % 2 != 0) {
+      return InvalidArgument(absl::StrCat(
+          "dim must be even with layout=interleaved, got ", spec.dim));
+    }
+    return absl::OkStatus();
+  }
   if (!std::isfinite(spec.max_period) || spec.max_period <= 0) {
     return InvalidArgument(
         absl::StrCat("max_period must be finite and > 0, got ",

@@ -40,6 +40,10 @@ struct Float64Exponent {
 }  // namespace
 
 std::vector<float> Float32Frequencies(const EmbeddingSpec& spec) {
+  if (spec.frequencies != nullptr) {
+    return std::vector<float>(spec.frequencies->begin(),
+                              spec.frequencies->end());
+  }
   const Float32Exponent exponent(spec);
   std::vector<float> freqs(spec.half_dim());
   for (int i = 0; i < spec.half_dim(); ++i) freqs[i] = exponent.Frequency(i);
@@ -47,6 +51,7 @@ std::vector<float> Float32Frequencies(const EmbeddingSpec& spec) {
 }
 
 std::vector<double> Float64Frequencies(const EmbeddingSpec& spec) {
+  if (spec.frequencies != nullptr) return *spec.frequencies;
   const Float64Exponent exponent(spec);
   std::vector<double> freqs(spec.half_dim());
   for (int i = 0; i < spec.half_dim(); ++i) freqs[i] = exponent.Frequency(i);
@@ -56,15 +61,49 @@ std::vector<double> Float64Frequencies(const EmbeddingSpec& spec) {
 // Every rounding step of the exponent is monotonic in i, and so is exp: the
 // largest frequency is the first or the last one.
 float Float32LargestFrequency(const EmbeddingSpec& spec) {
+  if (spec.frequencies != nullptr) {
+    float largest = 0;
+    for (const double f : *spec.frequencies) {
+      largest = std::fmax(largest, std::fabs(static_cast<float>(f)));
+    }
+    return largest;
+  }
   const Float32Exponent exponent(spec);
   return std::fmax(exponent.Frequency(0),
                    exponent.Frequency(spec.half_dim() - 1));
 }
 
 double Float64LargestFrequency(const EmbeddingSpec& spec) {
+  if (spec.frequencies != nullptr) {
+    double largest = 0;
+    for (const double f : *spec.frequencies) {
+      largest = std::fmax(largest, std::fabs(f));
+    }
+    return largest;
+  }
   const Float64Exponent exponent(spec);
   return std::fmax(exponent.Frequency(0),
                    exponent.Frequency(spec.half_dim() - 1));
+}
+
+std::vector<double> LogSpacedFrequencies(int count, double min, double max) {
+  // torch.linspace(0, 1, count) in float32 (its CPU kernel): step first,
+  // then start + step * i below the halfway index and end - step * (count -
+  // 1 - i) from it on, so both ends are exact.
+  const float step = count > 1 ? 1.0f / static_cast<float>(count - 1) : 0.0f;
+  const int halfway = count / 2;
+  // The Python scalars, rounded to float32 by the tensor ops.
+  const float span = static_cast<float>(std::log(max) - std::log(min));
+  const float offset = static_cast<float>(std::log(min));
+  std::vector<double> freqs(count);
+  for (int i = 0; i < count; ++i) {
+    const float ramp = i < halfway
+                           ? 0.0f + step * static_cast<float>(i)
+                           : 1.0f - step * static_cast<float>(count - 1 - i);
+    const float exponent = ramp * span + offset;
+    freqs[i] = static_cast<float>(std::exp(static_cast<double>(exponent)));
+  }
+  return freqs;
 }
 
 }  // namespace temb

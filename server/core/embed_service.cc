@@ -21,6 +21,7 @@ absl::Status CheckNoConventionFields(const SpecRequest& request) {
       {request.time_factor.has_value(), "time_factor"},
       {request.repeat_only.has_value(), "repeat_only"},
       {request.layout.has_value(), "layout"},
+      {request.frequencies != nullptr, "frequencies"},
   };
   const char* field = nullptr;
   for (const auto& [set, name] : fields) {
@@ -74,7 +75,9 @@ absl::StatusOr<EmbeddingSpec> FromExplicitFields(const SpecRequest& request) {
   if (!request.flip_sin_to_cos && !repeat_only) {
     missing.push_back("flip_sin_to_cos");
   }
-  if (!request.downscale_freq_shift && !repeat_only) {
+  // A frequency table replaces the formula the shift belongs to.
+  if (!request.downscale_freq_shift && !repeat_only &&
+      request.frequencies == nullptr) {
     missing.push_back("downscale_freq_shift");
   }
   if (!missing.empty()) {
@@ -100,6 +103,7 @@ absl::StatusOr<EmbeddingSpec> FromExplicitFields(const SpecRequest& request) {
   spec.precision = request.precision.value_or(spec.precision);
   spec.dtype = request.dtype.value_or(spec.dtype);
   spec.timestep_dtype = request.timestep_dtype.value_or(spec.timestep_dtype);
+  spec.frequencies = request.frequencies;
   return spec;
 }
 
@@ -109,10 +113,11 @@ absl::StatusOr<SpecRequest> PartSpecRequest(const SpecRequest& whole,
                                             absl::string_view name,
                                             const SpecRequest& part,
                                             const PresetCatalog& presets) {
-  const bool own_convention =
-      !part.preset.empty() || part.dim || part.max_period ||
-      part.flip_sin_to_cos || part.downscale_freq_shift || part.scale ||
-      part.time_factor || part.repeat_only || part.layout;
+  const bool own_convention = !part.preset.empty() || part.dim ||
+                              part.max_period || part.flip_sin_to_cos ||
+                              part.downscale_freq_shift || part.scale ||
+                              part.time_factor || part.repeat_only ||
+                              part.layout || part.frequencies != nullptr;
   SpecRequest resolved = whole;
   if (own_convention) {
     resolved = part;

@@ -1,9 +1,18 @@
 #include "temb/v1_convert/conversions.h"
 
+#include <cmath>
+#include <memory>
+#include <vector>
+
 #include "absl/strings/str_cat.h"
+#include "temb/kernels/frequencies.h"
 
 namespace temb {
 namespace {
+
+// A generated table's width bound: far above any model's, and it keeps a
+// request from asking for a huge table before the limits are known.
+constexpr int kMaxTableDim = 1 << 16;
 
 absl::Status BadEnum(absl::string_view field, int value) {
   return absl::InvalidArgumentError(
@@ -104,6 +113,32 @@ absl::StatusOr<SpecRequest> SpecRequestFromProto(absl::string_view preset,
       DTypeFromProto(spec.timestep_dtype(), "spec.timestep_dtype");
   if (!timestep_dtype.ok()) return timestep_dtype.status();
   request.timestep_dtype = *timestep_dtype;
+  if (spec.frequencies_size() > 0 && spec.has_log_spaced_frequencies()) {
+    return absl::InvalidArgumentError(
+        "set at most one of spec.frequencies and spec.log_spaced_frequencies");
+  }
+  if (spec.frequencies_size() > 0) {
+    request.frequencies = std::make_shared<const std::vector<double>>(
+        spec.frequencies().begin(), spec.frequencies().end());
+  }
+  if (spec.has_log_spaced_frequencies()) {
+    const v1::LogSpacedFrequencies& law = spec.log_spaced_frequencies();
+    if (!spec.has_dim() || spec.dim() < 2 || spec.dim() > kMaxTableDim) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("spec.log_spaced_frequencies needs spec.dim in [2, ",
+                       kMaxTableDim, "]"));
+    }
+    if (!(law.min_frequency() > 0) || !(law.max_frequency() > 0) ||
+        !std::isfinite(law.min_frequency()) ||
+        !std::isfinite(law.max_frequency())) {
+      return absl::InvalidArgumentError(
+          "spec.log_spaced_frequencies: min_frequency and max_frequency must "
+          "be finite and > 0");
+    }
+    request.frequencies =
+        std::make_shared<const std::vector<double>>(LogSpacedFrequencies(
+            spec.dim() / 2, law.min_frequency(), law.max_frequency()));
+  }
   auto out_dtype = DTypeFromProto(dtype, "dtype");
   if (!out_dtype.ok()) return out_dtype.status();
   request.dtype = *out_dtype;
@@ -127,6 +162,10 @@ void SpecRequestToProto(const SpecRequest& spec, v1::EmbedRequest* request) {
   if (spec.timestep_dtype) {
     out->set_timestep_dtype(DTypeToProto(*spec.timestep_dtype));
   }
+  if (spec.frequencies != nullptr) {
+    out->mutable_frequencies()->Add(spec.frequencies->begin(),
+                                    spec.frequencies->end());
+  }
   if (spec.dtype) request->set_dtype(DTypeToProto(*spec.dtype));
 }
 
@@ -141,6 +180,10 @@ void SpecToProto(const EmbeddingSpec& spec, v1::EmbeddingSpec* out) {
   out->set_layout(LayoutToProto(spec.layout));
   out->set_precision(PrecisionToProto(spec.precision));
   out->set_timestep_dtype(DTypeToProto(spec.timestep_dtype));
+  if (spec.frequencies != nullptr) {
+    out->mutable_frequencies()->Add(spec.frequencies->begin(),
+                                    spec.frequencies->end());
+  }
 }
 
 void PresetToProto(const Preset& preset, v1::Preset* out) {
@@ -160,7 +203,9 @@ absl::StatusOr<Preset> PresetFromProto(const v1::Preset& proto) {
   absl::StatusOr<SpecRequest> request =
       SpecRequestFromProto("", proto.spec(), proto.default_dtype());
   if (!request.ok()) return request.status();
-  if (!request->flip_sin_to_cos || !request->downscale_freq_shift) {
+  if (!request->flip_sin_to_cos ||
+      (!request->downscale_freq_shift && request->frequencies == nullptr &&
+       proto.frequencies_file().empty())) {
     return absl::InvalidArgumentError(
         "spec must set flip_sin_to_cos and downscale_freq_shift explicitly");
   }
@@ -172,7 +217,8 @@ absl::StatusOr<Preset> PresetFromProto(const v1::Preset& proto) {
   spec.dim = request->dim.value_or(0);
   spec.max_period = request->max_period.value_or(spec.max_period);
   spec.flip_sin_to_cos = *request->flip_sin_to_cos;
-  spec.downscale_freq_shift = *request->downscale_freq_shift;
+  spec.downscale_freq_shift =
+      request->downscale_freq_shift.value_or(spec.downscale_freq_shift);
   spec.scale = request->scale.value_or(spec.scale);
   spec.time_factor = request->time_factor.value_or(spec.time_factor);
   spec.repeat_only = request->repeat_only.value_or(spec.repeat_only);
@@ -180,6 +226,7 @@ absl::StatusOr<Preset> PresetFromProto(const v1::Preset& proto) {
   spec.precision = request->precision.value_or(spec.precision);
   spec.dtype = request->dtype.value_or(spec.dtype);
   spec.timestep_dtype = request->timestep_dtype.value_or(spec.timestep_dtype);
+  spec.frequencies = request->frequencies;
   for (const v1::PresetPart& part : proto.parts()) {
     preset.parts.push_back({part.name(), part.preset()});
   }

@@ -2,6 +2,7 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <memory>
 #include <utility>
 #include <vector>
 
@@ -12,6 +13,7 @@
 #include "temb/base/status_macros.h"
 #include "temb/v1/temb.pb.h"
 #include "temb/v1_convert/conversions.h"
+#include "temb/v1_convert/frequency_file.h"
 
 namespace temb {
 namespace internal {
@@ -52,7 +54,8 @@ const PresetCatalog& BuiltInPresetCatalog() {
 }
 
 absl::StatusOr<PresetCatalog> ParsePresetCatalog(absl::string_view text,
-                                                 const Limits& limits) {
+                                                 const Limits& limits,
+                                                 const std::string& base_dir) {
   v1::PresetCatalog proto;
   google::protobuf::TextFormat::Parser parser;
   FirstErrorCollector errors;
@@ -68,6 +71,27 @@ absl::StatusOr<PresetCatalog> ParsePresetCatalog(absl::string_view text,
       return absl::InvalidArgumentError(absl::StrCat(
           "preset \"", entry.name(), "\": ", preset.status().message()));
     }
+    if (!entry.frequencies_file().empty()) {
+      if (base_dir.empty()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("preset \"", entry.name(),
+                         "\": frequencies_file is only read from "
+                         "a catalogue file (--presets_file)"));
+      }
+      const std::string file =
+          entry.frequencies_file()[0] == '/'
+              ? entry.frequencies_file()
+              : absl::StrCat(base_dir, "/", entry.frequencies_file());
+      absl::StatusOr<std::vector<double>> table =
+          ReadFrequencyFile(file, entry.frequencies_tensor());
+      if (!table.ok()) {
+        return absl::Status(table.status().code(),
+                            absl::StrCat("preset \"", entry.name(),
+                                         "\": ", table.status().message()));
+      }
+      preset->spec.frequencies =
+          std::make_shared<const std::vector<double>>(*std::move(table));
+    }
     presets.push_back(*std::move(preset));
   }
   return PresetCatalog::Create(std::move(presets), limits);
@@ -76,7 +100,11 @@ absl::StatusOr<PresetCatalog> ParsePresetCatalog(absl::string_view text,
 absl::StatusOr<PresetCatalog> ReadPresetCatalog(const std::string& path,
                                                 const Limits& limits) {
   ASSIGN_OR_RETURN(std::string text, ReadFile(path, "preset catalogue"));
-  absl::StatusOr<PresetCatalog> catalog = ParsePresetCatalog(text, limits);
+  const size_t slash = path.rfind('/');
+  const std::string base_dir =
+      slash == std::string::npos ? "." : path.substr(0, slash + 1);
+  absl::StatusOr<PresetCatalog> catalog =
+      ParsePresetCatalog(text, limits, base_dir);
   if (!catalog.ok()) {
     return absl::Status(catalog.status().code(),
                         absl::StrCat(path, ": ", catalog.status().message()));

@@ -77,6 +77,8 @@ TEST(PresetsTest, BuiltInCatalogueMatchesTheContract) {
       {"ace-step", 256, false, true, 0, kH, 1000, kF32},
       {"longcat-audio-dit", 256, false, false, 1, kH, 1000, kF32},
       {"t5-film", 768, true, false, 1, kH, 2000, kF32, 1, 2000},
+      // Its own (log-spaced) table; shift plays no part and stays 0.
+      {"stable-audio-3", 256, false, true, 0, kH, 1, kF32, 6.283185307179586},
   };
   const PresetCatalog& catalog = BuiltInPresetCatalog();
   EXPECT_EQ(catalog.presets().size(), std::size(table));
@@ -97,6 +99,7 @@ TEST(PresetsTest, BuiltInCatalogueMatchesTheContract) {
     EXPECT_FALSE(preset->spec.repeat_only);
     EXPECT_EQ(preset->spec.dtype, DType::kFloat32);
     EXPECT_THAT(preset->description, HasSubstr("Source:"));
+    EXPECT_EQ(preset->spec.frequencies != nullptr, e.name == "stable-audio-3");
   }
   EXPECT_EQ(catalog.Find("nope"), nullptr);
 }

@@ -2,6 +2,7 @@
 // (callers and logs rely on both), plus the edge cases that are accepted.
 #include <cmath>
 #include <limits>
+#include <memory>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -297,6 +298,51 @@ TEST(ValidationTest, OutputBytesSaturates) {
   EXPECT_EQ(OutputBytes(Spec(320), 0), 0);
   EXPECT_EQ(OutputBytes(Spec(16384), std::numeric_limits<int64_t>::max() / 2),
             std::numeric_limits<int64_t>::max());
+}
+
+}  // namespace
+}  // namespace temb
+
+namespace temb {
+namespace {
+
+// A spec's own frequency table replaces the formula: dim / 2 finite values.
+TEST(ValidationTest, FrequencyTables) {
+  EmbeddingSpec spec = Spec(8);
+  spec.frequencies = std::make_shared<const std::vector<double>>(
+      std::vector<double>{1.0, 0.5, -2.0});
+  ExpectError(ValidateSpec(spec, Limits()), absl::StatusCode::kInvalidArgument,
+              "frequencies must hold dim / 2 = 4 values, got 3");
+  spec.frequencies = std::make_shared<const std::vector<double>>(
+      std::vector<double>{1.0, 0.5, -2.0, 1e300});
+  ExpectError(ValidateSpec(spec, Limits()), absl::StatusCode::kInvalidArgument,
+              "frequencies[3] must be finite, got 1e+300");
+  spec.precision = Precision::kFloat64;  // finite as a double
+  EXPECT_TRUE(ValidateSpec(spec, Limits()).ok());
+  spec.precision = Precision::kFloat32;
+  spec.frequencies = std::make_shared<const std::vector<double>>(
+      std::vector<double>{1.0, 0.5, -2.0, 3.0});
+  spec.max_period = -1;  // plays no part with a table
+  EXPECT_TRUE(ValidateSpec(spec, Limits()).ok());
+  EXPECT_EQ(Float32Frequencies(spec), (std::vector<float>{1, 0.5, -2, 3}));
+  EXPECT_EQ(Float32LargestFrequency(spec), 3.0f);
+  // The angle check uses the largest magnitude: |-2| * t overflows first
+  // only if it is the largest; here 3 * 2e38 does.
+  const std::vector<float> t = {2e38f};
+  EXPECT_EQ(ValidateTimesteps(spec, t, Limits()).code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+TEST(ValidationTest, LogSpacedFrequenciesSpanTheirEnds) {
+  const std::vector<double> table = LogSpacedFrequencies(128, 0.5, 10000.0);
+  ASSERT_EQ(table.size(), 128u);
+  EXPECT_NEAR(table.front(), 0.5, 1e-7);
+  EXPECT_NEAR(table.back(), 10000.0, 1e-2);
+  for (size_t i = 1; i < table.size(); ++i) {
+    EXPECT_GT(table[i], table[i - 1]);  // ascending
+    // Each step multiplies by (1e4 / 0.5)^(1/127) = 1.0811 (float32 ramp).
+    EXPECT_NEAR(table[i] / table[i - 1], 1.08113, 1e-4);
+  }
 }
 
 }  // namespace

@@ -25,16 +25,20 @@ def _timesteps(timesteps):
     return np.asarray(timesteps, dtype=np.float32).astype(np.float64).reshape(-1)
 
 
-def embedding(timesteps, dim, *, flip_sin_to_cos, downscale_freq_shift,
+def embedding(timesteps, dim, *, flip_sin_to_cos, downscale_freq_shift=0.0,
               max_period=10000.0, scale=1.0, time_factor=1.0,
-              repeat_only=False, layout="halves"):
-    """The [N, dim] embedding in float64; an odd dim ends with a zero column."""
+              repeat_only=False, layout="halves", frequencies=None):
+    """The [N, dim] embedding in float64; an odd dim ends with a zero column.
+    `frequencies` (dim // 2 values) replaces the exp formula."""
     t = _timesteps(timesteps)
     if repeat_only:
         return np.repeat(t[:, None], dim, axis=1)
     half = dim // 2
     i = np.arange(half, dtype=np.float64)
-    freqs = np.exp(-np.log(max_period) * i / (half - downscale_freq_shift))
+    if frequencies is not None and len(frequencies) > 0:
+        freqs = np.asarray(frequencies, dtype=np.float64)
+    else:
+        freqs = np.exp(-np.log(max_period) * i / (half - downscale_freq_shift))
     angles = scale * ((time_factor * t)[:, None] * freqs[None, :])
     sin, cos = np.sin(angles), np.cos(angles)
     first, second = (cos, sin) if flip_sin_to_cos else (sin, cos)

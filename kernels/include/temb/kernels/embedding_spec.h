@@ -9,6 +9,7 @@
 //         t' = rnd(fl32(rnd(t)) * fl32(time_factor)), rnd rounding to
 //         timestep_dtype (PipelineTimesteps below)
 //   f_i = exp(-ln(P) * i / (H - downscale_freq_shift)),   i in [0, H)
+//         (or the spec's own table of H frequencies)
 //   a_i = scale * (t' * f_i)
 //   halves layout:       [sin(a), cos(a)], or [cos(a), sin(a)] when
 //                        flip_sin_to_cos; an odd D appends one 0 at D-1.
@@ -38,7 +39,9 @@
 #define TEMB_KERNELS_EMBEDDING_SPEC_H_
 
 #include <cstdint>
+#include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/types/span.h"
@@ -77,6 +80,13 @@ struct EmbeddingSpec {
   // bf16 for pipelines that cast t to the latents' dtype and multiply by
   // time_factor there (diffusers' Flux: `timestep.to(dtype) * 1000`).
   DType timestep_dtype = DType::kFloat32;
+  // Frequencies given instead of the formula f_i = exp(-ln(P) i / (H -
+  // shift)): learned ones (Stable Audio's Gaussian Fourier weights) or a
+  // generated table (LogSpacedFrequencies).  Exactly dim / 2 finite values,
+  // used as they are (rounded to float32 under fp32 precision); max_period
+  // and downscale_freq_shift then play no part.  Shared and immutable, so
+  // that specs stay cheap to copy.  Null: the formula.
+  std::shared_ptr<const std::vector<double>> frequencies;
 
   int half_dim() const { return dim / 2; }
   // Bytes of one output row.

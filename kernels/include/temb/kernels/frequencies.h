@@ -11,6 +11,7 @@
 #ifndef TEMB_KERNELS_FREQUENCIES_H_
 #define TEMB_KERNELS_FREQUENCIES_H_
 
+#include <memory>
 #include <vector>
 
 #include "temb/kernels/embedding_spec.h"
@@ -25,27 +26,43 @@ struct FrequencyKey {
   double max_period = 0;
   double shift = 0;
   Precision precision = Precision::kFloat32;
+  std::shared_ptr<const std::vector<double>> table;  // the spec's own
 
   static FrequencyKey Of(const EmbeddingSpec& spec) {
     return {spec.half_dim(), spec.max_period, spec.downscale_freq_shift,
-            spec.precision};
+            spec.precision, spec.frequencies};
   }
   bool operator==(const FrequencyKey& other) const {
+    // Tables compare by content (the same preset's table is one object, so
+    // the pointer test settles the common case).
+    const bool same_table =
+        table == other.table ||
+        (table != nullptr && other.table != nullptr && *table == *other.table);
     return half_dim == other.half_dim && max_period == other.max_period &&
-           shift == other.shift && precision == other.precision;
+           shift == other.shift && precision == other.precision && same_table;
   }
 };
 
-// H float32 frequencies in PyTorch's op order.  Requires a valid spec.
+// H float32 frequencies in PyTorch's op order (or the spec's table, rounded
+// to float32).  Requires a valid spec.
 std::vector<float> Float32Frequencies(const EmbeddingSpec& spec);
 
 // H frequencies evaluated in double: exp(-ln(P) * i / (H - shift)).
 std::vector<double> Float64Frequencies(const EmbeddingSpec& spec);
 
-// The largest value of each table, without building it (validation bounds
-// the largest angle with it on every request).  Requires H >= 1.
+// The largest magnitude of each table, without building it (validation
+// bounds the largest angle with it on every request).  Requires H >= 1.
 float Float32LargestFrequency(const EmbeddingSpec& spec);
 double Float64LargestFrequency(const EmbeddingSpec& spec);
+
+// Stable Audio 3's table: `count` frequencies spaced evenly in log space
+// from `min` to `max`, in float32 as its module computes them:
+//   ramp = torch.linspace(0, 1, count)   (float32; the first half counts up
+//          from 0 by step = 1 / (count - 1), the second half down from 1)
+//   f    = exp(fl32(fl32(ramp * fl32(ln max - ln min)) + fl32(ln min)))
+// with a correctly rounded exp (see above).  Requires count >= 1, min and
+// max > 0.
+std::vector<double> LogSpacedFrequencies(int count, double min, double max);
 
 // The angle step after the frequency, in float32 op order:
 //   a = fl32(fl32(time_factor * t) * f), then fl32(fl32(scale) * a) when

@@ -64,7 +64,8 @@ struct ClientOptions {
 
 // The channel credentials `options` ask for: insecure, or TLS with the given
 // roots and client certificate.  INVALID_ARGUMENT for a certificate without
-// its key (or the reverse); FAILED_PRECONDITION for an unreadable file.
+// its key (or the reverse); ReadFile's code (NOT_FOUND, ...) for an unreadable
+// file.
 absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> ChannelCredentials(
     const ClientOptions& options);
 

@@ -12,6 +12,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -47,6 +48,8 @@ struct SpecRequest {
   std::optional<DType> dtype;
   // fp32 | fp16 | bf16: see EmbeddingSpec::timestep_dtype.
   std::optional<DType> timestep_dtype;
+  // A table instead of the frequency formula (EmbeddingSpec::frequencies).
+  std::shared_ptr<const std::vector<double>> frequencies;
 };
 
 // The request one part of a multi-part call resolves with: `part` itself when

@@ -17,8 +17,11 @@ const PresetCatalog& BuiltInPresetCatalog();
 // Parses a temb.v1.PresetCatalog text proto and checks it against `limits`
 // (PresetCatalog::Create).  INVALID_ARGUMENT on a syntax error (with line and
 // column) or any rule of PresetFromProto and PresetCatalog::Create.
+// frequencies_file entries are read relative to `base_dir`, and refused when
+// it is empty (the built-in catalogue); their errors are ReadFrequencyFile's.
 absl::StatusOr<PresetCatalog> ParsePresetCatalog(
-    absl::string_view text, const Limits& limits = Limits());
+    absl::string_view text, const Limits& limits = Limits(),
+    const std::string& base_dir = "");
 
 // Reads (ReadFile's codes) and parses a file; errors name the path.
 absl::StatusOr<PresetCatalog> ReadPresetCatalog(
