@@ -18,7 +18,7 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 BIN_DIR = Path(os.environ.get("TEMB_BIN_DIR", REPO / "build" / "bin"))
 
-# semantics.md section 5 (float64 math).
+# docs/semantics.md section 8 (float64 math).
 LDM_D8_T1 = [0.540302306, 0.995004165, 0.99995, 0.9999995, 0.841470985,
              0.0998334166, 0.00999983333, 0.000999999833]
 LDM_D8_T999 = [0.999649853, 0.807458658, -0.844469696, 0.541143507,
@@ -90,7 +90,7 @@ def test_python_server_matches_the_golden_rows(servers):
     got = embed(servers["python"], "--dim=8", "--flip_sin_to_cos",
                 "--downscale_freq_shift=0", "--timesteps=1,999")
     assert got["shape"] == [2, 8]
-    # float32 evaluation against float64 references (semantics.md 2).
+    # float32 evaluation against float64 references (docs/semantics.md section 2).
     np.testing.assert_allclose(got["data"], LDM_D8_T1 + LDM_D8_T999,
                                rtol=0, atol=1e-6 + 5e-7 * 999)
     ddpm = embed(servers["python"], "--dim=7", "--noflip_sin_to_cos",

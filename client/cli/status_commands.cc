@@ -4,10 +4,13 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "temb/cli/commands.h"
 #include "temb/cli/common.h"
 #include "temb/client/temb_client.h"
+#include "temb/v1_convert/conversions.h"
+#include "temb/v1_convert/preset_catalog.h"
 
 namespace temb::cli {
 namespace {
@@ -59,19 +62,51 @@ std::string DTypeLabel(v1::DType dtype) {
 
 std::string DescribeSpec(const v1::EmbeddingSpec& spec) {
   if (spec.repeat_only()) return "repeat_only";
-  return absl::StrFormat(
-      "%s%s shift=%g P=%g%s%s%s",
-      spec.flip_sin_to_cos() ? "cos,sin" : "sin,cos",
-      spec.layout() == v1::LAYOUT_INTERLEAVED ? " interleaved" : "",
-      spec.downscale_freq_shift(),
-      spec.has_max_period() ? spec.max_period() : 10000.0,
-      spec.has_time_factor() && spec.time_factor() != 1
-          ? absl::StrFormat(" time_factor=%g", spec.time_factor())
-          : "",
-      spec.has_scale() && spec.scale() != 1
-          ? absl::StrFormat(" scale=%g", spec.scale())
-          : "",
-      spec.precision() == v1::PRECISION_FP64 ? " precision=fp64" : "");
+  std::string out = spec.flip_sin_to_cos() ? "cos,sin" : "sin,cos";
+  if (spec.layout() == v1::LAYOUT_INTERLEAVED) out += " interleaved";
+  if (spec.frequencies_size() > 0) {
+    absl::StrAppend(&out, " table[", spec.frequencies_size(), "]");
+  } else {
+    absl::StrAppendFormat(&out, " shift=%g P=%g", spec.downscale_freq_shift(),
+                          spec.has_max_period() ? spec.max_period() : 10000.0);
+  }
+  if (spec.has_time_factor() && spec.time_factor() != 1) {
+    absl::StrAppendFormat(&out, " time_factor=%g", spec.time_factor());
+  }
+  if (spec.has_scale() && spec.scale() != 1) {
+    absl::StrAppendFormat(&out, " scale=%g", spec.scale());
+  }
+  if (spec.precision() == v1::PRECISION_FP64) out += " precision=fp64";
+  return out;
+}
+
+// The model family a preset serves: its description up to the first colon.
+std::string Family(const v1::Preset& preset) {
+  const std::string& text = preset.description();
+  const size_t colon = text.find(':');
+  return colon == std::string::npos ? "" : text.substr(0, colon);
+}
+
+// "Which preset for my model": one line per preset, with its parts.
+void PrintPresets(
+    const google::protobuf::RepeatedPtrField<v1::Preset>& presets) {
+  std::cout << absl::StrFormat("%-42s %-19s %-6s %s\n", "model (family)",
+                               "preset", "dim", "convention / parts");
+  for (const v1::Preset& preset : presets) {
+    std::string parts;
+    for (const v1::PresetPart& part : preset.parts()) {
+      absl::StrAppend(&parts, parts.empty() ? "  parts: " : ", ", part.name(),
+                      part.preset() == preset.name()
+                          ? ""
+                          : absl::StrCat("=", part.preset()));
+    }
+    std::cout << absl::StrFormat(
+        "%-42s %-19s %-6s %s %s%s\n", Family(preset).substr(0, 42),
+        preset.name(),
+        absl::StrCat(preset.spec().dim(), preset.dim_overridable() ? "*" : ""),
+        DTypeLabel(preset.default_dtype()), DescribeSpec(preset.spec()), parts);
+  }
+  std::cout << "(* dim may be chosen by the caller)" << std::endl;
 }
 
 }  // namespace
@@ -94,9 +129,22 @@ int RunHealth(const std::vector<std::string>& argv) {
 }
 
 int RunInfo(const std::vector<std::string>& argv) {
+  std::vector<FlagSpec> specs = ConnectionFlags();
+  specs.push_back(
+      {"local", FlagType::kBool, "list the built-in presets without a server"});
+  // --local needs no connection: parse for it first.
+  if (absl::StatusOr<Args> local = Args::Parse(specs, argv);
+      local.ok() && local->Bool("local").value_or(false)) {
+    v1::ServerInfo info;
+    for (const Preset& preset : BuiltInPresetCatalog().presets()) {
+      PresetToProto(preset, info.add_presets());
+    }
+    PrintPresets(info.presets());
+    return kExitOk;
+  }
   Args args;
   std::unique_ptr<Client> client;
-  if (int rc = Connect("info", ConnectionFlags(), argv, &args, &client);
+  if (int rc = Connect("info", specs, argv, &args, &client);
       rc != kExitOk || !client) {
     return rc;
   }
@@ -111,13 +159,7 @@ int RunInfo(const std::vector<std::string>& argv) {
             << " max_output_bytes=" << limits.max_output_bytes()
             << " max_message_bytes=" << limits.max_message_bytes() << "\n"
             << "presets:\n";
-  for (const v1::Preset& preset : info->presets()) {
-    std::cout << absl::StrFormat(
-        "  %-16s dim=%d%s %s %s  %s\n", preset.name(), preset.spec().dim(),
-        preset.dim_overridable() ? "*" : "", DTypeLabel(preset.default_dtype()),
-        DescribeSpec(preset.spec()), preset.description());
-  }
-  std::cout << "(* dim may be chosen by the caller)" << std::endl;
+  PrintPresets(info->presets());
   return kExitOk;
 }
 

@@ -1,5 +1,6 @@
 // The preset catalogue: the built-in entries against the contract table
-// (semantics section 4) and the rejection of malformed catalogues.
+// (docs/semantics.md, presets.textproto) and the rejection of malformed
+// catalogues.
 #include "temb/core/presets.h"
 
 #include <cstdio>

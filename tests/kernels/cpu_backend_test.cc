@@ -368,11 +368,11 @@ TEST_P(CpuEngineTest, RandomizedAccuracy) {
   EXPECT_GT(checked_values, 100000);
 }
 
-// PyTorch's float32 op order (semantics section 2), re-derived here from the
-// guide's formula: the exponent, the frequency and the angle are rounded to
-// float32 exactly where eager PyTorch rounds them; sin/cos of that float32
-// angle are then evaluated in double.  SLEEF's u10 functions are within one
-// ulp of the exact sin/cos, so every engine must land within 1 ulp of this.
+// PyTorch's float32 op order (docs/semantics.md section 2), re-derived here
+// from the guide's formula: the exponent, the frequency and the angle are
+// rounded to float32 exactly where eager PyTorch rounds them; sin/cos of that
+// float32 angle are then evaluated in double.  SLEEF's u10 functions are within
+// one ulp of the exact sin/cos, so every engine must land within 1 ulp of this.
 // Any reordering of the angle computation moves the angle itself by an ulp
 // or more (6e-5 rad at t ~ 1000) and fails here long before it would fail
 // the float64 bound.

@@ -75,7 +75,7 @@ inline double RoundingAllowance(DType dtype, double x) {
 }
 
 // The accuracy contract of the float32 path against a float64 evaluation
-// (docs: semantics section 2), widened by the rounding of the output dtype.
+// (docs/semantics.md section 2), widened by the rounding of the output dtype.
 // The guide's 5e-7 * |scale * t| assumes frequencies <= 1 (max_period >= 1).
 // With max_period < 1 they grow to f_max = exp(e_max) and the float32
 // exponent's rounding error is amplified by |e_max|, so the term scales by

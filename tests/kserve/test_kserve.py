@@ -160,7 +160,7 @@ def test_statistics_is_not_implemented(client):
 
 
 def test_reference_matches_published_golden_row():
-    # semantics.md: LDM, D=8, t=999.
+    # docs/semantics.md section 8: LDM, D=8, t=999.
     golden = [0.999649853, 0.807458658, -0.844469696, 0.541143507,
               -0.0264607527, -0.589924161, -0.535603335, 0.840930262]
     np.testing.assert_allclose(

@@ -83,7 +83,8 @@ TEST(RegistryFallbackTest, NonexistentDeviceFallsBackOrFails) {
 }
 
 // Whatever auto picked really computes: the LDM golden rows (float64 math,
-// docs/semantics) within the fp32 accuracy target 1e-6 + 5e-7 * |t|.
+// docs/semantics.md section 8) within the fp32 accuracy target
+// 1e-6 + 5e-7 * |t|.
 TEST(RegistryFallbackTest, AutoBackendComputesGoldenRows) {
   absl::StatusOr<std::unique_ptr<Backend>> backend =
       CreateBackend(BackendChoice::kAuto);

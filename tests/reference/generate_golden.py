@@ -1,14 +1,14 @@
 #!/usr/bin/env python3
 """Writes the float64 golden tables the kernel tests compare against.
 
-Every family of docs' semantics (LDM, diffusers' general form, DDPM,
+Every family of docs/semantics.md (LDM, diffusers' general form, DDPM,
 Transformer PE, repeat_only, Flux's time_factor) is evaluated here on its own,
 straight from its published formula, in float64 with Python's `math` only: no
 float32 op order, no shared code with the C++ backends.  Timesteps are first
 rounded to float32, because that is what the service receives.
 
 The script checks itself before writing: the golden rows quoted in the
-semantics guide (section 5) must come out to 9 significant digits, and the
+docs/semantics.md (section 8) must come out to 9 significant digits, and the
 equivalences between families must hold.
 
 Regenerate (from the repository root) and commit the result:
