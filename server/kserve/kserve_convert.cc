@@ -382,14 +382,14 @@ void FillInferResponse(const ModelInferRequest& request, Embedding embedding,
                        ModelInferResponse* response) {
   InferInput input;
   input.name = kInputName;
-  AddInferOutput(input, std::move(embedding), response);
+  AddInferOutput(input, std::move(embedding), /*with_bytes=*/true, response);
   response->set_model_name(request.model_name());
   response->set_model_version(kModelVersion);
   response->set_id(request.id());
 }
 
 void AddInferOutput(const InferInput& input, Embedding embedding,
-                    ModelInferResponse* response) {
+                    bool with_bytes, ModelInferResponse* response) {
   auto* output = response->add_outputs();
   output->set_name(OutputNameFor(input.name));
   output->set_datatype(std::string(WireDTypeName(embedding.spec.dtype)));
@@ -400,7 +400,7 @@ void AddInferOutput(const InferInput& input, Embedding embedding,
                                  input.timesteps_shape.end());
   }
   output->add_shape(embedding.spec.dim);
-  response->add_raw_output_contents(std::move(embedding.data));
+  if (with_bytes) response->add_raw_output_contents(std::move(embedding.data));
 }
 
 absl::Status Infer(const EmbedService& service,
@@ -438,10 +438,9 @@ absl::Status Infer(const EmbedService& service,
                                      absl::StrCat("inputs[", i, "].shape"))
                           .status());
     }
-    AddInferOutput(input, *std::move(embedding), response);
+    // With `single`, the bytes are in its memory: the caller appends them.
+    AddInferOutput(input, *std::move(embedding), single == nullptr, response);
   }
-  // The bytes are in `output`'s memory: the caller appends them.
-  if (single != nullptr) response->clear_raw_output_contents();
   return absl::OkStatus();
 }
 

@@ -76,9 +76,10 @@ void FillInferResponse(const inference::ModelInferRequest& request,
                        Embedding embedding,
                        inference::ModelInferResponse* response);
 
-// Appends the output of `input` (name, datatype, shape) and its bytes.
+// Appends the output of `input` (name, datatype, shape) and, `with_bytes`,
+// its bytes (moved from embedding.data) to raw_output_contents.
 void AddInferOutput(const InferInput& input, Embedding embedding,
-                    inference::ModelInferResponse* response);
+                    bool with_bytes, inference::ModelInferResponse* response);
 
 // FindModel, ParseInferRequest, EmbedService::Embed, FillInferResponse.
 // Codes: NOT_FOUND (model), INVALID_ARGUMENT, RESOURCE_EXHAUSTED (limits),
