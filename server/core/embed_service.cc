@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "temb/base/quoted.h"
 #include "temb/base/status_macros.h"
 #include "temb/kernels/registry.h"
 
@@ -45,8 +46,8 @@ absl::StatusOr<EmbeddingSpec> FromPreset(const SpecRequest& request,
     std::vector<absl::string_view> names;
     for (const Preset& p : presets.presets()) names.push_back(p.name);
     return absl::NotFoundError(
-        absl::StrCat("unknown preset \"", request.preset,
-                     "\"; known presets: ", absl::StrJoin(names, ", ")));
+        absl::StrCat("unknown preset ", Quoted(request.preset),
+                     "; known presets: ", absl::StrJoin(names, ", ")));
   }
   RETURN_IF_ERROR(CheckNoConventionFields(request));
   EmbeddingSpec spec = preset->spec;
@@ -127,7 +128,7 @@ absl::StatusOr<SpecRequest> PartSpecRequest(const SpecRequest& whole,
                                : presets.Find(whole.preset);
     if (preset == nullptr) {
       return absl::NotFoundError(
-          absl::StrCat("unknown preset \"", whole.preset, "\""));
+          absl::StrCat("unknown preset ", Quoted(whole.preset)));
     }
     for (const PresetPart& preset_part : preset->parts) {
       if (preset_part.name != name) continue;

@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "inference/model_config.pb.h"
+#include "temb/base/quoted.h"
 #include "temb/base/status_macros.h"
 #include "temb/core/timesteps.h"
 
@@ -46,7 +47,7 @@ bool IsIgnoredRequestParameter(absl::string_view key) {
 }
 
 std::string ParamField(absl::string_view prefix, absl::string_view key) {
-  return absl::StrCat(prefix, "parameters[\"", key, "\"]");
+  return absl::StrCat(prefix, "parameters[", Quoted(key), "]");
 }
 
 absl::StatusOr<std::string> StringParam(const InferParameter& param,
@@ -66,7 +67,7 @@ absl::StatusOr<DType> ParseDTypeParam(const InferParameter& param,
   absl::StatusOr<DType> dtype = ParseDType(absl::AsciiStrToLower(text));
   if (!dtype.ok()) {
     return absl::InvalidArgumentError(absl::StrCat(
-        field, " must be one of FP32, FP16, BF16, FP64, got \"", text, "\""));
+        field, " must be one of FP32, FP16, BF16, FP64, got ", Quoted(text)));
   }
   return *dtype;
 }
@@ -98,12 +99,12 @@ absl::Status ParseRequestParameters(const Params& params, SpecRequest* spec) {
         spec->precision = Precision::kFloat64;
       } else {
         return absl::InvalidArgumentError(absl::StrCat(
-            field, " must be \"fp32\" or \"fp64\", got \"", text, "\""));
+            field, " must be \"fp32\" or \"fp64\", got ", Quoted(text)));
       }
     } else if (!IsIgnoredRequestParameter(key)) {
       return absl::InvalidArgumentError(
-          absl::StrCat("unknown request parameter \"", key,
-                       "\"; accepted: dtype, dim, precision, timestep_dtype"));
+          absl::StrCat("unknown request parameter ", Quoted(key),
+                       "; accepted: dtype, dim, precision, timestep_dtype"));
     }
   }
   return absl::OkStatus();
@@ -153,8 +154,8 @@ absl::Status ParseInput(const ModelInferRequest& request, int i,
     type = {"INT32", 4, "int_contents", contents.int_contents_size()};
   } else {
     return absl::InvalidArgumentError(absl::StrCat(
-        prefix, ".datatype must be FP32, INT64, FP64 or INT32, got \"",
-        datatype, "\""));
+        prefix, ".datatype must be FP32, INT64, FP64 or INT32, got ",
+        Quoted(datatype)));
   }
 
   // [N] and [N, 1] (Triton's batched scalar) give [N, dim]; any other shape
@@ -258,7 +259,7 @@ absl::StatusOr<std::string> InputPart(const Preset& model, int i,
     }
   }
   return absl::InvalidArgumentError(absl::StrCat(
-      "inputs[", i, "].name: unknown input \"", name, "\" of model \"",
+      "inputs[", i, "].name: unknown input ", Quoted(name), " of model \"",
       model.name, "\"; its inputs are ", absl::StrJoin(names, ", ")));
 }
 
@@ -302,13 +303,13 @@ absl::StatusOr<const Preset*> FindModel(const PresetCatalog& presets,
                                         absl::string_view version) {
   const Preset* model = presets.Find(name);
   if (model == nullptr) {
-    return absl::NotFoundError(
-        absl::StrCat("unknown model \"", name, "\" (models are the presets)"));
+    return absl::NotFoundError(absl::StrCat("unknown model ", Quoted(name),
+                                            " (models are the presets)"));
   }
   if (!version.empty() && version != kModelVersion) {
     return absl::NotFoundError(
-        absl::StrCat("model \"", name, "\" has no version \"", version,
-                     "\"; its only version is \"", kModelVersion, "\""));
+        absl::StrCat("model \"", name, "\" has no version ", Quoted(version),
+                     "; its only version is \"", kModelVersion, "\""));
   }
   return model;
 }
@@ -330,8 +331,9 @@ absl::StatusOr<InferCall> ParseInferRequest(const ModelInferRequest& request,
     RETURN_IF_ERROR(ParseInput(request, i, &input));
     for (const InferInput& earlier : call.inputs) {
       if (earlier.name == input.name) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "inputs[", i, "].name: input \"", input.name, "\" given twice"));
+        return absl::InvalidArgumentError(
+            absl::StrCat("inputs[", i, "].name: input ", Quoted(input.name),
+                         " given twice"));
       }
     }
     call.inputs.push_back(std::move(input));
@@ -348,8 +350,8 @@ absl::StatusOr<InferCall> ParseInferRequest(const ModelInferRequest& request,
         names.push_back(OutputNameFor(candidate.name));
       }
       return absl::InvalidArgumentError(absl::StrCat(
-          "outputs[", o, "].name: unknown output \"", output.name(),
-          "\" of model \"", model.name, "\"; this request's outputs are ",
+          "outputs[", o, "].name: unknown output ", Quoted(output.name()),
+          " of model \"", model.name, "\"; this request's outputs are ",
           absl::StrJoin(names, ", ")));
     }
     for (const auto& [key, param] : output.parameters()) {

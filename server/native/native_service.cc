@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "temb/base/quoted.h"
 #include "temb/base/status_macros.h"
 #include "temb/core/timesteps.h"
 #include "temb/core/version.h"
@@ -208,8 +209,8 @@ absl::StatusOr<NativeService::Answer> NativeService::Compute(
     if (!embedding.ok()) {
       // Name the part, keep the code.
       return absl::Status(embedding.status().code(),
-                          absl::StrCat(field, " (\"", part.name(),
-                                       "\"): ", embedding.status().message()));
+                          absl::StrCat(field, " (", Quoted(part.name()),
+                                       "): ", embedding.status().message()));
     }
     ASSIGN_OR_RETURN(std::vector<int64_t> shape,
                      EmbeddingShape(part.timesteps_shape(), embedding->rows,

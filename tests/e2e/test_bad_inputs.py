@@ -73,6 +73,12 @@ FLAG_CASES = [
      "INVALID_ARGUMENT", "not representable in dtype fp16"),
     ("deadline", ["--preset=sd15", "--timeout=1us", "--max_attempts=1"],
      "DEADLINE_EXCEEDED", "Deadline"),
+    # A 12 KB name is echoed cut short: the trailer stays under the client's
+    # metadata limit, so the client sees NOT_FOUND, not RESOURCE_EXHAUSTED.
+    ("huge-preset-name", ["--preset=" + "p" * 12000],
+     "NOT_FOUND", "...\" (12000 bytes)"),
+    ("control-bytes-in-name", ["--preset=a\x1b[31mb"],
+     "NOT_FOUND", "\"a\\x1b[31mb\""),
 ]
 
 # Cases for a server started with small limits.
