@@ -144,10 +144,19 @@ absl::Status NativeService::AnswerInStream(
 }
 
 grpc::ServerUnaryReactor* NativeService::GetServerInfo(
-    grpc::CallbackServerContext* context,
-    const v1::GetServerInfoRequest* /*request*/, v1::ServerInfo* response) {
-  const absl::Status status = gate_.Enter(*context);
-  if (status.ok()) *response = info_;
+    grpc::CallbackServerContext* context, const grpc::ByteBuffer* request_bytes,
+    grpc::ByteBuffer* response_bytes) {
+  absl::Status status = gate_.Enter(*context);
+  v1::GetServerInfoRequest request;
+  if (status.ok()) status = ParseRequest(*request_bytes, &request);
+  if (status.ok()) {
+    bool own_buffer = false;
+    if (!grpc::SerializationTraits<v1::ServerInfo>::Serialize(
+             info_, response_bytes, &own_buffer)
+             .ok()) {
+      status = absl::InternalError("cannot serialise the server info");
+    }
+  }
   return FinishUnary(context, status);
 }
 

@@ -189,3 +189,22 @@ def test_server_still_serving_after_catalogue(server):
     good = temb("embed", "--target", server.target, "--preset=sd15",
                 "--timesteps=1")
     assert good.returncode == 0
+
+
+def test_garbage_bytes_get_invalid_argument_on_every_unary_method(server):
+    # Bytes that are no protobuf message (a truncated varint): every unary
+    # method answers INVALID_ARGUMENT naming the message type, and the server
+    # keeps serving.
+    garbage = b"\x08\xff\xff\xff"
+    with grpc.insecure_channel(server.target) as channel:
+        for method, message in (("Embed", "temb.v1.EmbedRequest"),
+                                ("GetServerInfo",
+                                 "temb.v1.GetServerInfoRequest")):
+            call = channel.unary_unary(f"/temb.v1.EmbeddingService/{method}")
+            with pytest.raises(grpc.RpcError) as info:
+                call(garbage, timeout=10)
+            assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT, method
+            assert message in info.value.details(), info.value.details()
+    result = temb("embed", "--target", server.target, "--preset=sd15",
+                  "--timesteps=1")
+    assert result.returncode == 0

@@ -16,10 +16,13 @@ namespace temb {
 
 // Embed is registered as a raw method: its request is parsed here and its
 // response is framed around the embedding bytes without copying them
-// (embed_response_bytes.h).  The other methods are typed.
+// (embed_response_bytes.h).  GetServerInfo is raw too, so that bytes that
+// are not a request get INVALID_ARGUMENT as on Embed (a typed method answers
+// them UNIMPLEMENTED with no message).  EmbedStream is typed.
 class NativeService final
-    : public v1::EmbeddingService::WithRawCallbackMethod_Embed<
-          v1::EmbeddingService::CallbackService> {
+    : public v1::EmbeddingService::WithRawCallbackMethod_GetServerInfo<
+          v1::EmbeddingService::WithRawCallbackMethod_Embed<
+              v1::EmbeddingService::CallbackService>> {
  public:
   struct Options {
     // The server's gRPC message limit, reported in ServerInfo.limits.
@@ -50,8 +53,8 @@ class NativeService final
 
   grpc::ServerUnaryReactor* GetServerInfo(
       grpc::CallbackServerContext* context,
-      const v1::GetServerInfoRequest* request,
-      v1::ServerInfo* response) override;
+      const grpc::ByteBuffer* request_bytes,
+      grpc::ByteBuffer* response_bytes) override;
 
  private:
   // One request of EmbedStream (OrderedStreamReactor::Answer).
