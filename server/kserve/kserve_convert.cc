@@ -316,6 +316,11 @@ absl::StatusOr<const Preset*> FindModel(const PresetCatalog& presets,
 
 absl::StatusOr<InferCall> ParseInferRequest(const ModelInferRequest& request,
                                             const Preset& model) {
+  if (request.id().size() > kMaxRequestIdBytes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("id must be at most ", kMaxRequestIdBytes, " bytes, got ",
+                     request.id().size()));
+  }
   InferCall call;
   call.spec.preset = model.name;
   call.spec.preset_entry = &model;  // the core need not look it up again
@@ -419,6 +424,7 @@ absl::Status Infer(const EmbedService& service,
   // One input is computed into `output` (sent without a copy); several are
   // moved into raw_output_contents.
   OutputAllocator* single = call.inputs.size() == 1 ? output : nullptr;
+  int64_t total_bytes = 0;
   for (size_t i = 0; i < call.inputs.size(); ++i) {
     const InferInput& input = call.inputs[i];
     SpecRequest part;
@@ -439,6 +445,13 @@ absl::Status Infer(const EmbedService& service,
                                      embedding->spec.dim,
                                      absl::StrCat("inputs[", i, "].shape"))
                           .status());
+    }
+    total_bytes += embedding->size_bytes;
+    if (total_bytes > service.limits().max_output_bytes) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "the outputs together must be <= ", service.limits().max_output_bytes,
+          " bytes (max_output_bytes), got ", total_bytes, " up to inputs[", i,
+          "]"));
     }
     // With `single`, the bytes are in its memory: the caller appends them.
     AddInferOutput(input, *std::move(embedding), single == nullptr, response);

@@ -169,6 +169,11 @@ absl::StatusOr<NativeService::Answer> NativeService::Compute(
   ASSIGN_OR_RETURN(
       SpecRequest whole,
       SpecRequestFromProto(request.preset(), request.spec(), request.dtype()));
+  if (request.request_id().size() > kMaxRequestIdBytes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("request_id must be at most ", kMaxRequestIdBytes,
+                     " bytes, got ", request.request_id().size()));
+  }
   Answer answer;
   answer.response.set_request_id(request.request_id());
   if (request.parts_size() == 0) {
@@ -199,9 +204,18 @@ absl::StatusOr<NativeService::Answer> NativeService::Compute(
         "a request with parts carries its timesteps in each part: leave "
         "timesteps, integer_timesteps and timesteps_shape empty");
   }
+  if (request.parts_size() > kMaxParts) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "parts must hold at most ", kMaxParts, ", got ", request.parts_size()));
+  }
   for (int i = 0; i < request.parts_size(); ++i) {
     const v1::EmbedPart& part = request.parts(i);
     const std::string field = absl::StrCat("parts[", i, "]");
+    if (part.name().size() > kMaxPartNameBytes) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(field, ".name must be at most ", kMaxPartNameBytes,
+                       " bytes, got ", part.name().size()));
+    }
     ASSIGN_OR_RETURN(
         SpecRequest own,
         SpecRequestFromProto(part.preset(), part.spec(), part.dtype()));
@@ -225,6 +239,13 @@ absl::StatusOr<NativeService::Answer> NativeService::Compute(
                      EmbeddingShape(part.timesteps_shape(), embedding->rows,
                                     embedding->spec.dim, shape_field));
     answer.output_bytes += embedding->size_bytes;
+    // Each part passed max_output_bytes; the answer as a whole must too.
+    if (answer.output_bytes > core_.limits().max_output_bytes) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "the parts' outputs together must be <= ",
+          core_.limits().max_output_bytes, " bytes (max_output_bytes), got ",
+          answer.output_bytes, " up to ", field));
+    }
     answer.response.set_backend(
         std::string(BackendKindName(embedding->backend)));
     v1::NamedTensor* named = answer.response.add_parts();

@@ -208,3 +208,43 @@ def test_garbage_bytes_get_invalid_argument_on_every_unary_method(server):
     result = temb("embed", "--target", server.target, "--preset=sd15",
                   "--timesteps=1")
     assert result.returncode == 0
+
+
+def test_echoed_text_and_parts_are_bounded(start_server, pb):
+    # Everything an answer echoes is bounded, so that every answer the limits
+    # admit also fits the message limit: no answer is computed and then fails
+    # to send.
+    v1, v1_grpc = pb
+    server = start_server("--max_output_bytes=65536")
+    with grpc.insecure_channel(server.target) as channel:
+        stub = v1_grpc.EmbeddingServiceStub(channel)
+        cases = [
+            (v1.EmbedRequest(preset="sd15", timesteps=[1],
+                             request_id="r" * 1025),
+             grpc.StatusCode.INVALID_ARGUMENT,
+             "request_id must be at most 1024 bytes, got 1025"),
+            (v1.EmbedRequest(preset="flux", parts=[
+                v1.EmbedPart(name="timestep", timesteps=[1])] * 65),
+             grpc.StatusCode.INVALID_ARGUMENT, "parts must hold at most 64"),
+            (v1.EmbedRequest(preset="flux", parts=[
+                v1.EmbedPart(name="g" * 257, timesteps=[1])]),
+             grpc.StatusCode.INVALID_ARGUMENT,
+             "parts[0].name must be at most 256 bytes"),
+            # 40 + 40 rows of 256 fp32 = 2 x 40 KiB: each part fits 64 KiB,
+            # the two together do not.
+            (v1.EmbedRequest(preset="flux", parts=[
+                v1.EmbedPart(name="timestep", timesteps=[0.5] * 40),
+                v1.EmbedPart(name="guidance", timesteps=[3.5] * 40)]),
+             grpc.StatusCode.RESOURCE_EXHAUSTED,
+             "the parts' outputs together must be <= 65536 bytes"),
+        ]
+        for request, code, substring in cases:
+            with pytest.raises(grpc.RpcError) as info:
+                stub.Embed(request, timeout=10)
+            assert info.value.code() == code, substring
+            assert substring in info.value.details(), info.value.details()
+        ok = stub.Embed(v1.EmbedRequest(preset="flux", parts=[
+            v1.EmbedPart(name="timestep", timesteps=[0.5] * 30),
+            v1.EmbedPart(name="guidance", timesteps=[3.5] * 30)]), timeout=10)
+        assert [p.name for p in ok.parts] == ["timestep", "guidance"]
+        assert list(ok.parts[1].tensor.shape) == [30, 256]

@@ -26,6 +26,13 @@
 
 namespace temb {
 
+// Bounds on the text a response echoes, so that every answer the limits
+// admit also fits the gRPC message limit (whose headroom over
+// max_output_bytes is 64 KiB): a request id is echoed twice on a stream.
+inline constexpr size_t kMaxRequestIdBytes = 1024;
+inline constexpr int kMaxParts = 64;
+inline constexpr size_t kMaxPartNameBytes = 256;
+
 // What a caller asks for: a preset and/or explicit fields.  Unset fields take
 // the preset's value; without a preset, dim, flip_sin_to_cos and
 // downscale_freq_shift are required and the rest default as in EmbeddingSpec.
