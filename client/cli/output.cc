@@ -102,7 +102,7 @@ std::string ShapeText(const TensorView& tensor) {
   return absl::StrCat(absl::StrJoin(tensor.row_shape, ", "), ", ", tensor.cols);
 }
 
-std::string ToNpy(const TensorView& tensor) {
+std::string NpyHeader(const TensorView& tensor) {
   std::string header = absl::StrFormat(
       "{'descr': '%s', 'fortran_order': False, 'shape': (%s), }",
       NpyDescr(tensor.dtype), ShapeText(tensor));
@@ -115,6 +115,11 @@ std::string ToNpy(const TensorView& tensor) {
   out += static_cast<char>(header.size() & 0xff);
   out += static_cast<char>((header.size() >> 8) & 0xff);
   out += header;
+  return out;
+}
+
+std::string ToNpy(const TensorView& tensor) {
+  std::string out = NpyHeader(tensor);
   out.append(tensor.data.data(), tensor.data.size());
   return out;
 }

@@ -48,6 +48,9 @@ std::string ToJson(const TensorView& tensor);
 // widening, no second conversion to get wrong) and a reader recovers the
 // values exactly with `(a.astype(np.uint32) << 16).view(np.float32)`.
 std::string ToNpy(const TensorView& tensor);
+// The header alone: ToNpy(t) == NpyHeader(t) + t.data.  For writing a large
+// tensor without copying it into one string first.
+std::string NpyHeader(const TensorView& tensor);
 
 // One line per row, values with 6 significant digits, for reading; rows
 // wider than 9 columns show the first 4 and last 4 with "..." between.
