@@ -103,6 +103,7 @@ absl::Status ValidateSpec(const EmbeddingSpec& spec, const Limits& limits) {
   if (spec.repeat_only)
     return absl::OkStatus();  // no frequency parameters used
   if (spec.frequencies != nullptr) {
+    // A table replaces the formula: max_period and the shift play no part.
     if (static_cast<int>(spec.frequencies->size()) != spec.half_dim()) {
       return InvalidArgument(
           absl::StrCat("frequencies must hold dim / 2 = ", spec.half_dim(),
@@ -116,33 +117,17 @@ absl::Status ValidateSpec(const EmbeddingSpec& spec, const Limits& limits) {
             "frequencies[", i, "] must be finite, got ", FormatNumber(f)));
       }
     }
-  }
-
-  if (spec.frequencies != nullptr) {
-    // The formula's parameters play no part; only the scalars below do.
-    if (!std::isfinite(spec.scale)) {
+  } else {
+    if (!std::isfinite(spec.max_period) || spec.max_period <= 0) {
       return InvalidArgument(
-          absl::StrCat("scale must be finite, got ", FormatNumber(spec.scale)));
+          absl::StrCat("max_period must be finite and > 0, got ",
+                       FormatNumber(spec.max_period)));
     }
-    if (!std::isfinite(spec.time_factor)) {
-      return InvalidArgument(absl::StrCat("time_factor must be finite, got ",
-                                          FormatNumber(spec.time_factor)));
+    if (!std::isfinite(spec.downscale_freq_shift)) {
+      return InvalidArgument(
+          absl::StrCat("downscale_freq_shift must be finite, got ",
+                       FormatNumber(spec.downscale_freq_shift)));
     }
-    if (spec.layout == Layout::kInterleaved && spec.dim % 2 != 0) {
-      return InvalidArgument(absl::StrCat(
-          "dim must be even with layout=interleaved, got ", spec.dim));
-    }
-    return absl::OkStatus();
-  }
-  if (!std::isfinite(spec.max_period) || spec.max_period <= 0) {
-    return InvalidArgument(
-        absl::StrCat("max_period must be finite and > 0, got ",
-                     FormatNumber(spec.max_period)));
-  }
-  if (!std::isfinite(spec.downscale_freq_shift)) {
-    return InvalidArgument(
-        absl::StrCat("downscale_freq_shift must be finite, got ",
-                     FormatNumber(spec.downscale_freq_shift)));
   }
   if (!std::isfinite(spec.scale)) {
     return InvalidArgument(
@@ -156,6 +141,7 @@ absl::Status ValidateSpec(const EmbeddingSpec& spec, const Limits& limits) {
     return InvalidArgument(absl::StrCat(
         "dim must be even with layout=interleaved, got ", spec.dim));
   }
+  if (spec.frequencies != nullptr) return absl::OkStatus();
   const int half = spec.half_dim();
   if (half == 0) return absl::OkStatus();  // dim 1: one zero column
   const double divisor = half - spec.downscale_freq_shift;
