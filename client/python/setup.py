@@ -1,9 +1,13 @@
 """Build hooks for the temb Python client.
 
-The package is built from a checkout of the temb repository: the protocol
-definition lives at ../../proto/temb/v1/temb.proto and the version at
-../../CMakeLists.txt (`project(temb VERSION x.y.z)`), one level above this
-package, so that the client can never disagree with the server it ships with.
+The package builds from this directory alone: it carries its own copy of
+the protocol (proto/temb/v1/temb.proto) and of the server's version
+(VERSION), so a copied folder, an sdist and a checkout all build the same
+way.  Inside a checkout of the temb repository, the copies are refreshed
+from their sources first (../../proto/temb/v1/temb.proto and the
+`project(temb VERSION x.y.z)` line of ../../CMakeLists.txt), so that the
+client can never disagree with the server it ships with; commit them with
+the change that made them differ.
 
 `build_proto` compiles the proto with grpcio-tools into temb/_proto/ (in the
 build directory for a wheel, in the source tree for an editable install or
@@ -21,36 +25,72 @@ from setuptools import Command, setup
 from setuptools.command.build_py import build_py
 
 HERE = pathlib.Path(__file__).resolve().parent
-REPO_ROOT = HERE.parent.parent
-PROTO_ROOT = REPO_ROOT / "proto"
 PROTO_FILE = pathlib.PurePosixPath("temb/v1/temb.proto")
+# The package's own copies, used by every build.
+PROTO_ROOT = HERE / "proto"
+VERSION_FILE = HERE / "VERSION"
+# Their sources in a checkout of the temb repository.
+REPO_ROOT = HERE.parent.parent
+CHECKOUT_PROTO = REPO_ROOT / "proto" / PROTO_FILE
+CHECKOUT_CMAKE = REPO_ROOT / "CMakeLists.txt"
 # The generated modules live under temb._proto; protoc derives Python import
 # paths from proto import paths, so the proto is compiled from a staging
 # directory where it sits at that same path.
 PACKAGE_PREFIX = pathlib.PurePosixPath("temb/_proto")
+_VERSION_LINE = re.compile(r"project\(\s*temb\s+VERSION\s+([0-9]+(?:\.[0-9]+)*)")
 
 
-def _checkout_file(path: pathlib.Path) -> pathlib.Path:
+def _checkout_version():
+    """The version in ../../CMakeLists.txt when this directory sits in a
+    temb checkout, else None."""
+    if not (CHECKOUT_CMAKE.is_file() and CHECKOUT_PROTO.is_file()):
+        return None
+    match = _VERSION_LINE.search(CHECKOUT_CMAKE.read_text())
+    return match.group(1) if match else None
+
+
+def _write_if_changed(path: pathlib.Path, data: bytes) -> None:
+    if path.is_file() and path.read_bytes() == data:
+        return
+    path.parent.mkdir(parents=True, exist_ok=True)
+    temporary = path.with_name(path.name + ".tmp")
+    temporary.write_bytes(data)
+    temporary.replace(path)  # atomic: concurrent builds see old or new
+    print(f"setup.py: refreshed {path.relative_to(HERE)} from the checkout")
+
+
+def sync_from_checkout() -> None:
+    """Refreshes proto/ and VERSION from the repository, in a checkout."""
+    version = _checkout_version()
+    if version is None:
+        return
+    _write_if_changed(PROTO_ROOT / PROTO_FILE, CHECKOUT_PROTO.read_bytes())
+    _write_if_changed(VERSION_FILE, f"{version}\n".encode())
+
+
+def _package_file(path: pathlib.Path) -> pathlib.Path:
     if not path.is_file():
         raise RuntimeError(
-            f"{path} not found: the temb Python client is built from a checkout "
-            "of the temb repository (pip install ./client/python)")
+            f"{path} not found: the temb Python client builds from its own "
+            "copy of the protocol and version (client/python/proto, "
+            "client/python/VERSION); restore them from the temb repository")
     return path
 
 
 def read_version() -> str:
-    text = _checkout_file(REPO_ROOT / "CMakeLists.txt").read_text()
-    match = re.search(r"project\(\s*temb\s+VERSION\s+([0-9]+(?:\.[0-9]+)*)", text)
-    if not match:
-        raise RuntimeError("no `project(temb VERSION x.y.z)` in CMakeLists.txt")
-    return match.group(1)
+    sync_from_checkout()
+    version = _package_file(VERSION_FILE).read_text().strip()
+    if not re.fullmatch(r"[0-9]+(?:\.[0-9]+)*", version):
+        raise RuntimeError(f"{VERSION_FILE} holds {version!r}, not x.y.z")
+    return version
 
 
 def generate_stubs(package_root: pathlib.Path) -> None:
     """Writes temb/_proto/** under `package_root` (the dir holding temb/)."""
     from grpc_tools import protoc  # a build requirement only
 
-    source = _checkout_file(PROTO_ROOT / PROTO_FILE)
+    sync_from_checkout()
+    source = _package_file(PROTO_ROOT / PROTO_FILE)
     include = pathlib.Path(protoc.__file__).parent / "_proto"
     target = package_root / PACKAGE_PREFIX
     target.parent.mkdir(parents=True, exist_ok=True)

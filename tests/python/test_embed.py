@@ -206,11 +206,37 @@ def test_preset_follows_the_guide(client, name):
     assert_within_fp32_bound(got, want, t, time_factor=extra.get("time_factor", 1.0))
 
 
+def _table_embedding(t, dim, spec):
+    """The float64 embedding of a preset with a frequency table, and the
+    bound its float32 table values allow (2^-23 of each angle)."""
+    half = dim // 2
+    if spec.frequencies:
+        freqs = np.asarray(spec.frequencies, dtype=np.float64)
+    else:
+        low, high = spec.log_spaced_frequencies
+        freqs = np.exp(np.linspace(np.log(low), np.log(high), half))
+    tf = spec.time_factor or 1.0
+    angles = (spec.scale or 1.0) * (tf * np.float64(t))[:, None] * freqs[None, :]
+    first, second = ((np.cos(angles), np.sin(angles)) if spec.flip_sin_to_cos
+                     else (np.sin(angles), np.cos(angles)))
+    want = np.zeros((len(t), dim))
+    want[:, :half], want[:, half:2 * half] = first, second
+    return want, 1e-9 + 2.0 ** -23 * np.abs(angles).max()
+
+
 def test_every_preset_matches_its_reported_spec(client, info):
     t = [0.0, 0.5, 3.0]
     for preset in info.presets:
         spec = preset.spec
         dim = spec.dim or 64
+        if spec.frequencies or spec.log_spaced_frequencies:
+            small = [0.0, 1e-4, 2.5e-3]  # keeps the table's rounding small
+            got = client.embed(small, preset=preset.name,
+                               dim=None if spec.dim else dim, dtype="fp64",
+                               precision="fp64")
+            want, bound = _table_embedding(small, dim, spec)
+            np.testing.assert_allclose(got, want, atol=bound, err_msg=preset.name)
+            continue
         got = client.embed(t, preset=preset.name,
                            dim=None if spec.dim else dim, dtype="fp64",
                            precision="fp64")
@@ -267,8 +293,8 @@ def test_float64_timesteps_are_sent_as_float32(client):
 
 
 def test_bad_inputs_fail_before_sending(client):
-    with pytest.raises(ValueError, match="1-D"):
-        client.embed(np.zeros((2, 2)), dim=8, **LDM)
+    with pytest.raises(ValueError, match="at most 5 dimensions"):
+        client.embed(np.zeros((1, 2, 1, 1, 1, 1)), dim=8, **LDM)
     with pytest.raises(TypeError):
         client.embed([True, False], dim=8, **LDM)
     with pytest.raises(ValueError, match="dtype"):

@@ -7,6 +7,7 @@ import math
 import numpy as np
 import pytest
 
+import temb
 import temb_reference as reference
 
 LDM = dict(flip_sin_to_cos=True, downscale_freq_shift=0.0)
@@ -100,3 +101,205 @@ def test_parity_with_diffusers(client):
             timesteps, args[0], flip_sin_to_cos=args[1],
             downscale_freq_shift=args[2])
         torch.testing.assert_close(ours, direct, atol=1e-5 + 5e-7 * 999, rtol=0)
+
+
+# --- temb.torch: the custom op, patch(), copies, pickles, compile ----------
+
+def test_timesteps_module_shapes_and_meta(client):
+    torch = pytest.importorskip("torch")
+    from temb.torch import Timesteps
+    module = Timesteps(256, True, 0, client=client)
+    t = torch.arange(14.0).reshape(2, 7) * 71
+    got = module(t)
+    assert got.shape == (2, 7, 256) and got.dtype == torch.float32
+    assert torch.equal(got.reshape(14, 256), module(t.reshape(-1)))
+    assert module(torch.tensor(5.0)).shape == (1, 256)
+    # Meta tensors: a meta result of the right shape, and no call.
+    meta = module(torch.empty(2, 7, device="meta"))
+    assert meta.device.type == "meta" and meta.shape == (2, 7, 256)
+    assert meta.dtype == torch.float32
+    # bf16 timesteps are widened exactly (diffusers' timesteps.float()).
+    t16 = torch.tensor([0.1, 500.5, 999.0]).to(torch.bfloat16)
+    assert torch.equal(module(t16), module(t16.float()))
+
+
+def test_the_op_is_registered_and_checked(client):
+    torch = pytest.importorskip("torch")
+    import temb.torch as ttorch
+    module = ttorch.Timesteps(16, True, 0, client=client)
+    op = torch.ops.temb.timestep_embedding.default
+    args = (torch.tensor([1.0, 2.0]), module._client_key, 16, True, 0.0, 1.0,
+            10000.0, "fp32", None)
+    assert torch.equal(op(*args), module(torch.tensor([1.0, 2.0])))
+    torch.library.opcheck(torch.ops.temb.timestep_embedding, args)
+
+
+def _tiny_model(torch, embeddings):
+    """Two Timesteps modules (PixArt's time and size projections), and the
+    same module under a second name."""
+    class Tiny(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.emb = embeddings.PixArtAlphaCombinedTimestepSizeEmbeddings(
+                48, size_emb_dim=16, use_additional_conditions=True)
+            self.alias = self.emb.time_proj
+            self.unrelated = torch.nn.Linear(2, 2)
+
+        def forward(self, t, resolution, aspect_ratio):
+            return self.emb(t, resolution, aspect_ratio,
+                            batch_size=t.shape[0], hidden_dtype=torch.float32)
+    torch.manual_seed(0)
+    return Tiny().eval()
+
+
+def _inputs(torch):
+    return (torch.tensor([999.0, 1.0]), torch.tensor([[1024.0, 768.0]] * 2),
+            torch.tensor([[0.75]] * 2))
+
+
+def test_patch_swaps_every_diffusers_timesteps(client):
+    torch = pytest.importorskip("torch")
+    embeddings = pytest.importorskip("diffusers.models.embeddings")
+    import temb.torch as ttorch
+    model = _tiny_model(torch, embeddings)
+    with torch.no_grad():
+        before = model(*_inputs(torch))
+    replaced = ttorch.patch(model, client=client)
+    assert sorted(replaced) == ["alias", "emb.additional_condition_proj",
+                                "emb.time_proj"]
+    assert isinstance(model.emb.time_proj, ttorch.Timesteps)
+    assert model.alias is model.emb.time_proj  # one module stays one module
+    assert (model.emb.additional_condition_proj.num_channels,
+            model.emb.additional_condition_proj.flip_sin_to_cos,
+            model.emb.additional_condition_proj.downscale_freq_shift) == (256, True, 0)
+    assert not any(type(m) is embeddings.Timesteps for m in model.modules())
+    assert ttorch.patch(model, client=client) == []  # idempotent
+    with torch.no_grad():
+        after = model(*_inputs(torch))
+    # fp32 sinusoids agree to an ulp of the angle (|t| <= 1024 here); the
+    # Linear layers behind them keep that scale.
+    torch.testing.assert_close(after, before, atol=2e-4, rtol=0)
+    with pytest.raises(ValueError, match="exactly one"):
+        ttorch.patch(model)
+
+
+def test_patch_maps_bria_time_theta_to_max_period(client):
+    torch = pytest.importorskip("torch")
+    bria = pytest.importorskip("diffusers.models.transformers.transformer_bria")
+    import temb.torch as ttorch
+    holder = torch.nn.Module()
+    holder.proj = bria.BriaTimesteps(256, True, 0, time_theta=1000)
+    t = torch.tensor([0.0, 1.0, 999.0])
+    want = holder.proj(t)
+    assert ttorch.patch(holder, client=client) == ["proj"]
+    assert holder.proj.max_period == 1000.0
+    torch.testing.assert_close(holder.proj(t), want, atol=1e-6 + 5e-7 * 999 * 2,
+                               rtol=0)
+
+
+def test_deepcopy_shares_the_connection(client):
+    torch = pytest.importorskip("torch")
+    embeddings = pytest.importorskip("diffusers.models.embeddings")
+    import copy
+    import temb.torch as ttorch
+    model = _tiny_model(torch, embeddings)
+    ttorch.patch(model, client=client)
+    ema = copy.deepcopy(model)
+    assert ema.emb.time_proj is not model.emb.time_proj
+    assert ema.alias is ema.emb.time_proj
+    assert ema.emb.time_proj.client is client
+    with torch.no_grad():
+        assert torch.equal(ema(*_inputs(torch)), model(*_inputs(torch)))
+
+
+def test_pickle_carries_settings_not_the_connection(client, server, tmp_path):
+    torch = pytest.importorskip("torch")
+    embeddings = pytest.importorskip("diffusers.models.embeddings")
+    import os
+    import pickle
+    import subprocess
+    import sys
+    import temb.torch as ttorch
+    # A diffusers module (importable in another process), patched.
+    model = _tiny_model(torch, embeddings).emb
+    ttorch.patch(model, client=client)
+    options = dict(batch_size=2, hidden_dtype=torch.float32)
+    with torch.no_grad():
+        want = model(*_inputs(torch), **options)
+    data = pickle.dumps(model)
+    same_process = pickle.loads(data)
+    assert same_process.time_proj._client is None  # opened on first use
+    with torch.no_grad():
+        assert torch.equal(same_process(*_inputs(torch), **options), want)
+    # Another process (as a multiprocessing worker): the module opens its
+    # own client to the same target.
+    (tmp_path / "model.pkl").write_bytes(data)
+    torch.save((_inputs(torch), want), tmp_path / "io.pt")
+    script = (
+        "import pickle, sys, torch\n"
+        "model = pickle.loads(open(sys.argv[1], 'rb').read())\n"
+        "inputs, want = torch.load(sys.argv[2])\n"
+        "with torch.no_grad():\n"
+        "    got = model(*inputs, batch_size=2, hidden_dtype=torch.float32)\n"
+        "assert torch.equal(got, want)\n"
+        "print('ok')\n")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+    result = subprocess.run(
+        [sys.executable, "-c", script, str(tmp_path / "model.pkl"),
+         str(tmp_path / "io.pt")], capture_output=True, text=True, env=env,
+        timeout=300)
+    assert result.returncode == 0 and "ok" in result.stdout, result.stderr
+
+
+def test_a_client_with_unpicklable_credentials_is_refused_clearly(server):
+    pytest.importorskip("torch")
+    import grpc
+    import pickle
+    from temb.torch import Timesteps
+    with temb.Client(server.target,
+                     tls=grpc.local_channel_credentials()) as tls_client:
+        module = Timesteps(8, True, 0, client=tls_client)
+        with pytest.raises(TypeError, match="TlsConfig"):
+            pickle.dumps(module)
+        import copy
+        assert copy.deepcopy(module).client is tls_client  # same process: fine
+        module.close()  # a caller's client stays open and registered
+        assert module.client is tls_client
+
+
+def test_modules_need_a_blocking_client(server):
+    pytest.importorskip("torch")
+    from temb.torch import Timesteps
+    aclient = temb.aio.Client.__new__(temb.aio.Client)  # never connected
+    with pytest.raises(TypeError, match="blocking"):
+        Timesteps(8, True, 0, client=aclient)
+    with pytest.raises(ValueError, match="exactly one"):
+        Timesteps(8, True, 0)
+
+
+def test_target_modules_share_one_client_and_pickle(server):
+    torch = pytest.importorskip("torch")
+    import pickle
+    from temb.torch import Timesteps
+    a = Timesteps(64, True, 0, target=server.target)
+    b = Timesteps(32, False, 1, target=server.target)
+    assert a.client is b.client
+    t = torch.tensor([3.0])
+    want = a(t)
+    restored = pickle.loads(pickle.dumps(a))
+    assert torch.equal(restored(t), want)
+    a.close()  # the shared client; the next call opens a new one
+    assert torch.equal(b(t), b(t)) and torch.equal(a(t), want)
+
+
+def test_torch_compile_fullgraph(client):
+    torch = pytest.importorskip("torch")
+    embeddings = pytest.importorskip("diffusers.models.embeddings")
+    import temb.torch as ttorch
+    model = _tiny_model(torch, embeddings)
+    ttorch.patch(model, client=client)
+    # aot_eager runs Dynamo (fullgraph: no graph break at the op) and the
+    # fake-tensor propagation, without a C++ compiler run.
+    compiled = torch.compile(model, fullgraph=True, backend="aot_eager")
+    with torch.no_grad():
+        assert torch.equal(compiled(*_inputs(torch)), model(*_inputs(torch)))

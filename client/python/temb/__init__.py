@@ -3,9 +3,13 @@
     import temb
     with temb.Client("localhost:50051") as client:
         emb = client.embed([999, 500, 1], preset="sdxl")   # numpy [3, 320]
+        emb = client.embed(t_per_token, preset="ltx-video")   # [B, L] -> [B, L, 256]
+        parts = client.embed_parts({"timestep": sigmas, "guidance": g},
+                                   preset="flux", timestep_dtype="bf16")
 
-`temb.aio.Client` is the asyncio variant; `temb.torch.Timesteps` (needs
-PyTorch) is a drop-in for diffusers' `Timesteps` module.
+`temb.aio.Client` is the asyncio variant; `temb.torch` (needs PyTorch) has
+`Timesteps`, a drop-in for diffusers' `Timesteps` module, and `patch(model)`,
+which swaps every one of them in a model.
 """
 
 from temb import aio

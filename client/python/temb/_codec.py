@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Any, Dict, Tuple
+from typing import Any, Dict, Optional, Tuple
 
 import grpc
 import numpy as np
@@ -32,7 +32,10 @@ _LAYOUT_NAMES = {v: k for k, v in _LAYOUTS.items()}
 _PRECISIONS = {"fp32": pb.PRECISION_FP32, "float32": pb.PRECISION_FP32,
                "fp64": pb.PRECISION_FP64, "float64": pb.PRECISION_FP64}
 _PRECISION_NAMES = {pb.PRECISION_FP32: "fp32", pb.PRECISION_FP64: "fp64"}
-_ENUMS = {"dtype": _DTYPES, "layout": _LAYOUTS, "precision": _PRECISIONS}
+# timestep_dtype takes the dtype names; the server refuses fp64 with a
+# message saying why.
+_ENUMS = {"dtype": _DTYPES, "timestep_dtype": _DTYPES, "layout": _LAYOUTS,
+          "precision": _PRECISIONS}
 _BF16_FORMATS = ("auto", "float32", "bits", "ml_dtypes")
 _RETURN_TENSORS = ("np", "pt")
 
@@ -49,6 +52,19 @@ class Decoding:
     bf16_format: str = "auto"
 
 
+def _dtype_name(value: Any) -> Any:
+    """"bfloat16" for torch.bfloat16, "float16" for numpy.float16 or
+    numpy.dtype("float16"); other values unchanged."""
+    if isinstance(value, str):
+        return value
+    if type(value).__module__ == "torch" and str(value).startswith("torch."):
+        return str(value)[len("torch."):]  # a torch.dtype
+    try:
+        return np.dtype(value).name
+    except (TypeError, ValueError):
+        return value
+
+
 def _choice(name: str, value: Any, allowed: Any) -> Any:
     """allowed[value] for a dict, value itself for a tuple; else ValueError."""
     key = value.lower() if isinstance(value, str) else value
@@ -63,18 +79,23 @@ def _is_torch_tensor(value: Any) -> bool:
     return type(value).__module__.startswith("torch") and hasattr(value, "detach")
 
 
+# The rank limit of EmbedRequest.timesteps_shape.
+MAX_TIMESTEPS_RANK = 5
+
+
 def timesteps_array(timesteps: Any) -> np.ndarray:
-    """A 1-D float32 or int64 array of the timesteps.
+    """The timesteps as a float32 or int64 array of their own shape.
 
     Floating values become float32, as in diffusers (``timesteps.float()``);
     integer values stay integers (the server converts them, exact to 2^24).
-    A scalar is a batch of one.
     """
     if _is_torch_tensor(timesteps):
         import torch
         tensor = timesteps.detach()
         if tensor.is_complex() or tensor.dtype == torch.bool:
             raise TypeError(f"timesteps must be real numbers, got {tensor.dtype}")
+        if tensor.device.type == "meta":
+            raise ValueError("timesteps on the meta device have no values")
         target = torch.float32 if tensor.is_floating_point() else torch.int64
         array = tensor.to(device="cpu", dtype=target).numpy()
     else:
@@ -82,9 +103,9 @@ def timesteps_array(timesteps: Any) -> np.ndarray:
         if array.dtype.kind == "O":
             # A Python list mixing large ints and floats; let float32 decide.
             array = array.astype(np.float64)
-    if array.ndim > 1:
-        raise ValueError(f"timesteps must be 1-D, got shape {array.shape}")
-    array = array.reshape(-1)
+    if array.ndim > MAX_TIMESTEPS_RANK:
+        raise ValueError(f"timesteps may have at most {MAX_TIMESTEPS_RANK} "
+                         f"dimensions, got shape {array.shape}")
     kind = array.dtype.kind
     if kind == "f":
         # Values beyond float32 become inf, which the server rejects by index.
@@ -97,17 +118,42 @@ def timesteps_array(timesteps: Any) -> np.ndarray:
     raise TypeError(f"timesteps must be real numbers, got dtype {array.dtype}")
 
 
-def encode_timesteps(request: pb.EmbedRequest, timesteps: Any) -> None:
-    """Sets the timesteps of `request`: integer values as integers."""
+def encode_timesteps(message: Any, timesteps: Any) -> Tuple[int, ...]:
+    """Sets the timesteps of `message` (an EmbedRequest or EmbedPart):
+    integer values as integers, and timesteps_shape for 2 to 5 dimensions.
+
+    Returns the leading shape of the embedding (the embedding's shape
+    without its last extent, dim): (N,) for a 1-D input, (1,) for a scalar
+    (a batch of one), the input's shape otherwise.
+    """
     array = timesteps_array(timesteps)
+    flat = array.reshape(-1)
     if array.dtype == np.int64:
-        request.integer_timesteps.extend(array.tolist())
+        message.integer_timesteps.extend(flat.tolist())
     else:
-        request.timesteps.extend(array.tolist())
+        message.timesteps.extend(flat.tolist())
+    if array.ndim > 1:
+        message.timesteps_shape.extend(array.shape)
+        return tuple(array.shape)
+    return (flat.size,)
 
 
-def enum_value(field: str, name: str) -> Any:
-    """The temb.v1 enum number of a "dtype", "layout" or "precision" name."""
+def frequencies_list(frequencies: Any) -> list:
+    """A 1-D sequence (list, numpy array, torch tensor) of frequencies as
+    Python floats (they travel as doubles)."""
+    if _is_torch_tensor(frequencies):
+        frequencies = frequencies.detach().to("cpu").double().numpy()
+    array = np.asarray(frequencies, dtype=np.float64)
+    if array.ndim != 1:
+        raise ValueError(f"frequencies must be 1-D, got shape {array.shape}")
+    return array.tolist()
+
+
+def enum_value(field: str, name: Any) -> Any:
+    """The temb.v1 enum number of a "dtype", "timestep_dtype", "layout" or
+    "precision" name; the dtypes also take torch and numpy dtypes."""
+    if field in ("dtype", "timestep_dtype"):
+        name = _dtype_name(name)
     return _choice(field, name, _ENUMS[field])
 
 
@@ -131,8 +177,12 @@ def _bf16_bits_as_float32(bits: np.ndarray) -> np.ndarray:
     return (bits.astype(np.uint32) << 16).view(np.float32)
 
 
-def decode_tensor(tensor: pb.Tensor, decoding: Decoding) -> Any:
+def decode_tensor(tensor: pb.Tensor, decoding: Decoding,
+                  leading_shape: Optional[Tuple[int, ...]] = None) -> Any:
     """The response tensor as a writable numpy array or torch tensor.
+
+    `leading_shape`, when given, is the shape the tensor must have before
+    its last extent (dim): the request's timesteps shape.
 
     bf16 results, with numpy: "auto" gives ``ml_dtypes.bfloat16`` when
     ml_dtypes is installed and float32 holding the exact bf16 values
@@ -146,10 +196,14 @@ def decode_tensor(tensor: pb.Tensor, decoding: Decoding) -> Any:
                         f"response has unknown dtype {tensor.dtype}")
     shape = tuple(int(n) for n in tensor.shape)
     count = math.prod(shape) if shape else 0
-    if len(shape) != 2 or count * wire.itemsize != len(tensor.data):
+    if (len(shape) < 2 or count * wire.itemsize != len(tensor.data)
+            or (leading_shape is not None
+                and shape[:-1] != tuple(leading_shape))):
+        expected = ("" if leading_shape is None else
+                    f" (expected {list(leading_shape)} + [dim])")
         raise TembError(grpc.StatusCode.DATA_LOSS,
-                        f"response tensor of shape {list(shape)} and dtype "
-                        f"{_DTYPE_NAMES[tensor.dtype]} carries "
+                        f"response tensor of shape {list(shape)}{expected} "
+                        f"and dtype {_DTYPE_NAMES[tensor.dtype]} carries "
                         f"{len(tensor.data)} bytes")
     # Copy once into native byte order so that the result is writable.
     array = np.frombuffer(tensor.data, dtype=wire).astype(
@@ -176,9 +230,15 @@ def decode_tensor(tensor: pb.Tensor, decoding: Decoding) -> Any:
 def _spec_from_proto(spec: pb.EmbeddingSpec) -> Spec:
     values = {name: getattr(spec, name) if spec.HasField(name) else None
               for name in ("dim",) + _SPEC_FIELDS}
+    law = (spec.log_spaced_frequencies
+           if spec.HasField("log_spaced_frequencies") else None)
     return Spec(**values,
                 layout=_LAYOUT_NAMES.get(spec.layout),
-                precision=_PRECISION_NAMES.get(spec.precision))
+                precision=_PRECISION_NAMES.get(spec.precision),
+                timestep_dtype=_DTYPE_NAMES.get(spec.timestep_dtype),
+                frequencies=tuple(spec.frequencies) or None,
+                log_spaced_frequencies=None if law is None else
+                (law.min_frequency, law.max_frequency))
 
 
 def server_info_from_proto(info: pb.ServerInfo) -> ServerInfo:
@@ -189,7 +249,8 @@ def server_info_from_proto(info: pb.ServerInfo) -> ServerInfo:
                       limits.max_output_bytes, limits.max_message_bytes),
         presets=tuple(
             Preset(p.name, p.description, _spec_from_proto(p.spec),
-                   p.dim_overridable, _DTYPE_NAMES.get(p.default_dtype))
+                   p.dim_overridable, _DTYPE_NAMES.get(p.default_dtype),
+                   tuple((part.name, part.preset) for part in p.parts))
             for p in info.presets))
 
 

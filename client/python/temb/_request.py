@@ -28,7 +28,8 @@ if TYPE_CHECKING:
 
 _R = TypeVar("_R")
 
-# What embed() returns: numpy.ndarray, or torch.Tensor for return_tensors="pt".
+# What embed() returns: numpy.ndarray, or torch.Tensor for return_tensors="pt";
+# a multi-part call returns a dict of them by part name.
 Embedding = Any
 
 
@@ -48,6 +49,12 @@ class ClientBase:
                  options: Sequence[Tuple[str, Any]] = ()) -> None:
         self._target = target
         self._timeout = timeout
+        # What it takes to open an equal client elsewhere (temb.torch modules
+        # re-create their connection after unpickling).
+        self._arguments: Dict[str, Any] = dict(
+            target=target, timeout=timeout, retries=retries, tls=tls,
+            auth_token=auth_token, max_message_bytes=max_message_bytes,
+            options=tuple(options))
         self._metadata = _channel.auth_metadata(auth_token)
         credentials = _channel.credentials(tls)
         channel_options = _channel.channel_options(retries, max_message_bytes,
@@ -83,14 +90,102 @@ def rpc_errors(request_id: Optional[str] = "") -> Iterator[None]:
         raise error_from_rpc(e, request_id) from None
 
 
+class ResponseDecoder(NamedTuple):
+    """How to turn an EmbedResponse into what embed() returns: one tensor of
+    `shapes[0]` + [dim], or (for a multi-part request, `names` set) a dict
+    of the named parts' tensors."""
+
+    decoding: _codec.Decoding
+    shapes: Tuple[Tuple[int, ...], ...]
+    names: Optional[Tuple[str, ...]] = None
+
+    def decode(self, response: pb.EmbedResponse) -> Union[Embedding, Dict[str, Embedding]]:
+        if self.names is None:
+            return _codec.decode_tensor(response.embedding, self.decoding,
+                                        self.shapes[0])
+        got = tuple(part.name for part in response.parts)
+        if got != self.names:
+            raise TembError(grpc.StatusCode.DATA_LOSS,
+                            f"response parts {list(got)} do not answer the "
+                            f"requested parts {list(self.names)}")
+        return {part.name: _codec.decode_tensor(part.tensor, self.decoding, shape)
+                for part, shape in zip(response.parts, self.shapes)}
+
+
 class EmbedCall(NamedTuple):
     request: pb.EmbedRequest
-    decoding: _codec.Decoding
+    decoder: ResponseDecoder
     timeout: Optional[float]
 
 
-def embed_call(timesteps: Any, dim: Optional[int] = None,
-               preset: Optional[str] = None, dtype: Optional[str] = None, *,
+# The keyword arguments that fill an EmbeddingSpec (embed()'s and a part's).
+SPEC_KEYWORDS = ("dim", "max_period", "flip_sin_to_cos", "downscale_freq_shift",
+                 "scale", "time_factor", "repeat_only", "layout", "precision",
+                 "timestep_dtype", "frequencies", "log_spaced_frequencies")
+# What a part given as a mapping may hold.
+PART_KEYWORDS = frozenset(("timesteps", "preset", "dtype") + SPEC_KEYWORDS)
+
+
+def fill_spec(spec: pb.EmbeddingSpec, *, dim: Optional[int] = None,
+              max_period: Optional[float] = None,
+              flip_sin_to_cos: Optional[bool] = None,
+              downscale_freq_shift: Optional[float] = None,
+              scale: Optional[float] = None,
+              time_factor: Optional[float] = None,
+              repeat_only: Optional[bool] = None,
+              layout: Optional[str] = None,
+              precision: Optional[str] = None,
+              timestep_dtype: Any = None,
+              frequencies: Optional[Sequence[float]] = None,
+              log_spaced_frequencies: Optional[Tuple[float, float]] = None
+              ) -> None:
+    """Sets the fields of `spec` that are not None."""
+    if dim is not None:
+        spec.dim = int(dim)
+    for name, value in (("max_period", max_period),
+                        ("flip_sin_to_cos", flip_sin_to_cos),
+                        ("downscale_freq_shift", downscale_freq_shift),
+                        ("scale", scale), ("time_factor", time_factor),
+                        ("repeat_only", repeat_only)):
+        if value is not None:
+            setattr(spec, name, value)
+    for name, value in (("layout", layout), ("precision", precision),
+                        ("timestep_dtype", timestep_dtype)):
+        if value is not None:
+            setattr(spec, name, _codec.enum_value(name, value))
+    if frequencies is not None:
+        values = _codec.frequencies_list(frequencies)
+        spec.frequencies.extend(values)
+    if log_spaced_frequencies is not None:
+        low, high = log_spaced_frequencies
+        spec.log_spaced_frequencies.min_frequency = float(low)
+        spec.log_spaced_frequencies.max_frequency = float(high)
+
+
+def _encode_part(part: pb.EmbedPart, name: Any, value: Any) -> Tuple[int, ...]:
+    if not isinstance(name, str) or not name:
+        raise TypeError(f"part names must be non-empty strings, got {name!r}")
+    part.name = name
+    if not isinstance(value, Mapping):
+        return _codec.encode_timesteps(part, value)
+    options = dict(value)
+    unknown = sorted(set(options) - PART_KEYWORDS)
+    if unknown:
+        raise TypeError(f"part {name!r}: unknown keys {unknown}; a part takes "
+                        f"{sorted(PART_KEYWORDS)}")
+    if "timesteps" not in options:
+        raise TypeError(f"part {name!r} has no timesteps")
+    timesteps = options.pop("timesteps")
+    part.preset = options.pop("preset", None) or ""
+    dtype = options.pop("dtype", None)
+    if dtype is not None:
+        part.dtype = _codec.enum_value("dtype", dtype)
+    fill_spec(part.spec, **options)
+    return _codec.encode_timesteps(part, timesteps)
+
+
+def embed_call(timesteps: Any = None, dim: Optional[int] = None,
+               preset: Optional[str] = None, dtype: Any = None, *,
                max_period: Optional[float] = None,
                flip_sin_to_cos: Optional[bool] = None,
                downscale_freq_shift: Optional[float] = None,
@@ -99,6 +194,10 @@ def embed_call(timesteps: Any, dim: Optional[int] = None,
                repeat_only: Optional[bool] = None,
                layout: Optional[str] = None,
                precision: Optional[str] = None,
+               timestep_dtype: Any = None,
+               frequencies: Optional[Sequence[float]] = None,
+               log_spaced_frequencies: Optional[Tuple[float, float]] = None,
+               parts: Optional[Mapping[str, Any]] = None,
                request_id: Optional[str] = None,
                timeout: Optional[float] = None,
                return_tensors: str = "np",
@@ -109,22 +208,60 @@ def embed_call(timesteps: Any, dim: Optional[int] = None,
     request = pb.EmbedRequest(request_id=request_id or "", preset=preset or "")
     if dtype is not None:
         request.dtype = _codec.enum_value("dtype", dtype)
-    spec = request.spec
-    if dim is not None:
-        spec.dim = int(dim)
-    for name, value in (("max_period", max_period),
-                        ("flip_sin_to_cos", flip_sin_to_cos),
-                        ("downscale_freq_shift", downscale_freq_shift),
-                        ("scale", scale), ("time_factor", time_factor),
-                        ("repeat_only", repeat_only)):
-        if value is not None:
-            setattr(spec, name, value)
-    if layout is not None:
-        spec.layout = _codec.enum_value("layout", layout)
-    if precision is not None:
-        spec.precision = _codec.enum_value("precision", precision)
-    _codec.encode_timesteps(request, timesteps)
-    return EmbedCall(request, decoding, timeout)
+    fill_spec(request.spec, dim=dim, max_period=max_period,
+              flip_sin_to_cos=flip_sin_to_cos,
+              downscale_freq_shift=downscale_freq_shift, scale=scale,
+              time_factor=time_factor, repeat_only=repeat_only, layout=layout,
+              precision=precision, timestep_dtype=timestep_dtype,
+              frequencies=frequencies,
+              log_spaced_frequencies=log_spaced_frequencies)
+    if parts is None:
+        if timesteps is None:
+            raise TypeError("embed() needs timesteps (or parts=)")
+        shape = _codec.encode_timesteps(request, timesteps)
+        return EmbedCall(request, ResponseDecoder(decoding, (shape,)), timeout)
+    if timesteps is not None:
+        raise TypeError("give either timesteps or parts=, not both: each "
+                        "part carries its own timesteps")
+    if not isinstance(parts, Mapping):
+        raise TypeError("parts must be a mapping of part name to timesteps "
+                        f"(or to a dict of options), got {type(parts).__name__}")
+    if not parts:
+        raise ValueError("parts is empty")
+    shapes = tuple(_encode_part(request.parts.add(), name, value)
+                   for name, value in parts.items())
+    decoder = ResponseDecoder(decoding, shapes, tuple(parts))
+    return EmbedCall(request, decoder, timeout)
+
+
+def embed_parts_call(parts: Mapping[str, Any], preset: Optional[str] = None,
+                     dtype: Any = None, *, dim: Optional[int] = None,
+                     max_period: Optional[float] = None,
+                     flip_sin_to_cos: Optional[bool] = None,
+                     downscale_freq_shift: Optional[float] = None,
+                     scale: Optional[float] = None,
+                     time_factor: Optional[float] = None,
+                     repeat_only: Optional[bool] = None,
+                     layout: Optional[str] = None,
+                     precision: Optional[str] = None,
+                     timestep_dtype: Any = None,
+                     frequencies: Optional[Sequence[float]] = None,
+                     log_spaced_frequencies: Optional[Tuple[float, float]] = None,
+                     request_id: Optional[str] = None,
+                     timeout: Optional[float] = None,
+                     return_tensors: str = "np",
+                     bf16_format: str = "auto") -> EmbedCall:
+    """The arguments of :meth:`temb.Client.embed_parts`: embed_call's, with
+    the parts first."""
+    return embed_call(
+        None, dim, preset, dtype, max_period=max_period,
+        flip_sin_to_cos=flip_sin_to_cos,
+        downscale_freq_shift=downscale_freq_shift, scale=scale,
+        time_factor=time_factor, repeat_only=repeat_only, layout=layout,
+        precision=precision, timestep_dtype=timestep_dtype,
+        frequencies=frequencies, log_spaced_frequencies=log_spaced_frequencies,
+        parts=parts, request_id=request_id, timeout=timeout,
+        return_tensors=return_tensors, bf16_format=bf16_format)
 
 
 def with_parameters_of(
@@ -142,9 +279,10 @@ def with_parameters_of(
     return decorate
 
 
-# Both clients' embed() take exactly embed_call's arguments, so that they are
-# declared in one place.
+# Both clients' embed() and embed_parts() take exactly embed_call's and
+# embed_parts_call's arguments, so that they are declared in one place.
 takes_embed_arguments = with_parameters_of(embed_call)
+takes_embed_parts_arguments = with_parameters_of(embed_parts_call)
 
 
 class StreamState:
@@ -152,7 +290,7 @@ class StreamState:
     error raised while building a request (re-raised after the stream)."""
 
     def __init__(self) -> None:
-        self.pending: Deque[Tuple[str, _codec.Decoding]] = collections.deque()
+        self.pending: Deque[Tuple[str, ResponseDecoder]] = collections.deque()
         self.error: Optional[BaseException] = None
 
     def requests(self, items: Iterable[Mapping[str, Any]]
@@ -176,12 +314,12 @@ class StreamState:
             raise TypeError("embed_stream items take no timeout: the "
                             "stream's timeout bounds them all")
         call = embed_call(**item)
-        self.pending.append((call.request.request_id, call.decoding))
+        self.pending.append((call.request.request_id, call.decoder))
         return call.request
 
-    def result(self, response: pb.EmbedStreamResponse,
-               raise_errors: bool) -> Union[Embedding, TembError]:
-        request_id, decoding = self.pending.popleft()
+    def result(self, response: pb.EmbedStreamResponse, raise_errors: bool
+               ) -> Union[Embedding, Dict[str, Embedding], TembError]:
+        request_id, decoder = self.pending.popleft()
         if response.WhichOneof("result") == "error":
             error = error_from_code(response.error.code,
                                     response.error.message,
@@ -189,4 +327,4 @@ class StreamState:
             if raise_errors:
                 raise error
             return error
-        return _codec.decode_tensor(response.response.embedding, decoding)
+        return decoder.decode(response.response)

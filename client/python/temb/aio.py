@@ -7,8 +7,8 @@ one loop), preferably as ``async with temb.aio.Client(target) as client:``.
 from __future__ import annotations
 
 import collections.abc
-from typing import (Any, AsyncIterable, AsyncIterator, Iterable, Iterator,
-                    Mapping, Optional, Union)
+from typing import (Any, AsyncIterable, AsyncIterator, Dict, Iterable,
+                    Iterator, Mapping, Optional, Union)
 
 import grpc.aio
 
@@ -33,7 +33,17 @@ class Client(_request.ClientBase):
         with _request.rpc_errors(call.request.request_id):
             response = await self._stub.Embed(
                 call.request, **self._call_options(call.timeout))
-        return _codec.decode_tensor(response.embedding, call.decoding)
+        return call.decoder.decode(response)
+
+    @_request.takes_embed_parts_arguments
+    async def embed_parts(self, *args: Any, **kwargs: Any
+                          ) -> Dict[str, Embedding]:
+        """See :meth:`temb.Client.embed_parts`."""
+        call = _request.embed_parts_call(*args, **kwargs)
+        with _request.rpc_errors(call.request.request_id):
+            response = await self._stub.Embed(
+                call.request, **self._call_options(call.timeout))
+        return call.decoder.decode(response)
 
     async def embed_stream(
             self,
@@ -41,7 +51,7 @@ class Client(_request.ClientBase):
                             AsyncIterable[Mapping[str, Any]]], *,
             timeout: Optional[float] = None,
             raise_errors: bool = True
-    ) -> AsyncIterator[Union[Embedding, TembError]]:
+    ) -> AsyncIterator[Union[Embedding, Dict[str, Embedding], TembError]]:
         """See :meth:`temb.Client.embed_stream`; `requests` may also be an
         async iterable."""
         state = _request.StreamState()

@@ -7,7 +7,7 @@ should create it once and share it.  Calls raise :class:`temb.TembError`
 
 from __future__ import annotations
 
-from typing import Any, Iterable, Iterator, Mapping, Optional, Union
+from typing import Any, Dict, Iterable, Iterator, Mapping, Optional, Union
 
 import grpc
 
@@ -41,21 +41,33 @@ class Client(_request.ClientBase):
 
     @_request.takes_embed_arguments
     def embed(self, *args: Any, **kwargs: Any) -> Embedding:
-        """Computes the [N, dim] embedding of N timesteps.
+        """Computes the embedding of a tensor of timesteps: shape
+        ``timesteps.shape + [dim]``.
 
         Args:
-          timesteps: a list, numpy array or torch tensor (0-D or 1-D).
-            Floating values are sent as float32 (like diffusers'
-            ``timesteps.float()``); integer values as integers.
+          timesteps: a list, numpy array or torch tensor of rank 0 to 5:
+            [N] gives [N, dim] (a scalar is a batch of one), per-token
+            [B, L] gives [B, L, dim] and so on.  Floating values are sent as
+            float32 (like diffusers' ``timesteps.float()``); integer values
+            as integers.
           dim, preset, max_period, flip_sin_to_cos, downscale_freq_shift,
             scale, time_factor, repeat_only: the convention, with diffusers'
             names.  None leaves a field unset: with a preset the preset
             decides; without one, dim, flip_sin_to_cos and
             downscale_freq_shift are required by the server.
-          dtype: "fp32" | "fp16" | "bf16" | "fp64" (None: the preset's
-            default, else fp32).  fp16/bf16 are the fp32 result rounded to
-            nearest even.
+          dtype: "fp32" | "fp16" | "bf16" | "fp64", or a torch/numpy dtype
+            (None: the preset's default, else fp32).  fp16/bf16 are the fp32
+            result rounded to nearest even.
+          timestep_dtype: "fp32" | "fp16" | "bf16" (or a torch/numpy dtype):
+            the dtype a fp16/bf16 pipeline holds t in.  The server rounds t
+            to it and applies time_factor in it, as diffusers' Flux does
+            with ``timestep.to(dtype) * 1000``.  None: fp32.
+          frequencies: dim/2 frequencies replacing the formula's (learned
+            ones); log_spaced_frequencies: (min, max) of a log-spaced table.
           layout: "halves" | "interleaved".  precision: "fp32" | "fp64".
+          parts: several named embeddings in one call, as in
+            :meth:`embed_parts` (timesteps must then be None); the result
+            is then a dict.
           request_id: echoed by the server, for tracing.
           timeout: this call's deadline in seconds (None: the client's).
           return_tensors: "np" (numpy) or "pt" (a CPU torch tensor).
@@ -65,8 +77,9 @@ class Client(_request.ClientBase):
             "ml_dtypes".
 
         Returns:
-          A writable array of shape [N, dim]: float32/float16/float64 for
-          those dtypes; bf16 as described above (torch.bfloat16 with "pt").
+          A writable array of shape timesteps.shape + [dim] ([N, dim] for
+          1-D timesteps): float32/float16/float64 for those dtypes; bf16 as
+          described above (torch.bfloat16 with "pt").
 
         Raises:
           TembError (InvalidArgumentError, NotFoundError,
@@ -77,17 +90,51 @@ class Client(_request.ClientBase):
         with _request.rpc_errors(call.request.request_id):
             response = self._stub.Embed(call.request,
                                         **self._call_options(call.timeout))
-        return _codec.decode_tensor(response.embedding, call.decoding)
+        return call.decoder.decode(response)
+
+    @_request.takes_embed_parts_arguments
+    def embed_parts(self, *args: Any, **kwargs: Any) -> Dict[str, Embedding]:
+        """Several named embeddings in one call, e.g. everything one
+        denoising step of Flux needs::
+
+            emb = client.embed_parts({"timestep": t, "guidance": g},
+                                     preset="flux", timestep_dtype="bf16")
+            emb["timestep"], emb["guidance"]      # [B, 256] each
+
+        Args:
+          parts: part name -> timesteps (anything :meth:`embed` takes, any
+            shape), or part name -> a dict with "timesteps" and any of
+            "preset", "dtype", "dim", "timestep_dtype", "precision", the
+            convention keywords, "frequencies", "log_spaced_frequencies".
+          preset: a part without its own preset or convention uses the
+            preset's part of its name (``server_info().preset(name).parts``,
+            e.g. sdxl: "time" and "add_time"; pixart: "timestep",
+            "resolution", "aspect_ratio"), else the preset itself.
+          The other arguments are :meth:`embed`'s; dtype, precision and
+          timestep_dtype apply to the parts that leave them unset.
+
+        Returns:
+          A dict, in the order of `parts`, of part name -> array of shape
+          that part's timesteps shape + [dim].
+        """
+        call = _request.embed_parts_call(*args, **kwargs)
+        with _request.rpc_errors(call.request.request_id):
+            response = self._stub.Embed(call.request,
+                                        **self._call_options(call.timeout))
+        return call.decoder.decode(response)
 
     def embed_stream(self, requests: Iterable[Mapping[str, Any]], *,
                      timeout: Optional[float] = None,
                      raise_errors: bool = True
-                     ) -> Iterator[Union[Embedding, TembError]]:
+                     ) -> Iterator[Union[Embedding, Dict[str, Embedding],
+                                         TembError]]:
         """Runs many requests over one stream; yields results in order.
 
         Each item of `requests` is a mapping of :meth:`embed`'s keyword
-        arguments (``timesteps`` included, ``timeout`` excluded).  Items are
-        consumed lazily, so the iterable may be a generator.
+        arguments (``timesteps`` or ``parts`` included, ``timeout``
+        excluded); an item with ``parts`` yields a dict, as
+        :meth:`embed_parts`.  Items are consumed lazily, so the iterable may
+        be a generator.
 
         Errors: a request the server rejects raises its TembError when
         `raise_errors` (the stream is then cancelled), or is yielded as a

@@ -1,16 +1,30 @@
-"""`Timesteps`: a drop-in for diffusers' `Timesteps` module, computed by temb.
+"""PyTorch integration: diffusers' `Timesteps` module computed by temb.
 
-    from temb.torch import Timesteps
-    time_proj = Timesteps(320, flip_sin_to_cos=True, downscale_freq_shift=0,
-                          target="localhost:50051")
-    t_emb = time_proj(timesteps)          # [N, 320] float32, on timesteps' device
+    import temb, temb.torch
+    client = temb.Client("localhost:50051")
+    temb.torch.patch(transformer, client=client)   # every Timesteps module
+    # or one module by hand:
+    unet.time_proj = temb.torch.Timesteps(320, True, 0, client=client)
+
+The embedding is the registered custom op ``torch.ops.temb.timestep_embedding``
+(with a fake/meta implementation; PyTorch 2.4 or later), so patched models
+run under ``torch.compile(fullgraph=True)`` and meta tensors get meta
+results.  Modules
+survive ``copy.deepcopy`` (the copy shares the connection) and ``pickle``
+(the connection is not pickled: its settings are, and the unpickled module
+opens an equal client on first use, in whatever process it lands).
 
 Importing this module needs PyTorch (pip install "temb[torch]").
 """
 
 from __future__ import annotations
 
-from typing import Any, Optional
+import copy
+import pickle
+import threading
+import uuid
+import weakref
+from typing import Any, Dict, List, Optional, Tuple
 
 try:
     import torch
@@ -21,21 +35,131 @@ except ImportError as e:  # pragma: no cover - depends on the environment
 
 from temb.client import Client
 
-__all__ = ["Timesteps"]
+__all__ = ["Timesteps", "patch", "timestep_embedding"]
 
+_DEFAULT_MAX_PERIOD = 10000.0
+
+
+# --- connections by key ----------------------------------------------------
+#
+# A custom op takes tensors and plain values only, so modules name their
+# client by a key: the live client of that key when this process has one
+# (a caller's shared client, held weakly: the modules hold it), else one
+# opened here from the settings registered under the key and kept for the
+# life of the process (after unpickling, or in a multiprocessing worker).
+
+_LOCK = threading.Lock()
+_LIVE: "weakref.WeakValueDictionary[str, Client]" = weakref.WeakValueDictionary()
+_OPENED: Dict[str, Client] = {}
+_SETTINGS: Dict[str, Dict[str, Any]] = {}
+_KEY_ATTRIBUTE = "_temb_torch_key"
+
+
+def _key_of(client: Client) -> str:
+    """Registers a live client; the same client always gets the same key."""
+    if not isinstance(client, Client):
+        raise TypeError("temb.torch needs a blocking temb.Client, got "
+                        f"{type(client).__module__}.{type(client).__name__}")
+    with _LOCK:
+        key = getattr(client, _KEY_ATTRIBUTE, None)
+        if key is None:
+            key = uuid.uuid4().hex
+            setattr(client, _KEY_ATTRIBUTE, key)
+        _LIVE[key] = client
+        _SETTINGS[key] = dict(client._arguments)
+    return key
+
+
+def _register_settings(key: str, settings: Dict[str, Any]) -> None:
+    with _LOCK:
+        _SETTINGS.setdefault(key, dict(settings))
+
+
+def _client_for(key: str) -> Client:
+    with _LOCK:
+        client = _LIVE.get(key) or _OPENED.get(key)
+        if client is None:
+            settings = _SETTINGS.get(key)
+            if settings is None:
+                raise RuntimeError(
+                    f"no temb client is registered under {key!r}: the op is "
+                    "called by temb.torch.Timesteps modules")
+            client = _OPENED[key] = Client(**settings)
+            setattr(client, _KEY_ATTRIBUTE, key)
+            _LIVE[key] = client
+        return client
+
+
+def _drop(key: str) -> None:
+    """Forgets the client opened from settings under `key` (closing it)."""
+    with _LOCK:
+        client = _OPENED.pop(key, None)
+        if client is not None and _LIVE.get(key) is client:
+            del _LIVE[key]  # a caller's client under this key stays
+    if client is not None:
+        client.close()
+
+
+# --- the op ----------------------------------------------------------------
+
+def _leading_shape(timesteps: torch.Tensor) -> Tuple[int, ...]:
+    # A scalar is a batch of one, as in temb.Client.embed.
+    return tuple(timesteps.shape) if timesteps.dim() else (1,)
+
+
+def _embed(timesteps: torch.Tensor, client_key: str, num_channels: int,
+           flip_sin_to_cos: bool, downscale_freq_shift: float, scale: float,
+           max_period: float, precision: str,
+           timeout: Optional[float]) -> torch.Tensor:
+    """diffusers' ``get_timestep_embedding(timesteps, num_channels,
+    flip_sin_to_cos, downscale_freq_shift, scale, max_period)``, computed by
+    the temb server the key names: float32 of shape timesteps.shape +
+    [num_channels], on the timesteps' device.  precision: "fp32" | "fp64";
+    timeout None: the client's."""
+    client = _client_for(client_key)
+    embedding = client.embed(
+        timesteps, dim=num_channels, flip_sin_to_cos=flip_sin_to_cos,
+        downscale_freq_shift=downscale_freq_shift, scale=scale,
+        max_period=max_period, precision=precision, dtype="fp32",
+        timeout=timeout, return_tensors="pt")
+    return embedding.to(timesteps.device)
+
+
+def _fake(timesteps, client_key, num_channels, flip_sin_to_cos,
+          downscale_freq_shift, scale, max_period, precision, timeout):
+    return timesteps.new_empty((*_leading_shape(timesteps), num_channels),
+                               dtype=torch.float32)
+
+
+if hasattr(torch.library, "custom_op"):  # PyTorch 2.4 and later
+    timestep_embedding = torch.library.custom_op(
+        "temb::timestep_embedding", _embed, mutates_args=())
+    timestep_embedding.register_fake(_fake)
+else:  # pragma: no cover - older PyTorch: eager only
+    def timestep_embedding(timesteps, *args):
+        if timesteps.device.type == "meta":
+            return _fake(timesteps, *args)
+        return _embed(timesteps, *args)
+
+
+# --- the module ------------------------------------------------------------
 
 class Timesteps(torch.nn.Module):
     """diffusers.models.embeddings.Timesteps, evaluated by a temb server.
 
     The first four arguments are diffusers'.  Exactly one of `client` (a
     shared :class:`temb.Client`, the better choice for many modules) or
-    `target` (this module then owns a client) must be given.  `max_period`
-    and `precision` ("fp32" | "fp64") are passed through when set.
+    `target` (modules with the same target then share one client opened on
+    first use) must be given.  `max_period` (default 10000, as diffusers'
+    get_timestep_embedding) and `precision` ("fp32" | "fp64") are passed
+    through.
 
-    forward(timesteps) takes a 0-D or 1-D tensor (or anything
-    :meth:`temb.Client.embed` accepts) and returns a float32 tensor of shape
-    [N, num_channels] on the timesteps' device.  The module has no
-    parameters or buffers, like diffusers'.
+    forward(timesteps) takes a tensor of rank 0 to 5 (or anything
+    :meth:`temb.Client.embed` accepts) and returns float32 of shape
+    timesteps.shape + [num_channels] ([1, num_channels] for a scalar) on
+    the timesteps' device.  The module has no parameters or buffers, like
+    diffusers'.  Timesteps in bf16/fp16 are widened exactly, as diffusers'
+    ``timesteps.float()``.
     """
 
     def __init__(self, num_channels: int, flip_sin_to_cos: bool,
@@ -46,39 +170,142 @@ class Timesteps(torch.nn.Module):
                  precision: Optional[str] = None,
                  timeout: Optional[float] = None) -> None:
         super().__init__()
-        if client is None and target is not None:
-            client, self._owns_client = Client(target), True
-        elif client is not None and target is None:
-            self._owns_client = False
-        else:
+        if (client is None) == (target is None):
             raise ValueError("Timesteps needs exactly one of client= or target=")
-        self.num_channels = num_channels
-        self.flip_sin_to_cos = flip_sin_to_cos
-        self.downscale_freq_shift = downscale_freq_shift
+        if precision not in (None, "fp32", "fp64"):
+            raise ValueError(f'precision must be "fp32" or "fp64", got {precision!r}')
+        self.num_channels = int(num_channels)
+        self.flip_sin_to_cos = bool(flip_sin_to_cos)
+        self.downscale_freq_shift = float(downscale_freq_shift)
         self.scale = scale
         self.max_period = max_period
         self.precision = precision
         self.timeout = timeout
-        self.client = client
+        if client is not None:
+            self._client_key = _key_of(client)
+            self._client_settings = dict(client._arguments)
+            self._client = client  # keeps the caller's client alive
+        else:
+            # One client per target among modules made with target=.
+            self._client_settings = {"target": target}
+            self._client_key = "target:" + target
+            _register_settings(self._client_key, self._client_settings)
+            self._client = None
+
+    @property
+    def client(self) -> Client:
+        """The client this module calls (opened now if need be)."""
+        if self._client is None:
+            return _client_for(self._client_key)
+        return self._client
 
     def forward(self, timesteps: Any) -> torch.Tensor:
-        embedding = self.client.embed(
-            timesteps, dim=self.num_channels,
-            flip_sin_to_cos=self.flip_sin_to_cos,
-            downscale_freq_shift=self.downscale_freq_shift, scale=self.scale,
-            max_period=self.max_period, precision=self.precision,
-            dtype="fp32", timeout=self.timeout, return_tensors="pt")
-        if isinstance(timesteps, torch.Tensor) and timesteps.device.type != "cpu":
-            embedding = embedding.to(timesteps.device)
-        return embedding
+        if not isinstance(timesteps, torch.Tensor):
+            timesteps = torch.as_tensor(timesteps)
+        return timestep_embedding(
+            timesteps, self._client_key, self.num_channels,
+            self.flip_sin_to_cos, self.downscale_freq_shift,
+            float(self.scale),
+            float(_DEFAULT_MAX_PERIOD if self.max_period is None
+                  else self.max_period),
+            self.precision or "fp32",
+            None if self.timeout is None else float(self.timeout))
 
     def close(self) -> None:
-        """Closes the client if this module created it."""
-        if self._owns_client:
-            self.client.close()
+        """Closes the client opened for target= (or after unpickling); a
+        caller's client is the caller's to close.  The next call opens a
+        new one."""
+        _drop(self._client_key)
+
+    # copy.deepcopy (EMA copies): the copy shares the live client.
+    def __deepcopy__(self, memo: Dict[int, Any]) -> "Timesteps":
+        clone = self.__class__.__new__(self.__class__)
+        memo[id(self)] = clone
+        state = self.__dict__.copy()
+        shared = {name: state.pop(name)
+                  for name in ("_client", "_client_settings")}
+        clone.__dict__.update(copy.deepcopy(state, memo))
+        clone.__dict__.update(shared)
+        return clone
+
+    # pickle: the client's settings travel, not its connection.
+    def __getstate__(self) -> Dict[str, Any]:
+        try:
+            pickle.dumps(self._client_settings)
+        except Exception as e:
+            raise TypeError(
+                "this temb.torch.Timesteps cannot be pickled: its client's "
+                "settings cannot (grpc.ChannelCredentials are not picklable: "
+                "give the client tls=temb.TlsConfig(...) instead)") from e
+        state = self.__dict__.copy()
+        state["_client"] = None
+        return state
+
+    def __setstate__(self, state: Dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        _register_settings(self._client_key, self._client_settings)
 
     def extra_repr(self) -> str:
+        target = self._client_settings.get("target")
         return (f"num_channels={self.num_channels}, "
                 f"flip_sin_to_cos={self.flip_sin_to_cos}, "
                 f"downscale_freq_shift={self.downscale_freq_shift}, "
-                f"scale={self.scale}, target={self.client.target!r}")
+                f"scale={self.scale}, target={target!r}")
+
+
+# --- patching diffusers models ----------------------------------------------
+
+def _replaceable(module: torch.nn.Module) -> Optional[Dict[str, Any]]:
+    """The Timesteps arguments of a diffusers sinusoid module this module
+    can stand in for exactly, or None."""
+    cls = type(module)
+    name = cls.__name__
+    if name == "Timesteps" and cls.__module__ == "diffusers.models.embeddings":
+        extra: Dict[str, Any] = {}
+    elif name in ("BriaTimesteps", "BriaFiboTimesteps") and \
+            cls.__module__.startswith("diffusers.models.transformers."):
+        # get_timestep_embedding(..., max_period=time_theta)
+        extra = {"max_period": float(module.time_theta)}
+    else:
+        return None
+    return dict(num_channels=module.num_channels,
+                flip_sin_to_cos=module.flip_sin_to_cos,
+                downscale_freq_shift=module.downscale_freq_shift,
+                scale=module.scale, **extra)
+
+
+def patch(model: torch.nn.Module, client: Optional[Client] = None, *,
+          target: Optional[str] = None, timeout: Optional[float] = None,
+          precision: Optional[str] = None) -> List[str]:
+    """Replaces, in place, every diffusers ``Timesteps`` module of `model`
+    (and Bria's ``BriaTimesteps``/``BriaFiboTimesteps``, which add
+    max_period) with a :class:`Timesteps` of the same convention
+    (num_channels, flip_sin_to_cos, downscale_freq_shift, scale), served
+    through `client` (or a client for `target`).
+
+    A module reachable under several names (Flux's time_proj serves timestep
+    and guidance) is replaced by one module everywhere.  Returns the
+    qualified names replaced, e.g. ["time_text_embed.time_proj"]; `model`
+    itself is never replaced.  Other sinusoid classes (SkyReels-V2's float64
+    one, LongCat's, Stable Audio's Fourier features) are left alone.
+    """
+    if (client is None) == (target is None):
+        raise ValueError("patch needs exactly one of client= or target=")
+    replacements: Dict[int, Timesteps] = {}
+    replaced: List[str] = []
+    for parent_name, parent in list(model.named_modules(remove_duplicate=False)):
+        for child_name, child in list(parent.named_children()):
+            if isinstance(child, Timesteps):
+                continue
+            arguments = _replaceable(child)
+            if arguments is None:
+                continue
+            new = replacements.get(id(child))
+            if new is None:
+                new = replacements[id(child)] = Timesteps(
+                    **arguments, client=client, target=target,
+                    timeout=timeout, precision=precision)
+            setattr(parent, child_name, new)
+            replaced.append(f"{parent_name}.{child_name}" if parent_name
+                            else child_name)
+    return replaced

@@ -54,6 +54,13 @@ class Spec:
     repeat_only: Optional[bool] = None
     layout: Optional[str] = None  # "halves" | "interleaved"
     precision: Optional[str] = None  # "fp32" | "fp64"
+    # "fp32" | "fp16" | "bf16": the dtype t is rounded to (and time_factor
+    # applied in) before the embedding; None: fp32.
+    timestep_dtype: Optional[str] = None
+    # A frequency table instead of exp(-ln(P) i / (H - shift)), or
+    # (min_frequency, max_frequency) of a log-spaced one.
+    frequencies: Optional[Tuple[float, ...]] = None
+    log_spaced_frequencies: Optional[Tuple[float, float]] = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -65,6 +72,10 @@ class Preset:
     spec: Spec
     dim_overridable: bool
     default_dtype: Optional[str]  # "fp32" | "fp16" | "bf16" | "fp64" | None
+    # The embeddings one denoising step needs, as (part name, preset name)
+    # pairs (e.g. flux: ("timestep", "flux"), ("guidance", "flux")): the
+    # names Client.embed_parts(..., preset=name) takes.
+    parts: Tuple[Tuple[str, str], ...] = ()
 
 
 @dataclasses.dataclass(frozen=True)
