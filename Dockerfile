@@ -1,29 +1,127 @@
 # syntax=docker/dockerfile:1
-# temb server image: serves on the GPU when the container is given one
-# (docker run --gpus all, or nvidia.com/gpu in Kubernetes) and on the CPU
-# otherwise.  See docs/deploy.md.
+# temb server images, two targets (docs/deploy.md):
+#   gpu (the default, last stage): CUDA backend, serves on the GPU when the
+#       container is given one (docker run --gpus all, nvidia.com/gpu in
+#       Kubernetes) and on the CPU otherwise;
+#   cpu (--target cpu): CPU backend only, on a Debian base, no CUDA at all.
+# Each target has its own build stage on the same distribution as its runtime
+# stage, so the runtime stage installs the distribution packages that hold the
+# exact shared libraries the build linked against.  scripts/container-smoke.sh
+# builds and tests the cpu target without a Docker daemon or a registry.
 #
-# Ubuntu 24.04 ships the same gRPC 1.51, Protobuf 3.21 and Abseil 20220623 as
-# the Debian 12 machines the project is developed and tested on, so the build
-# stage runs the project's own scripts unchanged and the runtime stage can
-# take the shared libraries from the distribution instead of building them.
+# Base images are build arguments.  NVIDIA publishes CUDA images for Ubuntu,
+# not Debian; Ubuntu 24.04 ships the same gRPC 1.51, Protobuf 3.21 and Abseil
+# 20220623 as the Debian 12 machines the project is developed on.
 ARG CUDA_VERSION=13.0.2
-ARG UBUNTU_VERSION=24.04
+ARG CUDA_BUILD_IMAGE=nvidia/cuda:${CUDA_VERSION}-devel-ubuntu24.04
+ARG CUDA_RUNTIME_IMAGE=nvidia/cuda:${CUDA_VERSION}-base-ubuntu24.04
+ARG DEBIAN_IMAGE=debian:bookworm-slim
+# CMake from PyPI: Debian 12's CMake 3.25.1 cannot configure CUDA 13 (its
+# FindCUDAToolkit fails on the removed nvToolsExt library).  Pinned.
+ARG CMAKE_VERSION=3.31.6
+# Parallel compile jobs; empty means every CPU the build sees.
+ARG JOBS=
+# What the build stages install: compilers and the -dev packages of the
+# libraries temb links, the same names on Debian 12 and Ubuntu 24.04.  A
+# subset of scripts/install-deps.sh (no tests, benchmarks, fuzzers, ccache):
+# a library added to the build goes in both, or CI's container stage fails.
+ARG BUILD_PACKAGES="g++ make ninja-build pkg-config ca-certificates \
+  python3-venv libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev \
+  protobuf-compiler libabsl-dev prometheus-cpp-dev libsleef-dev \
+  libspdlog-dev libfmt-dev nlohmann-json3-dev libcpp-httplib-dev"
 
-FROM nvidia/cuda:${CUDA_VERSION}-devel-ubuntu${UBUNTU_VERSION} AS build
+# ---- cpu -------------------------------------------------------------------
+
+FROM ${DEBIAN_IMAGE} AS build-debian
+ARG BUILD_PACKAGES
+ARG CMAKE_VERSION
+ARG JOBS
+# Extra CMake arguments.  Without any, CUDA is on exactly when nvcc is at
+# /usr/local/cuda (the project's own default): never in the stock Debian
+# image, so the cpu target has no CUDA backend.
+ARG CMAKE_ARGS=
+SHELL ["/bin/bash", "-o", "pipefail", "-c"]
+# Dependencies in their own layers: source edits do not reinstall them.
+RUN apt-get update \
+ && DEBIAN_FRONTEND=noninteractive xargs apt-get install -y --no-install-recommends \
+      <<<"${BUILD_PACKAGES}" \
+ && rm -rf /var/lib/apt/lists/*
+# Behind a TLS-inspecting proxy, pass the build machine's CA bundle as a
+# secret: --secret id=ca-certificates,src=/etc/ssl/certs/ca-certificates.crt
+RUN --mount=type=secret,id=ca-certificates \
+    cert=(); if [[ -s /run/secrets/ca-certificates ]]; then \
+      cert=(--cert /run/secrets/ca-certificates); fi \
+ && python3 -m venv /opt/cmake \
+ && /opt/cmake/bin/pip install --no-cache-dir --disable-pip-version-check \
+      "${cert[@]}" "cmake==${CMAKE_VERSION}" \
+ && ln -s /opt/cmake/bin/cmake /opt/cmake/bin/ctest /usr/local/bin/ \
+ && cmake --version
+WORKDIR /src
+COPY . .
+# Only the two shipped programs: no tests, benchmarks or fuzzers.
+RUN read -ra extra <<<"${CMAKE_ARGS}" \
+ && cmake -S . -B /build -G Ninja -DCMAKE_BUILD_TYPE=Release \
+      -DTEMB_BUILD_TESTS=OFF -DTEMB_BUILD_BENCHMARKS=OFF "${extra[@]}" \
+ && grep -E '^(CMAKE_CUDA_COMPILER|TEMB_ENABLE_CUDA):' /build/CMakeCache.txt \
+ && cmake --build /build --parallel "${JOBS:-$(nproc)}" --target temb-server temb \
+ && deploy/docker/runtime-packages.sh /build/bin/temb-server /build/bin/temb \
+      > /build/runtime-packages.txt \
+ && cat /build/runtime-packages.txt
+
+FROM ${DEBIAN_IMAGE} AS cpu
+SHELL ["/bin/bash", "-o", "pipefail", "-c"]
+COPY --from=build-debian /build/runtime-packages.txt /tmp/runtime-packages.txt
+# A named user and group, uid/gid 10001, no home, no shell.
+RUN apt-get update \
+ && DEBIAN_FRONTEND=noninteractive xargs --arg-file=/tmp/runtime-packages.txt \
+      apt-get install -y --no-install-recommends \
+ && rm -rf /var/lib/apt/lists/* /tmp/runtime-packages.txt \
+ && groupadd --gid 10001 temb \
+ && useradd --uid 10001 --gid temb --no-create-home \
+      --home-dir /nonexistent --shell /usr/sbin/nologin temb
+COPY --from=build-debian /build/bin/temb-server /build/bin/temb /usr/local/bin/
+RUN ! ldd /usr/local/bin/temb-server /usr/local/bin/temb | grep "not found"
+LABEL org.opencontainers.image.title="temb" \
+      org.opencontainers.image.description="Sinusoidal timestep embeddings over gRPC (CPU backend)"
+# Numeric so that Kubernetes' runAsNonRoot can verify it.
+USER 10001:10001
+# gRPC (temb.v1, KServe v2, health) and Prometheus /metrics.
+EXPOSE 50051 9090
+HEALTHCHECK --interval=15s --timeout=5s --start-period=10s --retries=3 \
+  CMD ["temb", "health", "--target=127.0.0.1:50051"]
+ENTRYPOINT ["temb-server"]
+CMD ["--address=0.0.0.0:50051", "--metrics_address=0.0.0.0:9090", "--backend=cpu"]
+
+# ---- gpu (default) -----------------------------------------------------------
+
+FROM ${CUDA_BUILD_IMAGE} AS build-cuda
 # sm_80 A100, sm_89 L4/L40, sm_90 H100/H200.  The build has no GPU to probe.
 ARG CUDA_ARCHITECTURES="80;89;90"
+ARG BUILD_PACKAGES
+ARG CMAKE_VERSION
+ARG JOBS
+ARG CMAKE_ARGS=
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]
+RUN apt-get update \
+ && DEBIAN_FRONTEND=noninteractive xargs apt-get install -y --no-install-recommends \
+      <<<"${BUILD_PACKAGES}" \
+ && rm -rf /var/lib/apt/lists/*
+RUN --mount=type=secret,id=ca-certificates \
+    cert=(); if [[ -s /run/secrets/ca-certificates ]]; then \
+      cert=(--cert /run/secrets/ca-certificates); fi \
+ && python3 -m venv /opt/cmake \
+ && /opt/cmake/bin/pip install --no-cache-dir --disable-pip-version-check \
+      "${cert[@]}" "cmake==${CMAKE_VERSION}" \
+ && ln -s /opt/cmake/bin/cmake /opt/cmake/bin/ctest /usr/local/bin/ \
+ && cmake --version
 WORKDIR /src
-# Dependencies in their own layer: source edits do not reinstall them.
-COPY scripts/install-deps.sh scripts/
-RUN TEMB_SKIP_PYTHON=1 scripts/install-deps.sh
 COPY . .
-RUN --mount=type=cache,target=/root/.cache/ccache \
-    BUILD_DIR=/build scripts/build.sh \
-      -DTEMB_ENABLE_CUDA=ON \
-      "-DCMAKE_CUDA_ARCHITECTURES=${CUDA_ARCHITECTURES}" \
+RUN read -ra extra <<<"${CMAKE_ARGS}" \
+ && cmake -S . -B /build -G Ninja -DCMAKE_BUILD_TYPE=Release \
       -DTEMB_BUILD_TESTS=OFF -DTEMB_BUILD_BENCHMARKS=OFF \
+      -DTEMB_ENABLE_CUDA=ON "-DCMAKE_CUDA_ARCHITECTURES=${CUDA_ARCHITECTURES}" \
+      "${extra[@]}" \
+ && cmake --build /build --parallel "${JOBS:-$(nproc)}" --target temb-server temb \
  && deploy/docker/runtime-packages.sh /build/bin/temb-server /build/bin/temb \
       > /build/runtime-packages.txt \
  && cat /build/runtime-packages.txt
@@ -31,23 +129,21 @@ RUN --mount=type=cache,target=/root/.cache/ccache \
 # "base" carries no CUDA libraries: the binaries link the CUDA runtime
 # statically and the driver is mounted from the host by the NVIDIA container
 # toolkit.  Its NVIDIA_* environment makes the toolkit do that.
-FROM nvidia/cuda:${CUDA_VERSION}-base-ubuntu${UBUNTU_VERSION} AS runtime
+FROM ${CUDA_RUNTIME_IMAGE} AS gpu
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]
-COPY --from=build /build/runtime-packages.txt /tmp/runtime-packages.txt
+COPY --from=build-cuda /build/runtime-packages.txt /tmp/runtime-packages.txt
 RUN apt-get update \
- && xargs --arg-file=/tmp/runtime-packages.txt \
+ && DEBIAN_FRONTEND=noninteractive xargs --arg-file=/tmp/runtime-packages.txt \
       apt-get install -y --no-install-recommends \
  && rm -rf /var/lib/apt/lists/* /tmp/runtime-packages.txt \
- && useradd --system --uid 10001 --user-group --no-create-home \
-      --shell /usr/sbin/nologin temb
-COPY --from=build /build/bin/temb-server /build/bin/temb /usr/local/bin/
-
+ && groupadd --gid 10001 temb \
+ && useradd --uid 10001 --gid temb --no-create-home \
+      --home-dir /nonexistent --shell /usr/sbin/nologin temb
+COPY --from=build-cuda /build/bin/temb-server /build/bin/temb /usr/local/bin/
+RUN ! ldd /usr/local/bin/temb-server /usr/local/bin/temb | grep "not found"
 LABEL org.opencontainers.image.title="temb" \
-      org.opencontainers.image.description="Sinusoidal timestep embeddings for diffusion models over gRPC"
-
-# Numeric so that Kubernetes' runAsNonRoot can verify it without /etc/passwd.
+      org.opencontainers.image.description="Sinusoidal timestep embeddings over gRPC (CUDA and CPU backends)"
 USER 10001:10001
-# gRPC (temb.v1, KServe v2, health) and Prometheus /metrics.
 EXPOSE 50051 9090
 HEALTHCHECK --interval=15s --timeout=5s --start-period=10s --retries=3 \
   CMD ["temb", "health", "--target=127.0.0.1:50051"]

@@ -17,6 +17,11 @@ APT_PACKAGES=(
   # the CPU backend, llvm-symbolizer for readable reports.
   clang-14 libclang-rt-14-dev libomp-14-dev llvm-14
   clang-format-14  # scripts/check-format.sh (a ctest entry)
+  nginx-light  # deploy/front: the hardened HTTP/2 front (tests/reliability)
+  # scripts/container-smoke.sh: builds and runs the image with no Docker
+  # daemon (buildah, podman with runc; crun fails on the CI machines) from a
+  # base bootstrapped with mmdebstrap.
+  buildah podman runc conmon containernetworking-plugins catatonit mmdebstrap
 )
 
 missing=()

@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
-# One command: install what is missing, build, and run every test in three
+# One command: install what is missing, build, and run every test in four
 # stages (see docs/testing.md):
 #   1. the ctest suite on the normal build (${BUILD_DIR:-build});
 #   2. the same suite under ASan + UBSan (scripts/sanitize.sh);
-#   3. each libFuzzer target for FUZZ_SECONDS (scripts/fuzz.sh).
-#   TEMB_TEST_SANITIZE=0 / TEMB_TEST_FUZZ=0 skip stage 2 / 3.
+#   3. each libFuzzer target for FUZZ_SECONDS (scripts/fuzz.sh);
+#   4. the cpu container image, built from the Dockerfile without a Docker
+#      daemon and smoke-tested (scripts/container-smoke.sh).
+#   TEMB_TEST_SANITIZE=0 / TEMB_TEST_FUZZ=0 / TEMB_TEST_CONTAINER=0 skip
+#   stage 2 / 3 / 4.
 # The last line printed is "N passed, N failed", summed over the stages.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -55,6 +58,11 @@ if [[ "${TEMB_TEST_SANITIZE:-1}" != 0 ]]; then
 fi
 if [[ "${TEMB_TEST_FUZZ:-1}" != 0 ]]; then
   run_stage fuzz scripts/fuzz.sh
+fi
+if [[ "${TEMB_TEST_CONTAINER:-1}" != 0 ]]; then
+  run_stage container scripts/container-smoke.sh
+else
+  echo "test.sh: stage container SKIPPED (TEMB_TEST_CONTAINER=0): the image was not built or tested"
 fi
 echo "$passed passed, $failed failed"
 ((failed == 0))

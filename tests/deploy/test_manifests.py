@@ -266,12 +266,28 @@ def test_termination_outlasts_drain(rendered, directory):
         "liveness would restart a pod in the middle of its drain"
 
 
+# The Dockerfile target each deployable kustomization runs; base names the
+# image "temb" and leaves the registry and tag to them.
+IMAGE_TARGETS = {"overlays/cpu": "cpu", "overlays/gpu": "gpu", "kserve": "gpu"}
+
+
 def test_image_name_is_consistent(rendered):
-    images = {c["image"] for docs in rendered.values()
-              for _, _, c in server_containers(docs)}
-    assert len(images) == 1, images
-    (image,) = images
-    assert image.rsplit("/", 1)[-1].split(":")[0] == "temb", image
+    """One repository everywhere, tagged <project version>-<target> (the tags
+    scripts/container-smoke.sh and docs/deploy.md build)."""
+    version = re.search(r"project\(temb VERSION ([0-9.]+)",
+                        (SOURCE / "CMakeLists.txt").read_text()).group(1)
+    repositories = set()
+    for directory, docs in rendered.items():
+        for _, _, container in server_containers(docs):
+            image = container["image"]
+            if label(directory) == "base":
+                assert image == "temb", image
+                continue
+            repository, _, tag = image.rpartition(":")
+            assert repository.rsplit("/", 1)[-1] == "temb", image
+            assert tag == f"{version}-{IMAGE_TARGETS[label(directory)]}", image
+            repositories.add(repository)
+    assert len(repositories) == 1, repositories
 
 
 def test_gpu_overlay_requests_a_gpu_and_cpu_overlay_does_not(rendered):
