@@ -41,6 +41,7 @@ LAYERS = [
     ("app", ["server/app/", "server/main.cc"]),
     ("client", ["client/cpp/"]),
     ("cli", ["client/cli/"]),
+    ("local_ext", ["client/local/"]),
     ("tests", ["tests/"]),
     ("bench", ["bench/"]),
     ("fuzz", ["fuzz/", "@build/fuzz/"]),
@@ -65,6 +66,8 @@ ALLOWED = {
     "app": ["native_frontend", "kserve_frontend", "rest_frontend", "metrics"],
     "client": ["proto", "base"],
     "cli": ["client", "v1_convert"],
+    # temb.local's extension: the service core in-process (a leaf).
+    "local_ext": ["v1_convert"],
     # Leaves: nothing includes them.
     "tests": ["app", "cli", "client"],
     "bench": ["kernels", "proto"],

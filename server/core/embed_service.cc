@@ -1,5 +1,6 @@
 #include "temb/core/embed_service.h"
 
+#include <new>
 #include <utility>
 #include <vector>
 
@@ -205,13 +206,22 @@ absl::StatusOr<Embedding> EmbedService::Embed(
   Backend* backend = active_.load();
   absl::Span<uint8_t> output;
   std::unique_ptr<HostBuffer> lent;
-  if (allocator != nullptr) {
-    lent = size > 0 ? backend->AllocateOutput(size) : nullptr;
-    output = lent != nullptr ? lent->bytes() : allocator->Allocate(size);
-  } else {
-    embedding.data.resize(size);
-    output =
-        absl::MakeSpan(reinterpret_cast<uint8_t*>(embedding.data.data()), size);
+  // The limits make this rare, not impossible (a small container): a clear
+  // RESOURCE_EXHAUSTED rather than an exception escaping into gRPC.
+  try {
+    if (allocator != nullptr) {
+      lent = size > 0 ? backend->AllocateOutput(size) : nullptr;
+      output = lent != nullptr ? lent->bytes() : allocator->Allocate(size);
+    } else {
+      embedding.data.resize(size);
+      output = absl::MakeSpan(reinterpret_cast<uint8_t*>(embedding.data.data()),
+                              size);
+    }
+  } catch (const std::bad_alloc&) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("cannot allocate ", size,
+                     " bytes for the output; retry later or with "
+                     "a smaller batch"));
   }
   while (true) {
     const absl::Status status = backend->Compute(spec, timesteps, output);

@@ -5,6 +5,8 @@
     temb.torch.patch(transformer, client=client)   # every Timesteps module
     # or one module by hand:
     unet.time_proj = temb.torch.Timesteps(320, True, 0, client=client)
+    # or in-process, without a server (temb.local: the same numbers):
+    temb.torch.patch(transformer, client=temb.local)
 
 The embedding is the registered custom op ``torch.ops.temb.timestep_embedding``
 (with a fake/meta implementation; PyTorch 2.4 or later), so patched models
@@ -55,18 +57,42 @@ _SETTINGS: Dict[str, Dict[str, Any]] = {}
 _KEY_ATTRIBUTE = "_temb_torch_key"
 
 
-def _key_of(client: Client) -> str:
-    """Registers a live client; the same client always gets the same key."""
+def _as_client(client: Any) -> Any:
+    """`client` itself, or the temb.local engine it names (the module
+    temb.local names its default engine); TypeError for anything else."""
+    local_engine = getattr(client, "_temb_local_engine", None)
+    if callable(local_engine):
+        return local_engine()
     if not isinstance(client, Client):
-        raise TypeError("temb.torch needs a blocking temb.Client, got "
+        raise TypeError("temb.torch needs a blocking temb.Client or "
+                        "temb.local, got "
                         f"{type(client).__module__}.{type(client).__name__}")
+    return client
+
+
+def _settings_of(client: Any) -> Dict[str, Any]:
+    """What opens an equal client (or temb.local engine) elsewhere."""
+    if isinstance(client, Client):
+        return dict(client._arguments)
+    return {"local": dict(client._arguments)}
+
+
+def _open(settings: Dict[str, Any]) -> Any:
+    if "local" in settings:
+        from temb import local
+        return local.engine(**settings["local"])
+    return Client(**settings)
+
+
+def _key_of(client: Any) -> str:
+    """Registers a live client; the same client always gets the same key."""
     with _LOCK:
         key = getattr(client, _KEY_ATTRIBUTE, None)
         if key is None:
             key = uuid.uuid4().hex
             setattr(client, _KEY_ATTRIBUTE, key)
         _LIVE[key] = client
-        _SETTINGS[key] = dict(client._arguments)
+        _SETTINGS[key] = _settings_of(client)
     return key
 
 
@@ -84,7 +110,7 @@ def _client_for(key: str) -> Client:
                 raise RuntimeError(
                     f"no temb client is registered under {key!r}: the op is "
                     "called by temb.torch.Timesteps modules")
-            client = _OPENED[key] = Client(**settings)
+            client = _OPENED[key] = _open(settings)
             setattr(client, _KEY_ATTRIBUTE, key)
             _LIVE[key] = client
         return client
@@ -148,9 +174,10 @@ class Timesteps(torch.nn.Module):
     """diffusers.models.embeddings.Timesteps, evaluated by a temb server.
 
     The first four arguments are diffusers'.  Exactly one of `client` (a
-    shared :class:`temb.Client`, the better choice for many modules) or
-    `target` (modules with the same target then share one client opened on
-    first use) must be given.  `max_period` (default 10000, as diffusers'
+    shared :class:`temb.Client`, the better choice for many modules; or
+    ``temb.local`` or a ``temb.local.Engine``: computed in this process, the
+    same numbers without a server) or `target` (modules with the same target
+    then share one client opened on first use) must be given.  `max_period` (default 10000, as diffusers'
     get_timestep_embedding) and `precision` ("fp32" | "fp64") are passed
     through.
 
@@ -164,7 +191,7 @@ class Timesteps(torch.nn.Module):
 
     def __init__(self, num_channels: int, flip_sin_to_cos: bool,
                  downscale_freq_shift: float, scale: float = 1, *,
-                 client: Optional[Client] = None,
+                 client: Any = None,
                  target: Optional[str] = None,
                  max_period: Optional[float] = None,
                  precision: Optional[str] = None,
@@ -182,8 +209,9 @@ class Timesteps(torch.nn.Module):
         self.precision = precision
         self.timeout = timeout
         if client is not None:
+            client = _as_client(client)
             self._client_key = _key_of(client)
-            self._client_settings = dict(client._arguments)
+            self._client_settings = _settings_of(client)
             self._client = client  # keeps the caller's client alive
         else:
             # One client per target among modules made with target=.
@@ -246,7 +274,8 @@ class Timesteps(torch.nn.Module):
         _register_settings(self._client_key, self._client_settings)
 
     def extra_repr(self) -> str:
-        target = self._client_settings.get("target")
+        target = ("temb.local" if "local" in self._client_settings
+                  else self._client_settings.get("target"))
         return (f"num_channels={self.num_channels}, "
                 f"flip_sin_to_cos={self.flip_sin_to_cos}, "
                 f"downscale_freq_shift={self.downscale_freq_shift}, "
@@ -274,14 +303,15 @@ def _replaceable(module: torch.nn.Module) -> Optional[Dict[str, Any]]:
                 scale=module.scale, **extra)
 
 
-def patch(model: torch.nn.Module, client: Optional[Client] = None, *,
+def patch(model: torch.nn.Module, client: Any = None, *,
           target: Optional[str] = None, timeout: Optional[float] = None,
           precision: Optional[str] = None) -> List[str]:
     """Replaces, in place, every diffusers ``Timesteps`` module of `model`
     (and Bria's ``BriaTimesteps``/``BriaFiboTimesteps``, which add
     max_period) with a :class:`Timesteps` of the same convention
     (num_channels, flip_sin_to_cos, downscale_freq_shift, scale), served
-    through `client` (or a client for `target`).
+    through `client` (or a client for `target`; ``client=temb.local``
+    computes in this process).
 
     A module reachable under several names (Flux's time_proj serves timestep
     and guidance) is replaced by one module everywhere.  Returns the

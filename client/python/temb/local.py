@@ -1,0 +1,429 @@
+"""temb.local: the temb server's computation in this process, without a
+network.
+
+    import temb.local
+    emb = temb.local.embed([999, 500, 1], preset="sdxl")          # numpy [3, 320]
+    emb = temb.local.embed(t, preset="sd3", return_tensors="pt")   # torch tensor
+    parts = temb.local.embed_parts({"timestep": s, "guidance": g},
+                                   preset="flux", timestep_dtype="bf16")
+
+``embed``, ``embed_parts``, ``embed_stream`` and ``server_info`` take and
+return exactly what :class:`temb.Client`'s do, and raise the same
+:class:`temb.TembError` subclasses with the same messages.  The numbers are
+a server's bit for bit (one with the same backend: CUDA's sincosf and the
+CPU's may differ by an ulp): the native extension ``_temb_local`` is built
+from the server's own service core, kernels and built-in preset catalogue
+(CMake target ``temb_local_ext``), computing on the CPU, or on a GPU for
+large outputs where one works (the server's ``--backend=auto``).
+
+A call resolves its preset and options once (cached per distinct set of
+arguments) and computes straight into a new numpy array: a batch of one
+costs a few microseconds.  The default engine uses ``$OMP_NUM_THREADS`` CPU
+threads for one large call when that is set, else every core;
+:func:`configure` changes that, or use an :class:`Engine` of your own.
+``temb.torch.Timesteps(..., client=temb.local)`` and
+``temb.torch.patch(model, client=temb.local)`` compute through it.
+
+Where the extension comes from: ``$TEMB_LOCAL_EXTENSION_DIR`` when set (the
+directory holding ``_temb_local*.so``), else a ``_temb_local`` module inside
+this package (copy the built file next to this one to install it), else, in
+a checkout of the temb repository, ``<checkout>/build/python`` (where the
+build puts it).  Without it, ``import temb.local`` still works and every
+call raises ImportError saying how to build it; :func:`available` tells.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.machinery
+import importlib.util
+import os
+import pathlib
+import sys
+import threading
+from typing import (Any, Dict, Iterable, Iterator, Mapping, Optional, Tuple,
+                    Union)
+
+import numpy as np
+
+from temb import _codec, _request
+from temb._proto import VERSION as _VERSION
+from temb._proto.temb.v1 import temb_pb2 as pb
+from temb._request import Embedding
+from temb.errors import TembError, error_from_code
+from temb.types import ServerInfo
+
+__all__ = ["Engine", "available", "configure", "default_engine", "embed",
+           "embed_parts", "embed_stream", "server_info"]
+
+EXTENSION_DIR_VARIABLE = "TEMB_LOCAL_EXTENSION_DIR"
+_EXTENSION = "_temb_local"
+_MODULE_NAME = "temb." + _EXTENSION
+# Distinct argument sets remembered per engine before the cache starts over.
+_MAX_PLANS = 512
+
+_lock = threading.Lock()
+_native: Any = None
+
+
+def _load_from(path: pathlib.Path) -> Any:
+    spec = importlib.util.spec_from_file_location(_MODULE_NAME, path)
+    if spec is None or spec.loader is None:
+        raise ImportError(f"cannot load {path}")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    sys.modules[_MODULE_NAME] = module
+    return module
+
+
+def _find_in(directory: pathlib.Path) -> Optional[pathlib.Path]:
+    for suffix in importlib.machinery.EXTENSION_SUFFIXES:
+        path = directory / (_EXTENSION + suffix)
+        if path.is_file():
+            return path
+    return None
+
+
+def _checkout_build_dir() -> pathlib.Path:
+    # client/python/temb/local.py -> <checkout>/build/python
+    return pathlib.Path(__file__).resolve().parents[3] / "build" / "python"
+
+
+def _import_extension() -> Any:
+    directory = os.environ.get(EXTENSION_DIR_VARIABLE)
+    if directory:
+        path = _find_in(pathlib.Path(directory))
+        if path is None:
+            raise ImportError(
+                f"temb.local: no {_EXTENSION} extension for this Python in "
+                f"${EXTENSION_DIR_VARIABLE}={directory} (build the CMake "
+                "target temb_local_ext, which writes <build>/python/)")
+        return _load_from(path)
+    try:
+        return importlib.import_module(_MODULE_NAME)
+    except ModuleNotFoundError as e:
+        if e.name != _MODULE_NAME:
+            raise  # present, but something it needs is missing: say what
+    path = _find_in(_checkout_build_dir())
+    if path is not None:
+        return _load_from(path)
+    raise ImportError(
+        "temb.local needs its native extension _temb_local, which is not "
+        "installed: build it (scripts/build.sh, or cmake --build build "
+        "--target temb_local_ext; it needs pybind11 and writes "
+        "build/python/), then set "
+        f"{EXTENSION_DIR_VARIABLE}=<build>/python or copy the "
+        f"{_EXTENSION}*.so file into {pathlib.Path(__file__).parent}")
+
+
+def _extension() -> Any:
+    """The loaded extension; ImportError (at every call) when there is
+    none."""
+    global _native
+    if _native is not None:
+        return _native
+    with _lock:
+        if _native is None:
+            module = _import_extension()
+            if module.version != _VERSION:
+                raise ImportError(
+                    f"temb.local: the extension {module.__file__} was built "
+                    f"from temb {module.version}, this client is {_VERSION}: "
+                    "rebuild it")
+            module._set_error_factory(error_from_code)
+            _native = module
+    return _native
+
+
+def available() -> bool:
+    """Whether the native extension can be loaded (temb.local works)."""
+    try:
+        _extension()
+    except ImportError:
+        return False
+    return True
+
+
+# --- results ---------------------------------------------------------------
+
+def _finisher(decoding: _codec.Decoding, bf16: bool) -> Any:
+    """What turns a computed numpy array into what embed() returns (None:
+    the array itself), as _codec.decode_tensor does with a response."""
+    if decoding.return_tensors == "pt":
+        torch = _codec._import_torch()
+        if bf16:
+            return lambda a: torch.from_numpy(a.view(np.int16)).view(
+                torch.bfloat16)
+        return torch.from_numpy
+    if not bf16 or decoding.bf16_format == "bits":
+        return None
+    if decoding.bf16_format in ("auto", "ml_dtypes"):
+        try:
+            import ml_dtypes
+            bfloat16 = ml_dtypes.bfloat16
+            return lambda a: a.view(bfloat16)
+        except ImportError:
+            if decoding.bf16_format == "ml_dtypes":
+                raise ImportError('bf16_format="ml_dtypes" needs ml_dtypes: '
+                                  'pip install "temb[bf16]"') from None
+    return _codec._bf16_bits_as_float32
+
+
+def _finish(array: np.ndarray, decoding: _codec.Decoding) -> Any:
+    finish = _finisher(decoding, array.dtype == np.uint16)
+    return array if finish is None else finish(array)
+
+
+# --- timesteps -------------------------------------------------------------
+
+_FLOAT32 = np.dtype(np.float32)
+_INT64 = np.dtype(np.int64)
+# torch.Tensor and the dtypes a plan reads straight from a CPU tensor's
+# memory, once torch is imported (temb.local never imports it itself).
+_torch_tensor: Any = ()
+_torch_float32: Any = None
+_torch_int64: Any = None
+
+
+def _note_torch() -> None:
+    global _torch_tensor, _torch_float32, _torch_int64
+    torch = sys.modules.get("torch")
+    if torch is not None and _torch_tensor == ():
+        _torch_float32, _torch_int64 = torch.float32, torch.int64
+        _torch_tensor = torch.Tensor
+
+
+def _compute(plan: Any, timesteps: Any) -> np.ndarray:
+    """plan(timesteps), for anything temb.Client.embed takes as timesteps.
+    float32 and int64 arrays and CPU tensors are read where they are;
+    anything else is converted as the client converts it (floats to
+    float32, integers to int64), and the plan converts integers to float32
+    as the server converts integer_timesteps."""
+    kind = type(timesteps)
+    if kind is np.ndarray:
+        dtype = timesteps.dtype
+        if dtype is _FLOAT32 or dtype is _INT64:
+            return plan(timesteps)
+    elif kind is _torch_tensor:
+        dtype = timesteps.dtype
+        if ((dtype is _torch_float32 or dtype is _torch_int64)
+                and timesteps.is_cpu and timesteps.is_contiguous()
+                and not timesteps.is_neg()
+                and timesteps.dim() <= _codec.MAX_TIMESTEPS_RANK):
+            return plan.raw(timesteps.data_ptr(), timesteps.shape,
+                            dtype is _torch_int64)
+    elif timesteps is None:
+        _request.embed_call()  # raises the client's error for no timesteps
+    else:
+        _note_torch()
+    return plan(_codec.timesteps_array(timesteps))
+
+
+# A stand-in for the timesteps while a call's other arguments are checked.
+_NO_TIMESTEPS = np.zeros(0, np.float32)
+
+
+# --- the engine ------------------------------------------------------------
+
+def _default_cpu_threads() -> int:
+    value = os.environ.get("OMP_NUM_THREADS", "").split(",")[0].strip()
+    return int(value) if value.isdigit() else 0
+
+
+class Engine:
+    """One in-process service core: what a temb-server with these flags
+    computes, as a :class:`temb.Client` of it would return it.
+
+    Args:
+      backend: "auto" (a working GPU for outputs of gpu_min_output_bytes
+        and more, else the CPU), "cpu" or "cuda", as the server's flag.
+      cpu_threads: CPU threads one large call may use (None:
+        $OMP_NUM_THREADS when set, else every core).
+      gpu_min_output_bytes: as the server's flag (None: its default).
+      presets_file: a temb.v1.PresetCatalog text proto replacing the
+        built-in catalogue, as the server's --presets_file.
+
+    Thread-safe; the backend is created on first use.
+    """
+
+    def __init__(self, *, backend: str = "auto",
+                 cpu_threads: Optional[int] = None,
+                 gpu_min_output_bytes: Optional[int] = None,
+                 presets_file: Optional[str] = None) -> None:
+        self._arguments: Dict[str, Any] = dict(
+            backend=backend, cpu_threads=cpu_threads,
+            gpu_min_output_bytes=gpu_min_output_bytes,
+            presets_file=presets_file)
+        self._core: Any = None
+        self._plans: Dict[Any, Tuple[Any, Any]] = {}
+        self._lock = threading.Lock()
+
+    def _temb_local_engine(self) -> "Engine":  # what temb.torch looks for
+        return self
+
+    def _get_core(self) -> Any:
+        core = self._core
+        if core is None:
+            native = _extension()
+            with self._lock:
+                if self._core is None:
+                    a = self._arguments
+                    threads = a["cpu_threads"]
+                    self._core = native.Core(
+                        a["backend"],
+                        _default_cpu_threads() if threads is None else int(threads),
+                        -1 if a["gpu_min_output_bytes"] is None
+                        else int(a["gpu_min_output_bytes"]),
+                        os.fspath(a["presets_file"] or ""))
+                core = self._core
+        return core
+
+    @property
+    def backend(self) -> str:
+        """"cpu" or "cuda": what this engine computes on."""
+        return self._get_core().backend
+
+    @property
+    def device(self) -> str:
+        return self._get_core().device
+
+    @_request.takes_embed_arguments
+    def embed(self, timesteps: Any = None, *rest: Any,
+              **kwargs: Any) -> Embedding:
+        """:meth:`temb.Client.embed`, computed in this process (``timeout``
+        is accepted and has nothing to bound).
+
+        The first call with a set of arguments checks them as the client
+        does and resolves them into a plan; later calls with equal
+        arguments (``==``: ``flip_sin_to_cos=1`` reuses ``True``'s) reuse
+        it and only read the timesteps."""
+        # The fast path: a plan made before for these very arguments.
+        if kwargs:
+            kwargs.pop("timeout", None)
+            key: Any = (rest, *kwargs.items())
+        else:
+            key = rest
+        try:
+            plan, finish = self._plans[key]
+        except KeyError:
+            return self._embed_new(timesteps, rest, kwargs, key)
+        except TypeError:  # unhashable arguments (a list of frequencies)
+            return self._embed_new(timesteps, rest, kwargs, None)
+        out = _compute(plan, timesteps)
+        return out if finish is None else finish(out)
+
+    def _embed_new(self, timesteps: Any, rest: Tuple[Any, ...],
+                   kwargs: Dict[str, Any], key: Any) -> Embedding:
+        """embed() for arguments without a plan: checks and encodes them as
+        temb.Client does, makes the plan (remembered under `key` unless
+        None) and uses it; parts and request ids take the general path."""
+        if kwargs.get("parts") is not None or kwargs.get("request_id"):
+            return self._answer(_request.embed_call(timesteps, *rest, **kwargs))
+        call = _request.embed_call(
+            None if timesteps is None else _NO_TIMESTEPS, *rest, **kwargs)
+        plan = self._get_core().plan(call.request.SerializeToString())
+        finish = _finisher(call.decoder.decoding, plan.dtype == "bf16")
+        if key is not None:
+            if len(self._plans) >= _MAX_PLANS:
+                self._plans.clear()
+            self._plans[key] = (plan, finish)
+        out = _compute(plan, timesteps)
+        return out if finish is None else finish(out)
+
+    def _answer(self, call: _request.EmbedCall) -> Any:
+        """A whole request, parts included, answered as the server does."""
+        results = self._get_core().embed_request(
+            call.request.SerializeToString())
+        decoding = call.decoder.decoding
+        if call.decoder.names is None:
+            return _finish(results[0][1], decoding)
+        return {name: _finish(array, decoding) for name, array in results}
+
+    @_request.takes_embed_parts_arguments
+    def embed_parts(self, *args: Any, **kwargs: Any) -> Dict[str, Embedding]:
+        """:meth:`temb.Client.embed_parts`, computed in this process."""
+        return self._answer(_request.embed_parts_call(*args, **kwargs))
+
+    def embed_stream(self, requests: Iterable[Mapping[str, Any]], *,
+                     timeout: Optional[float] = None,
+                     raise_errors: bool = True
+                     ) -> Iterator[Union[Embedding, Dict[str, Embedding],
+                                         TembError]]:
+        """:meth:`temb.Client.embed_stream`: one result per item, in order; a
+        rejected item raises its TembError, or is yielded in its place with
+        raise_errors=False."""
+        del timeout  # nothing to bound
+        for item in requests:
+            if "timeout" in item:
+                raise TypeError("embed_stream items take no timeout: the "
+                                "stream's timeout bounds them all")
+            try:
+                yield self.embed(**item)
+            except TembError as error:
+                if raise_errors:
+                    raise
+                yield error
+
+    def server_info(self, *, timeout: Optional[float] = None) -> ServerInfo:
+        """What a server with this engine's settings reports: version,
+        backend, device, limits (max_message_bytes 0: no messages) and
+        presets."""
+        del timeout
+        info = pb.ServerInfo.FromString(self._get_core().server_info())
+        return _codec.server_info_from_proto(info)
+
+    def _reset(self, arguments: Dict[str, Any]) -> None:
+        with self._lock:
+            self._arguments = arguments
+            self._core = None
+            self._plans = {}
+
+    def close(self) -> None:
+        """Nothing to close (for symmetry with temb.Client)."""
+
+    def __enter__(self) -> "Engine":
+        return self
+
+    def __exit__(self, *exc_info: Any) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        arguments = ", ".join(f"{k}={v!r}" for k, v in self._arguments.items()
+                              if v is not None and v != "auto")
+        return f"temb.local.Engine({arguments})"
+
+
+_DEFAULT = Engine()
+
+
+def default_engine() -> Engine:
+    """The engine behind the module's functions."""
+    return _DEFAULT
+
+
+def _temb_local_engine() -> Engine:  # temb.torch accepts this module as client
+    return _DEFAULT
+
+
+def engine(**arguments: Any) -> Engine:
+    """The default engine when `arguments` are its own, else a new
+    :class:`Engine` with them (used by temb.torch after unpickling)."""
+    if dict(_DEFAULT._arguments, **arguments) == _DEFAULT._arguments:
+        return _DEFAULT
+    return Engine(**arguments)
+
+
+def configure(*, backend: str = "auto", cpu_threads: Optional[int] = None,
+              gpu_min_output_bytes: Optional[int] = None,
+              presets_file: Optional[str] = None) -> None:
+    """Replaces the default engine's settings (see :class:`Engine`); the
+    next call creates its backend anew."""
+    _DEFAULT._reset(dict(backend=backend, cpu_threads=cpu_threads,
+                         gpu_min_output_bytes=gpu_min_output_bytes,
+                         presets_file=presets_file))
+
+
+embed = _DEFAULT.embed
+embed_parts = _DEFAULT.embed_parts
+embed_stream = _DEFAULT.embed_stream
+server_info = _DEFAULT.server_info
