@@ -1,5 +1,6 @@
-// temb-server: parses flags into AppOptions, serves until SIGTERM/SIGINT,
-// then drains and exits 0.
+// temb-server: parses flags into AppOptions (App::Start refuses bad ones
+// with a message naming the flag, exit 1), serves until SIGTERM, SIGINT or
+// SIGHUP, then drains and exits 0.
 #include <malloc.h>
 
 #include <cstdint>
@@ -40,13 +41,20 @@ ABSL_FLAG(std::string, metrics_address, "0.0.0.0:9090",
           "Prometheus /metrics HOST:PORT; empty disables metrics");
 ABSL_FLAG(std::string, metrics_port_file, "",
           "write the bound metrics port to this file once serving");
+ABSL_FLAG(std::string, http_address, "",
+          "KServe v2 REST (HTTP/JSON, Triton's HTTP API) HOST:PORT, e.g. "
+          "0.0.0.0:8000 as Triton; port 0 picks a free port; empty (the "
+          "default) disables REST. TLS and tokens as for gRPC");
+ABSL_FLAG(std::string, http_port_file, "",
+          "write the bound REST port to this file once serving");
 ABSL_FLAG(std::string, log_level, "info",
           "trace | debug | info | warn | error");
 ABSL_FLAG(std::string, log_format, "text", "text (key=value) | json");
 ABSL_FLAG(std::string, presets_file, "",
           "temb.v1.PresetCatalog text proto replacing the built-in presets");
 ABSL_FLAG(absl::Duration, drain_grace, absl::Seconds(15),
-          "on SIGTERM/SIGINT, how long in-flight calls may finish");
+          "on SIGTERM/SIGINT/SIGHUP, how long in-flight calls may finish "
+          "(0s to 24h)");
 ABSL_FLAG(int64_t, max_inflight, 1024,
           "most calls being validated or computed at once (answers being "
           "sent count only in --max_queued_bytes); "
@@ -54,6 +62,12 @@ ABSL_FLAG(int64_t, max_inflight, 1024,
 ABSL_FLAG(int64_t, max_queued_bytes, int64_t{512} << 20,
           "most bytes of requests plus responses held by admitted calls; "
           "beyond it RESOURCE_EXHAUSTED at once. 0: unlimited");
+ABSL_FLAG(int64_t, grpc_memory_quota,
+          temb::AppOptions().grpc_memory_quota_bytes,
+          "bytes gRPC may hold for connections before any handler runs "
+          "(read buffers, header blocks, call arenas); beyond it gRPC stops "
+          "reading and closes the connections holding memory. Bounds an "
+          "endless HTTP/2 header block (CVE-2023-33953). 0: unlimited");
 ABSL_FLAG(std::string, on_backend_failure, "not_serving",
           "when the backend fails a computation: not_serving (UNAVAILABLE and "
           "health NOT_SERVING until restarted) | fallback_cpu (recompute on "
@@ -114,19 +128,16 @@ int main(int argc, char** argv) {
   options.backend_options.cpu_threads = absl::GetFlag(FLAGS_cpu_threads);
   options.backend_options.gpu_min_output_bytes =
       absl::GetFlag(FLAGS_gpu_min_output_bytes);
-  if (options.backend_options.gpu_min_output_bytes < 0) {
-    return Fail(absl::InvalidArgumentError(
-        absl::StrCat("--gpu_min_output_bytes must be >= 0, got ",
-                     options.backend_options.gpu_min_output_bytes)));
-  }
   options.limits.max_batch = absl::GetFlag(FLAGS_max_batch);
   options.limits.max_dim = absl::GetFlag(FLAGS_max_dim);
   options.limits.max_output_bytes = absl::GetFlag(FLAGS_max_output_bytes);
   options.metrics_address = absl::GetFlag(FLAGS_metrics_address);
+  options.http_address = absl::GetFlag(FLAGS_http_address);
   options.presets_file = absl::GetFlag(FLAGS_presets_file);
   options.drain_grace = absl::GetFlag(FLAGS_drain_grace);
   options.admission.max_inflight = absl::GetFlag(FLAGS_max_inflight);
   options.admission.max_queued_bytes = absl::GetFlag(FLAGS_max_queued_bytes);
+  options.grpc_memory_quota_bytes = absl::GetFlag(FLAGS_grpc_memory_quota);
   options.on_backend_failure = *on_backend_failure;
   options.tls = {absl::GetFlag(FLAGS_tls_cert), absl::GetFlag(FLAGS_tls_key),
                  absl::GetFlag(FLAGS_tls_client_ca)};
@@ -137,8 +148,9 @@ int main(int argc, char** argv) {
   for (const auto& [path, port] :
        {std::pair{absl::GetFlag(FLAGS_port_file), (*app)->port()},
         std::pair{absl::GetFlag(FLAGS_metrics_port_file),
-                  (*app)->metrics_port()}}) {
-    if (path.empty() || port == 0) continue;  // 0: metrics disabled
+                  (*app)->metrics_port()},
+        std::pair{absl::GetFlag(FLAGS_http_port_file), (*app)->http_port()}}) {
+    if (path.empty() || port == 0) continue;  // 0: metrics or REST disabled
     if (absl::Status status =
             temb::WriteFileAtomically(path, absl::StrCat(port, "\n"));
         !status.ok()) {
@@ -146,9 +158,14 @@ int main(int argc, char** argv) {
     }
   }
 
+  // SIGHUP (a closed terminal, or a supervisor's "reload") drains like
+  // SIGTERM: the server has nothing to reload, and dying at once would drop
+  // every call in flight.
   const int signal_number = temb::WaitForTerminationSignal();
   temb::LogEvent(temb::LogLevel::kInfo, "signal",
-                 {{"signal", strsignal(signal_number)}});
+                 {{"signal", strsignal(signal_number)},
+                  {"number", signal_number},
+                  {"action", "drain"}});
   (*app)->Shutdown();
   return 0;
 }

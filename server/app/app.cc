@@ -1,9 +1,13 @@
 #include "temb/app/app.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <cstdio>
 #include <utility>
 
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "temb/app/logging.h"
 #include "temb/base/status_macros.h"
@@ -14,8 +18,12 @@
 #include "temb/grpc/call_gate.h"
 #include "temb/grpc/grpc_server.h"
 #include "temb/kserve/kserve_service.h"
+#include "temb/kserve/model_statistics.h"
+#include "temb/kserve/shared_memory.h"
 #include "temb/metrics/prometheus_metrics.h"
 #include "temb/native/native_service.h"
+#include "temb/rest/http_server.h"
+#include "temb/rest/rest_handler.h"
 #include "temb/v1_convert/preset_catalog.h"
 
 namespace temb {
@@ -28,22 +36,144 @@ App::~App() {
 
 int App::port() const { return server_->port(); }
 
+int App::http_port() const { return http_ != nullptr ? http_->port() : 0; }
+
+namespace {
+
+// Most CPU threads one request may use: far above any machine's cores, and
+// low enough that a typo does not try to start millions of threads.
+constexpr int kMaxCpuThreads = 1024;
+// The longest drain: beyond any termination grace an orchestrator grants.
+constexpr absl::Duration kMaxDrainGrace = absl::Hours(24);
+// Below this gRPC cannot keep a few connections and their buffers.
+constexpr int64_t kMinMemoryQuotaBytes = int64_t{16} << 20;
+
+absl::Status Invalid(absl::string_view flag, absl::string_view problem) {
+  return absl::InvalidArgumentError(absl::StrCat("--", flag, " ", problem));
+}
+
+// HOST:PORT, [IPV6]:PORT, optionally after an ipv4:/ipv6: scheme, with a
+// port of 0..65535; `unix_ok`: also unix:PATH and unix-abstract:NAME.  gRPC
+// itself takes "127.0.0.1:99999" and binds the port modulo 65536.
+absl::Status CheckAddress(absl::string_view flag, absl::string_view address,
+                          bool unix_ok) {
+  if (unix_ok && (absl::StartsWith(address, "unix:") ||
+                  absl::StartsWith(address, "unix-abstract:"))) {
+    return absl::OkStatus();
+  }
+  absl::string_view host_port = address;
+  for (absl::string_view scheme : {"ipv4:", "ipv6:"}) {
+    if (unix_ok && absl::StartsWith(host_port, scheme)) {
+      host_port.remove_prefix(scheme.size());
+    }
+  }
+  const size_t colon = host_port.rfind(':');
+  const absl::string_view port = colon == absl::string_view::npos
+                                     ? absl::string_view()
+                                     : host_port.substr(colon + 1);
+  const bool digits = !port.empty() && port.size() <= 5 &&
+                      std::all_of(port.begin(), port.end(), [](char c) {
+                        return absl::ascii_isdigit(c);
+                      });
+  int number = 0;
+  if (!digits || !absl::SimpleAtoi(port, &number) || number > 65535) {
+    return Invalid(flag, absl::StrCat("must be HOST:PORT with a port from 0 "
+                                      "to 65535 (0 picks a free one), got \"",
+                                      address, "\""));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status ValidateAppOptions(const AppOptions& options) {
+  const Limits& limits = options.limits;
+  if (limits.max_dim < 1) {
+    return Invalid("max_dim",
+                   absl::StrCat("must be >= 1, got ", limits.max_dim));
+  }
+  if (limits.max_batch < 1 || limits.max_batch > MaxBatchForMessages()) {
+    return Invalid(
+        "max_batch",
+        absl::StrCat("must be from 1 to ", MaxBatchForMessages(),
+                     " (the most timesteps whose request fits gRPC's 2 GiB "
+                     "message limit), got ",
+                     limits.max_batch));
+  }
+  if (limits.max_output_bytes < 1 ||
+      limits.max_output_bytes > MaxOutputBytesForMessages()) {
+    return Invalid(
+        "max_output_bytes",
+        absl::StrCat("must be from 1 to ", MaxOutputBytesForMessages(),
+                     " (a response must fit gRPC's 2 GiB message limit), "
+                     "got ",
+                     limits.max_output_bytes));
+  }
+  if (options.admission.max_inflight < 0) {
+    return Invalid("max_inflight",
+                   absl::StrCat("must be >= 0 (0: unlimited), got ",
+                                options.admission.max_inflight));
+  }
+  if (options.admission.max_queued_bytes < 0) {
+    return Invalid("max_queued_bytes",
+                   absl::StrCat("must be >= 0 (0: unlimited), got ",
+                                options.admission.max_queued_bytes));
+  }
+  const int64_t min_quota = std::max<int64_t>(
+      kMinMemoryQuotaBytes, int64_t{4} * MaxReceiveMessageBytes(limits));
+  if (options.grpc_memory_quota_bytes < 0 ||
+      (options.grpc_memory_quota_bytes > 0 &&
+       options.grpc_memory_quota_bytes < min_quota)) {
+    return Invalid(
+        "grpc_memory_quota",
+        absl::StrCat("must be 0 (unlimited) or at least ", min_quota,
+                     " (16 MiB and four of the largest requests), got ",
+                     options.grpc_memory_quota_bytes));
+  }
+  if (options.backend_options.cpu_threads < 0 ||
+      options.backend_options.cpu_threads > kMaxCpuThreads) {
+    return Invalid("cpu_threads",
+                   absl::StrCat("must be from 0 (all hardware threads) to ",
+                                kMaxCpuThreads, ", got ",
+                                options.backend_options.cpu_threads));
+  }
+  if (options.backend_options.gpu_min_output_bytes < 0) {
+    return Invalid("gpu_min_output_bytes",
+                   absl::StrCat("must be >= 0, got ",
+                                options.backend_options.gpu_min_output_bytes));
+  }
+  if (options.drain_grace < absl::ZeroDuration() ||
+      options.drain_grace > kMaxDrainGrace) {
+    return Invalid("drain_grace",
+                   absl::StrCat("must be from 0s to ",
+                                absl::FormatDuration(kMaxDrainGrace), ", got ",
+                                absl::FormatDuration(options.drain_grace)));
+  }
+  if (absl::Status status = CheckAddress("address", options.address, true);
+      !status.ok()) {
+    return status;
+  }
+  if (!options.metrics_address.empty()) {
+    if (absl::Status status =
+            CheckAddress("metrics_address", options.metrics_address, false);
+        !status.ok()) {
+      return status;
+    }
+  }
+  if (!options.http_address.empty()) {
+    if (absl::Status status =
+            CheckAddress("http_address", options.http_address, false);
+        !status.ok()) {
+      return status;
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<std::unique_ptr<App>> App::Start(
     const AppOptions& options, std::unique_ptr<Backend> backend) {
+  RETURN_IF_ERROR(ValidateAppOptions(options));
   const Limits& limits = options.limits;
-  if (limits.max_dim < 1 || limits.max_batch < 1 ||
-      limits.max_output_bytes < 1) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "max_dim, max_batch and max_output_bytes must be >= 1, got ",
-        limits.max_dim, ", ", limits.max_batch, ", ", limits.max_output_bytes));
-  }
-  if (options.admission.max_inflight < 0 ||
-      options.admission.max_queued_bytes < 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "max_inflight and max_queued_bytes must be >= 0 (0: unlimited), got ",
-        options.admission.max_inflight, ", ",
-        options.admission.max_queued_bytes));
-  }
   ASSIGN_OR_RETURN(std::shared_ptr<grpc::ServerCredentials> credentials,
                    MakeServerCredentials(options.tls));
   std::unique_ptr<App> app(new App(options));
@@ -53,7 +183,22 @@ absl::StatusOr<std::unique_ptr<App>> App::Start(
   }
   PresetCatalog presets = BuiltInPresetCatalog();
   if (!options.presets_file.empty()) {
-    ASSIGN_OR_RETURN(presets, ReadPresetCatalog(options.presets_file));
+    // Checked against this server's limits (a preset wider than --max_dim
+    // could never be served), not the defaults.
+    absl::StatusOr<PresetCatalog> read =
+        ReadPresetCatalog(options.presets_file, limits);
+    if (!read.ok()) {
+      return absl::Status(
+          read.status().code(),
+          absl::StrCat("--presets_file: ", read.status().message()));
+    }
+    if (read->presets().empty()) {
+      return Invalid("presets_file",
+                     absl::StrCat("\"", options.presets_file,
+                                  "\" defines no preset: the server would "
+                                  "serve no model"));
+    }
+    presets = *std::move(read);
   }
   const std::string backend_name(BackendKindName(backend->kind()));
   const std::string device = backend->device();
@@ -87,16 +232,40 @@ absl::StatusOr<std::unique_ptr<App>> App::Start(
   service_options.fallback_options = options.backend_options;
   app->service_ = std::make_unique<EmbedService>(
       std::move(backend), std::move(presets), service_options);
-  app->max_message_bytes_ = MaxMessageBytes(options.limits);
+  app->max_message_bytes_ = MaxSendMessageBytes(options.limits);
+  app->max_receive_message_bytes_ = MaxReceiveMessageBytes(options.limits);
   app->native_ = std::make_unique<NativeService>(
       *app->service_, *app->gate_, app->observers_.get(),
       NativeService::Options{app->max_message_bytes_});
+  app->statistics_ =
+      std::make_unique<kserve::InferenceStatistics>(app->service_->presets());
+  app->shared_memory_ = std::make_unique<kserve::SharedMemoryRegistry>();
   app->kserve_ = std::make_unique<kserve::KServeService>(
-      *app->service_, *app->gate_, app->observers_.get());
+      *app->service_, *app->gate_, app->observers_.get(),
+      app->statistics_.get(), app->shared_memory_.get());
+
+  // KServe v2 over HTTP/REST: the same core, gate rules and statistics.
+  // Started before gRPC, so that a port in use fails before anything serves.
+  if (!options.http_address.empty()) {
+    app->rest_ = std::make_unique<rest::RestHandler>(
+        *app->service_, app->admission_.get(), app->tokens_.get(),
+        app->observers_.get(), app->statistics_.get(),
+        app->shared_memory_.get());
+    rest::HttpServerOptions http_options;
+    http_options.address = options.http_address;
+    http_options.tls_cert_file = options.tls.cert_file;
+    http_options.tls_key_file = options.tls.key_file;
+    http_options.tls_client_ca_file = options.tls.client_ca_file;
+    http_options.max_body_bytes = rest::MaxRequestBodyBytes(limits);
+    ASSIGN_OR_RETURN(app->http_,
+                     rest::HttpServer::Start(http_options, app->rest_.get()));
+  }
 
   GrpcServerOptions server_options;
   server_options.address = options.address;
-  server_options.max_message_bytes = app->max_message_bytes_;
+  server_options.max_send_message_bytes = app->max_message_bytes_;
+  server_options.max_receive_message_bytes = app->max_receive_message_bytes_;
+  server_options.memory_quota_bytes = options.grpc_memory_quota_bytes;
   server_options.credentials = std::move(credentials);
   ASSIGN_OR_RETURN(
       app->server_,
@@ -121,6 +290,8 @@ absl::StatusOr<std::unique_ptr<App>> App::Start(
        {"max_batch", limits.max_batch},
        {"max_output_bytes", limits.max_output_bytes},
        {"max_message_bytes", app->max_message_bytes_},
+       {"max_receive_message_bytes", app->max_receive_message_bytes_},
+       {"grpc_memory_quota", options.grpc_memory_quota_bytes},
        {"max_inflight", options.admission.max_inflight},
        {"max_queued_bytes", options.admission.max_queued_bytes},
        {"tls", options.tls.cert_file.empty()
@@ -131,7 +302,8 @@ absl::StatusOr<std::unique_ptr<App>> App::Start(
         static_cast<int64_t>(app->service_->presets().presets().size())},
        {"presets_file", options.presets_file.empty() ? std::string("built-in")
                                                      : options.presets_file},
-       {"metrics_port", app->metrics_port_}});
+       {"metrics_port", app->metrics_port_},
+       {"http_port", app->http_port()}});
   return app;
 }
 
@@ -152,6 +324,7 @@ void App::Shutdown() {
              {{"idle", idle},
               {"inflight", admission_->inflight()},
               {"grace_left_seconds", absl::ToDoubleSeconds(left)}});
+    if (http_ != nullptr) http_->Stop();  // answers being sent finish
     server_->Shutdown(left);
     LogEvent(LogLevel::kInfo, "stopped");
   });

@@ -31,9 +31,23 @@ spdlog::level::level_enum ToSpdlog(LogLevel level) {
   return spdlog::level::info;
 }
 
+// A JSON string literal in which every byte is printable ASCII: control
+// characters (CR, LF, ESC, ...), DEL and everything beyond ASCII (C1
+// controls, line separators) become \uXXXX escapes, invalid UTF-8 becomes
+// U+FFFD.  So no client-supplied string (request ids, preset names echoed
+// in errors) can forge a log line or drive a terminal.
 std::string JsonString(absl::string_view value) {
   return nlohmann::json(std::string(value))
-      .dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+      .dump(-1, ' ', /*ensure_ascii=*/true,
+            nlohmann::json::error_handler_t::replace);
+}
+
+// Written bare in the text format: printable ASCII only, and none of the
+// characters that delimit fields.
+bool PlainText(absl::string_view value) {
+  return !value.empty() && std::all_of(value.begin(), value.end(), [](char c) {
+    return c > ' ' && c < 0x7f && c != '"' && c != '=' && c != '\\';
+  });
 }
 
 }  // namespace
@@ -80,9 +94,7 @@ bool LogEnabled(LogLevel level) {
 
 LogField::LogField(absl::string_view key, absl::string_view value)
     : key_(key), json_(JsonString(value)) {
-  const bool plain =
-      !value.empty() && value.find_first_of(" \"=\t\n") == value.npos;
-  text_ = plain ? std::string(value) : json_;
+  text_ = PlainText(value) ? std::string(value) : json_;
 }
 
 LogField::LogField(absl::string_view key, int64_t value)

@@ -38,6 +38,12 @@ CallGate::CallGate(AdmissionController* admission, const TokenVerifier* tokens,
 
 absl::Status CallGate::Authenticate(
     const grpc::CallbackServerContext& context) const {
+  // A call its client already gave up is a cancellation, not a bad request
+  // or a token failure, and is answered and counted as one.
+  if (context.IsCancelled()) {
+    return absl::CancelledError(
+        "the client cancelled the call before its request was read");
+  }
   if (tokens_ == nullptr) return absl::OkStatus();
   const auto& metadata = context.client_metadata();
   const auto header = metadata.find("authorization");
@@ -76,6 +82,12 @@ absl::StatusOr<AdmissionTicket> CallGate::Admit(
     return absl::DeadlineExceededError("the deadline passed before computing");
   }
   return ticket;
+}
+
+absl::Status CheckRequestArrived(const grpc::ByteBuffer& request) {
+  if (request.Valid()) return absl::OkStatus();
+  return absl::CancelledError(
+      "the call ended before its request message arrived");
 }
 
 grpc::ServerUnaryReactor* FinishUnary(grpc::CallbackServerContext* context,

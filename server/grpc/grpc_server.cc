@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/health_check_service_interface.h"
+#include "grpcpp/resource_quota.h"
 #include "grpcpp/security/server_credentials.h"
 #include "grpcpp/server.h"
 #include "grpcpp/server_builder.h"
@@ -53,17 +54,25 @@ absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> MakeServerCredentials(
   return grpc::SslServerCredentials(options);
 }
 
-int MaxMessageBytes(const Limits& limits) {
-  const int64_t request =
-      limits.max_batch > 0
-          ? std::min<int64_t>(limits.max_batch,
-                              std::numeric_limits<int32_t>::max()) *
-                kMaxBytesPerTimestep
-          : 0;
-  const int64_t payload = std::max(limits.max_output_bytes, request);
-  const int64_t limit = std::min<int64_t>(
-      payload, std::numeric_limits<int32_t>::max() - kMessageHeadroomBytes);
-  return static_cast<int>(limit + kMessageHeadroomBytes);
+int64_t MaxBatchForMessages() {
+  return (std::numeric_limits<int32_t>::max() - kMessageHeadroomBytes) /
+         kMaxBytesPerTimestep;
+}
+
+int64_t MaxOutputBytesForMessages() {
+  return std::numeric_limits<int32_t>::max() - kMessageHeadroomBytes;
+}
+
+int MaxReceiveMessageBytes(const Limits& limits) {
+  const int64_t batch =
+      std::clamp<int64_t>(limits.max_batch, 0, MaxBatchForMessages());
+  return static_cast<int>(batch * kMaxBytesPerTimestep + kMessageHeadroomBytes);
+}
+
+int MaxSendMessageBytes(const Limits& limits) {
+  const int64_t output = std::clamp<int64_t>(limits.max_output_bytes, 0,
+                                             MaxOutputBytesForMessages());
+  return static_cast<int>(output + kMessageHeadroomBytes);
 }
 
 absl::StatusOr<std::unique_ptr<GrpcServer>> GrpcServer::Start(
@@ -83,8 +92,22 @@ absl::StatusOr<std::unique_ptr<GrpcServer>> GrpcServer::Start(
   // gRPC sets SO_REUSEPORT by default: a second server on a busy port would
   // start "successfully" and share it.  Fail instead.
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
-  builder.SetMaxReceiveMessageSize(options.max_message_bytes);
-  builder.SetMaxSendMessageSize(options.max_message_bytes);
+  // Separate limits: a request is at most max_batch timesteps (well under
+  // 1 MiB by default) and gRPC buffers a message whole before any handler
+  // sees it, so the receive limit bounds what an unauthenticated caller can
+  // make the server hold; only responses need the large one.
+  builder.SetMaxReceiveMessageSize(options.max_receive_message_bytes);
+  builder.SetMaxSendMessageSize(options.max_send_message_bytes);
+  if (options.memory_quota_bytes > 0) {
+    // Everything gRPC allocates for connections (read buffers, header
+    // parsing, call arenas) is charged to this quota; past it gRPC stops
+    // reading and closes the connections holding the memory.  It is what
+    // bounds a header block that never ends (CVE-2023-33953 in gRPC 1.51)
+    // when no hardened front stops it first (docs/operations.md).
+    grpc::ResourceQuota quota("temb-server");
+    quota.Resize(static_cast<size_t>(options.memory_quota_bytes));
+    builder.SetResourceQuota(quota);
+  }
   for (const ServiceRegistration& registration : services) {
     builder.RegisterService(registration.service);
   }

@@ -497,10 +497,13 @@ void FillServerMetadata(absl::string_view version,
                         inference::ServerMetadataResponse* response) {
   response->set_name("temb");
   response->set_version(std::string(version));
-  // "statistics" is deliberately absent: clients such as perf_analyzer then
-  // poll ModelStatistics, which is not implemented.
   response->add_extensions("model_configuration");
   response->add_extensions("parameters");
+  // ModelStatistics (gRPC), GET .../stats (REST): perf_analyzer polls them
+  // and prints the server-side breakdown (model_statistics.h).
+  response->add_extensions("statistics");
+  // Tensors in POSIX shared memory (shared_memory.h); not CUDA's.
+  response->add_extensions("system_shared_memory");
 }
 
 }  // namespace temb::kserve

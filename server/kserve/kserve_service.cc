@@ -3,6 +3,7 @@
 #include <string>
 #include <utility>
 
+#include "absl/strings/str_cat.h"
 #include "temb/core/version.h"
 #include "temb/grpc/ordered_stream.h"
 #include "temb/grpc/raw_messages.h"
@@ -42,19 +43,49 @@ int64_t OutputBytesOf(const inference::ModelInferResponse& response) {
 }  // namespace
 
 KServeService::KServeService(const EmbedService& core, const CallGate& gate,
-                             RequestObserver* observer)
-    : core_(core), gate_(gate), observer_(observer) {}
+                             RequestObserver* observer,
+                             InferenceStatistics* statistics,
+                             SharedMemoryRegistry* shared_memory)
+    : core_(core),
+      gate_(gate),
+      observer_(observer),
+      own_statistics_(
+          statistics == nullptr
+              ? std::make_unique<InferenceStatistics>(core.presets())
+              : nullptr),
+      statistics_(statistics == nullptr ? own_statistics_.get() : statistics),
+      own_shared_memory_(shared_memory == nullptr
+                             ? std::make_unique<SharedMemoryRegistry>()
+                             : nullptr),
+      shared_memory_(shared_memory == nullptr ? own_shared_memory_.get()
+                                              : shared_memory) {}
 
 absl::Status KServeService::Compute(const grpc::CallbackServerContext& context,
                                     const inference::ModelInferRequest& request,
                                     inference::ModelInferResponse* response,
                                     AdmissionTicket* ticket,
+                                    InferStatsTimer* stats,
                                     OutputAllocator* output) const {
   absl::StatusOr<AdmissionTicket> admitted =
       gate_.Admit(context, static_cast<int64_t>(request.ByteSizeLong()));
+  stats->Lap(InferPhase::kQueue);
   if (!admitted.ok()) return admitted.status();
   *ticket = std::move(*admitted);
-  return Infer(core_, request, response, ticket, output);
+  if (UsesSharedMemory(request)) {
+    // Tensors in shared memory: the inputs' bytes are copied in and the
+    // outputs written out around the same Infer.
+    inference::ModelInferRequest resolved = request;
+    std::vector<SharedMemoryOutput> targets;
+    absl::Status status =
+        PrepareSharedMemory(*shared_memory_, &resolved, &targets);
+    if (status.ok()) status = Infer(core_, resolved, response, ticket);
+    if (status.ok()) status = FinishSharedMemory(targets, response);
+    stats->Lap(InferPhase::kComputeInfer);
+    return status;
+  }
+  absl::Status status = Infer(core_, request, response, ticket, output);
+  stats->Lap(InferPhase::kComputeInfer);
+  return status;
 }
 
 grpc::ServerUnaryReactor* KServeService::ServerLive(
@@ -123,18 +154,114 @@ grpc::ServerUnaryReactor* KServeService::ModelConfig(
   return FinishWith(context, model.status());
 }
 
+grpc::ServerUnaryReactor* KServeService::ModelStatistics(
+    grpc::CallbackServerContext* context,
+    const inference::ModelStatisticsRequest* request,
+    inference::ModelStatisticsResponse* response) {
+  if (absl::Status status = gate_.Enter(*context); !status.ok()) {
+    return FinishWith(context, status);
+  }
+  return FinishWith(context, statistics_->Fill(request->name(),
+                                               request->version(), response));
+}
+
+grpc::ServerUnaryReactor* KServeService::SystemSharedMemoryStatus(
+    grpc::CallbackServerContext* context,
+    const inference::SystemSharedMemoryStatusRequest* request,
+    inference::SystemSharedMemoryStatusResponse* response) {
+  if (absl::Status status = gate_.Enter(*context); !status.ok()) {
+    return FinishWith(context, status);
+  }
+  auto regions = shared_memory_->Status(request->name());
+  if (regions.ok()) {
+    for (const auto& region : *regions) {
+      auto& entry = (*response->mutable_regions())[region->name()];
+      entry.set_name(region->name());
+      entry.set_key(region->key());
+      entry.set_offset(region->offset());
+      entry.set_byte_size(region->byte_size());
+    }
+  }
+  return FinishWith(context, regions.status());
+}
+
+grpc::ServerUnaryReactor* KServeService::SystemSharedMemoryRegister(
+    grpc::CallbackServerContext* context,
+    const inference::SystemSharedMemoryRegisterRequest* request,
+    inference::SystemSharedMemoryRegisterResponse* /*response*/) {
+  absl::Status status = gate_.Enter(*context);
+  if (status.ok()) {
+    status = shared_memory_->Register(request->name(), request->key(),
+                                      request->offset(), request->byte_size());
+  }
+  return FinishWith(context, status);
+}
+
+grpc::ServerUnaryReactor* KServeService::SystemSharedMemoryUnregister(
+    grpc::CallbackServerContext* context,
+    const inference::SystemSharedMemoryUnregisterRequest* request,
+    inference::SystemSharedMemoryUnregisterResponse* /*response*/) {
+  absl::Status status = gate_.Enter(*context);
+  if (status.ok()) status = shared_memory_->Unregister(request->name());
+  return FinishWith(context, status);
+}
+
+grpc::ServerUnaryReactor* KServeService::CudaSharedMemoryStatus(
+    grpc::CallbackServerContext* context,
+    const inference::CudaSharedMemoryStatusRequest* request,
+    inference::CudaSharedMemoryStatusResponse* /*response*/) {
+  absl::Status status = gate_.Enter(*context);
+  if (status.ok() && !request->name().empty()) {
+    status =
+        absl::NotFoundError(absl::StrCat("no CUDA shared memory region \"",
+                                         request->name(), "\" is registered"));
+  }
+  return FinishWith(context, status);
+}
+
+grpc::ServerUnaryReactor* KServeService::CudaSharedMemoryRegister(
+    grpc::CallbackServerContext* context,
+    const inference::CudaSharedMemoryRegisterRequest* /*request*/,
+    inference::CudaSharedMemoryRegisterResponse* /*response*/) {
+  absl::Status status = gate_.Enter(*context);
+  if (status.ok()) {
+    status = absl::InvalidArgumentError(
+        "CUDA shared memory is not supported; use system shared memory");
+  }
+  return FinishWith(context, status);
+}
+
+grpc::ServerUnaryReactor* KServeService::CudaSharedMemoryUnregister(
+    grpc::CallbackServerContext* context,
+    const inference::CudaSharedMemoryUnregisterRequest* request,
+    inference::CudaSharedMemoryUnregisterResponse* /*response*/) {
+  absl::Status status = gate_.Enter(*context);
+  if (status.ok() && !request->name().empty()) {
+    status =
+        absl::NotFoundError(absl::StrCat("no CUDA shared memory region \"",
+                                         request->name(), "\" is registered"));
+  }
+  return FinishWith(context, status);
+}
+
 grpc::ServerUnaryReactor* KServeService::ModelInfer(
     grpc::CallbackServerContext* context, const grpc::ByteBuffer* request_bytes,
     grpc::ByteBuffer* response_bytes) {
   RequestTimer timer(observer_, kInferMethod);
+  InferStatsTimer stats(statistics_);
   AdmissionTicket ticket;
   inference::ModelInferRequest request;
   // A unary call authenticates here; a stream did once, when it opened.
   absl::Status status = gate_.Authenticate(*context);
+  // A call reset before its message arrived is a cancellation, not garbage.
+  if (status.ok()) status = CheckRequestArrived(*request_bytes);
   if (status.ok()) status = ParseRequest(*request_bytes, &request);
+  stats.Lap(InferPhase::kComputeInput);
   inference::ModelInferResponse head;
   SliceAllocator output;
-  if (status.ok()) status = Compute(*context, request, &head, &ticket, &output);
+  if (status.ok()) {
+    status = Compute(*context, request, &head, &ticket, &stats, &output);
+  }
   if (status.ok()) {
     // One output was computed into `output`'s slice; several travel in the
     // response itself.
@@ -149,8 +276,11 @@ grpc::ServerUnaryReactor* KServeService::ModelInfer(
       grpc::Slice whole(head.SerializeAsString());
       *response_bytes = grpc::ByteBuffer(&whole, 1);
     }
+    stats.Lap(InferPhase::kComputeOutput);
+    stats.Finish(status, request.model_name(), BatchOf(head));
     timer.Finish(status, BatchOf(head), output_bytes, request.id());
   } else {
+    stats.Finish(status, request.model_name(), 0);
     timer.Finish(status, 0, 0, request.id());
   }
   return FinishUnary(context, status, std::move(ticket));
@@ -176,7 +306,10 @@ absl::Status KServeService::AnswerInStream(
     inference::ModelStreamInferResponse* response) const {
   inference::ModelInferResponse* answer = response->mutable_infer_response();
   RequestTimer timer(observer_, kStreamMethod);
-  const absl::Status status = Compute(context, request, answer, ticket);
+  InferStatsTimer stats(statistics_);
+  const absl::Status status = Compute(context, request, answer, ticket, &stats);
+  stats.Finish(status, request.model_name(),
+               status.ok() ? BatchOf(*answer) : 0);
   if (status.ok()) {
     timer.Finish(status, BatchOf(*answer), OutputBytesOf(*answer),
                  request.id());

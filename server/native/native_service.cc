@@ -86,6 +86,8 @@ grpc::ServerUnaryReactor* NativeService::Embed(
   v1::EmbedRequest request;
   // A unary call authenticates here; a stream did once, when it opened.
   absl::Status status = gate_.Authenticate(*context);
+  // A call reset before its message arrived is a cancellation, not garbage.
+  if (status.ok()) status = CheckRequestArrived(*request_bytes);
   if (status.ok()) status = ParseRequest(*request_bytes, &request);
   int64_t output_bytes = 0;
   if (status.ok()) {

@@ -99,8 +99,9 @@ def test_server_metadata(client):
     metadata = client.get_server_metadata()
     assert metadata.name == "temb"
     assert metadata.version and metadata.version[0].isdigit()
-    # Never advertise statistics: perf_analyzer would poll ModelStatistics.
-    assert "statistics" not in metadata.extensions
+    # Statistics are implemented: perf_analyzer polls them for its
+    # server-side breakdown.
+    assert "statistics" in metadata.extensions
     assert "model_configuration" in metadata.extensions
 
 
@@ -151,9 +152,16 @@ def test_unknown_model_and_version_are_not_found(client):
                  model_version="7")
 
 
-def test_statistics_is_not_implemented(client):
-    expect_error("StatusCode.UNIMPLEMENTED", client.get_inference_statistics,
-                 "sd15")
+def test_statistics_count_the_inferences(client):
+    before = client.get_inference_statistics("sd3").model_stats[0]
+    infer(client, "sd3", TIMESTEPS)
+    after = client.get_inference_statistics("sd3").model_stats[0]
+    assert after.name == "sd3" and after.version == "1"
+    assert (after.inference_stats.success.count
+            == before.inference_stats.success.count + 1)
+    assert after.inference_count == before.inference_count + len(TIMESTEPS)
+    assert after.inference_stats.compute_infer.ns > \
+        before.inference_stats.compute_infer.ns
 
 
 # -------------------------------------------------------------- inference

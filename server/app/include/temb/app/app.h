@@ -4,6 +4,7 @@
 #ifndef TEMB_APP_APP_H_
 #define TEMB_APP_APP_H_
 
+#include <cstdint>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -28,7 +29,13 @@ class PrometheusMetrics;
 class RequestLogger;
 namespace kserve {
 class KServeService;
+class InferenceStatistics;
+class SharedMemoryRegistry;
 }  // namespace kserve
+namespace rest {
+class HttpServer;
+class RestHandler;
+}  // namespace rest
 
 struct AppOptions {
   // gRPC HOST:PORT; port 0 picks a free one (App::port()).
@@ -38,6 +45,9 @@ struct AppOptions {
   Limits limits;
   // Prometheus HOST:PORT serving /metrics; empty disables metrics.
   std::string metrics_address = "0.0.0.0:9090";
+  // KServe v2 REST HOST:PORT (Triton's HTTP port is 8000); port 0 picks a
+  // free one (App::http_port()); empty disables REST.
+  std::string http_address;
   // A temb.v1.PresetCatalog text proto replacing the built-in catalogue.
   std::string presets_file;
   // How long in-flight calls may run on after Shutdown() starts.
@@ -52,21 +62,30 @@ struct AppOptions {
   std::string auth_token_file;
   // max_inflight, max_queued_bytes; 0 = unlimited.
   AdmissionLimits admission;
+  // gRPC's memory quota (GrpcServerOptions::memory_quota_bytes); 0:
+  // unlimited.  Bounds what connections hold before any handler runs, e.g.
+  // a header block that never ends (docs/operations.md).
+  int64_t grpc_memory_quota_bytes = int64_t{256} << 20;
   BackendFailurePolicy on_backend_failure = BackendFailurePolicy::kNotServing;
 };
 
 class App {
  public:
   // Starts serving.  `backend` overrides options.backend (tests inject one).
-  // Errors: the backend's, the catalogue's, UNAVAILABLE when an address
-  // cannot be bound.
+  // Errors: ValidateAppOptions', the backend's, the catalogue's
+  // (INVALID_ARGUMENT for a --presets_file that defines no preset or one
+  // beyond options.limits), UNAVAILABLE when an address cannot be bound.
   static absl::StatusOr<std::unique_ptr<App>> Start(
       const AppOptions& options, std::unique_ptr<Backend> backend = nullptr);
   ~App();  // Shutdown() if still serving
 
   int port() const;
   int metrics_port() const { return metrics_port_; }  // 0: metrics disabled
+  int http_port() const;                              // 0: REST disabled
+  // gRPC's send limit (reported in ServerInfo.limits.max_message_bytes) and
+  // receive limit (grpc_server.h).
   int max_message_bytes() const { return max_message_bytes_; }
+  int max_receive_message_bytes() const { return max_receive_message_bytes_; }
   const EmbedService& service() const { return *service_; }
   const AdmissionController& admission() const { return *admission_; }
   // Null when metrics are disabled.
@@ -85,6 +104,7 @@ class App {
   AppOptions options_;
   std::once_flag shutdown_once_;
   int max_message_bytes_ = 0;
+  int max_receive_message_bytes_ = 0;
   int metrics_port_ = 0;
   std::unique_ptr<PrometheusMetrics> metrics_;
   std::unique_ptr<RequestLogger> request_logger_;
@@ -95,8 +115,18 @@ class App {
   std::unique_ptr<EmbedService> service_;
   std::unique_ptr<NativeService> native_;
   std::unique_ptr<kserve::KServeService> kserve_;
-  std::unique_ptr<GrpcServer> server_;  // last: stops before the rest goes
+  std::unique_ptr<kserve::InferenceStatistics> statistics_;
+  std::unique_ptr<kserve::SharedMemoryRegistry> shared_memory_;
+  std::unique_ptr<rest::RestHandler> rest_;
+  std::unique_ptr<rest::HttpServer> http_;  // stops before rest_ goes
+  std::unique_ptr<GrpcServer> server_;      // last: stops before the rest goes
 };
+
+// INVALID_ARGUMENT naming the flag (as --name) for configuration the server
+// must not start with: limits below 1 or beyond what fits gRPC's 2 GiB
+// messages, negative counts or durations, an absurd --cpu_threads, an
+// address whose port is not 0..65535.  App::Start calls it first.
+absl::Status ValidateAppOptions(const AppOptions& options);
 
 // Writes `contents` to `path` through a temporary file and a rename, so a
 // reader polling for the file never sees it half-written.

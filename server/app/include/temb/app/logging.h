@@ -42,7 +42,8 @@ class LogField {
 
  private:
   std::string key_;
-  std::string text_;  // quoted when it contains spaces, quotes or '='
+  std::string text_;  // bare when printable ASCII without spaces, quotes,
+                      // "=" or "\\"; else the escaped JSON string
   std::string json_;  // a JSON value
 };
 

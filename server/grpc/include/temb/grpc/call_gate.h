@@ -19,6 +19,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "grpcpp/server_context.h"
+#include "grpcpp/support/byte_buffer.h"
 #include "grpcpp/support/server_callback.h"
 #include "temb/core/admission.h"
 #include "temb/core/request_observer.h"
@@ -33,8 +34,11 @@ class CallGate {
   CallGate(AdmissionController* admission, const TokenVerifier* tokens,
            RequestObserver* observer);
 
-  // UNAUTHENTICATED without an accepted bearer token.  For probes
-  // (KServe ServerLive/ServerReady/ModelReady), which answer while draining.
+  // CANCELLED when the client already cancelled the call; else
+  // UNAUTHENTICATED without an accepted bearer token.  Every unary handler
+  // calls it first (Enter does); probes (KServe
+  // ServerLive/ServerReady/ModelReady) call it alone, as they answer while
+  // draining.
   absl::Status Authenticate(const grpc::CallbackServerContext& context) const;
 
   // Authenticate, then UNAVAILABLE unless serving.  For calls that compute
@@ -60,6 +64,14 @@ class CallGate {
   const TokenVerifier* const tokens_;
   RequestObserver* const observer_;
 };
+
+// For raw unary handlers, before parsing: CANCELLED when gRPC handed the
+// handler no message at all, which is what a call reset by its client
+// before its message arrived looks like (the handler still runs, and at that
+// moment context.IsCancelled() is not yet true).  Counting those as
+// INVALID_ARGUMENT made a burst of resets look like a burst of bad
+// requests.  A client that sent an empty message gets a valid, empty buffer.
+absl::Status CheckRequestArrived(const grpc::ByteBuffer& request);
 
 // Finishes a unary call with `status`.  The ticket's in-flight slot is freed
 // now (the answer is computed); its bytes only when gRPC is done with the

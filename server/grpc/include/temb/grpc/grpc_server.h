@@ -7,6 +7,7 @@
 #ifndef TEMB_GRPC_GRPC_SERVER_H_
 #define TEMB_GRPC_GRPC_SERVER_H_
 
+#include <cstdint>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -24,11 +25,23 @@ class Service;
 
 namespace temb {
 
-// The gRPC send/receive limit for a server with these limits: the largest
-// response (max_output_bytes of tensor data) or request (max_batch timesteps
-// as int64 varints, up to 10 bytes each), plus headroom for framing, ids and
-// the spec.  Capped at INT32_MAX, gRPC's own ceiling.
-int MaxMessageBytes(const Limits& limits);
+// gRPC's receive limit for a server with these limits: the largest valid
+// request, max_batch timesteps at the worst case of 10 bytes each (negative
+// int64 varints), plus 64 KiB of headroom for framing, ids and the spec.
+// gRPC buffers a whole message before any handler (or token check) runs, so
+// this is what one call can make the server hold before it is refused with
+// RESOURCE_EXHAUSTED.  max_batch is clamped to MaxBatchForMessages().
+int MaxReceiveMessageBytes(const Limits& limits);
+
+// gRPC's send limit: the largest response (max_output_bytes of tensor data)
+// plus the same headroom.  max_output_bytes is clamped to
+// MaxOutputBytesForMessages().
+int MaxSendMessageBytes(const Limits& limits);
+
+// The largest max_batch and max_output_bytes whose messages fit gRPC's
+// INT32_MAX message ceiling with the headroom; App::Start refuses larger.
+int64_t MaxBatchForMessages();
+int64_t MaxOutputBytesForMessages();
 
 // PEM files for serving TLS.  cert_file and key_file together enable TLS;
 // client_ca_file additionally requires every client to present a certificate
@@ -50,7 +63,12 @@ absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> MakeServerCredentials(
 struct GrpcServerOptions {
   // HOST:PORT; port 0 picks a free port (see GrpcServer::port()).
   std::string address = "0.0.0.0:50051";
-  int max_message_bytes = 4 << 20;
+  int max_receive_message_bytes = 4 << 20;
+  int max_send_message_bytes = 4 << 20;
+  // gRPC's memory quota for the whole server (grpc::ResourceQuota): what
+  // connections may hold in read buffers, header blocks being parsed and
+  // call arenas.  0: unlimited (gRPC's default).
+  int64_t memory_quota_bytes = 0;
   // Null: insecure (plaintext).
   std::shared_ptr<grpc::ServerCredentials> credentials;
 };

@@ -8,12 +8,16 @@
 #ifndef TEMB_KSERVE_KSERVE_SERVICE_H_
 #define TEMB_KSERVE_KSERVE_SERVICE_H_
 
+#include <memory>
+
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
 #include "inference/grpc_service.grpc.pb.h"
 #include "temb/core/embed_service.h"
 #include "temb/core/request_observer.h"
 #include "temb/grpc/call_gate.h"
+#include "temb/kserve/model_statistics.h"
+#include "temb/kserve/shared_memory.h"
 
 namespace temb::kserve {
 
@@ -27,9 +31,13 @@ class KServeService final
   // `core` and `observer` (may be null) must outlive the service.  Handlers
   // run on gRPC's callback threads and compute inline (the core is
   // thread-safe).  ModelInfer and each ModelStreamInfer request are reported
-  // to `observer` (metrics, request log).
+  // to `observer` (metrics, request log) and to `statistics`; tensors in
+  // shared memory name regions of `shared_memory`.  Both are shared with the
+  // REST frontend (null: the service keeps its own).
   KServeService(const EmbedService& core, const CallGate& gate,
-                RequestObserver* observer);
+                RequestObserver* observer,
+                InferenceStatistics* statistics = nullptr,
+                SharedMemoryRegistry* shared_memory = nullptr);
 
   grpc::ServerUnaryReactor* ServerLive(
       grpc::CallbackServerContext* context,
@@ -57,6 +65,41 @@ class KServeService final
       grpc::CallbackServerContext* context,
       const inference::ModelConfigRequest* request,
       inference::ModelConfigResponse* response) override;
+  // Triton's statistics extension; an empty name means every model.
+  // NOT_FOUND for an unknown model or version.
+  grpc::ServerUnaryReactor* ModelStatistics(
+      grpc::CallbackServerContext* context,
+      const inference::ModelStatisticsRequest* request,
+      inference::ModelStatisticsResponse* response) override;
+  // Triton's system shared memory extension (shared_memory.h).  Register:
+  // ALREADY_EXISTS, INVALID_ARGUMENT, NOT_FOUND (no such object);
+  // Unregister and Status: NOT_FOUND for an unknown region.
+  grpc::ServerUnaryReactor* SystemSharedMemoryStatus(
+      grpc::CallbackServerContext* context,
+      const inference::SystemSharedMemoryStatusRequest* request,
+      inference::SystemSharedMemoryStatusResponse* response) override;
+  grpc::ServerUnaryReactor* SystemSharedMemoryRegister(
+      grpc::CallbackServerContext* context,
+      const inference::SystemSharedMemoryRegisterRequest* request,
+      inference::SystemSharedMemoryRegisterResponse* response) override;
+  grpc::ServerUnaryReactor* SystemSharedMemoryUnregister(
+      grpc::CallbackServerContext* context,
+      const inference::SystemSharedMemoryUnregisterRequest* request,
+      inference::SystemSharedMemoryUnregisterResponse* response) override;
+  // No CUDA shared memory: Register is INVALID_ARGUMENT, Status empty,
+  // Unregister of every region ("") OK and of a name NOT_FOUND.
+  grpc::ServerUnaryReactor* CudaSharedMemoryStatus(
+      grpc::CallbackServerContext* context,
+      const inference::CudaSharedMemoryStatusRequest* request,
+      inference::CudaSharedMemoryStatusResponse* response) override;
+  grpc::ServerUnaryReactor* CudaSharedMemoryRegister(
+      grpc::CallbackServerContext* context,
+      const inference::CudaSharedMemoryRegisterRequest* request,
+      inference::CudaSharedMemoryRegisterResponse* response) override;
+  grpc::ServerUnaryReactor* CudaSharedMemoryUnregister(
+      grpc::CallbackServerContext* context,
+      const inference::CudaSharedMemoryUnregisterRequest* request,
+      inference::CudaSharedMemoryUnregisterResponse* response) override;
   // Codes as kserve::Infer; CANCELLED / DEADLINE_EXCEEDED, uncomputed, for a
   // call already abandoned by its client; INVALID_ARGUMENT for bytes that
   // are not a ModelInferRequest.
@@ -80,16 +123,20 @@ class KServeService final
 
   // Admits (into `ticket`, held by the caller until the answer is sent) and
   // computes one request; the embedding goes to `output` when one is given
-  // (see kserve::Infer).
+  // (see kserve::Infer).  `stats` gets the queue and compute_infer laps.
   absl::Status Compute(const grpc::CallbackServerContext& context,
                        const inference::ModelInferRequest& request,
                        inference::ModelInferResponse* response,
-                       AdmissionTicket* ticket,
+                       AdmissionTicket* ticket, InferStatsTimer* stats,
                        OutputAllocator* output = nullptr) const;
 
   const EmbedService& core_;
   const CallGate& gate_;
   RequestObserver* const observer_;
+  std::unique_ptr<InferenceStatistics> own_statistics_;  // when none given
+  InferenceStatistics* const statistics_;
+  std::unique_ptr<SharedMemoryRegistry> own_shared_memory_;  // likewise
+  SharedMemoryRegistry* const shared_memory_;
 };
 
 }  // namespace temb::kserve

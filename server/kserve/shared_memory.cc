@@ -1,0 +1,298 @@
+#include "temb/kserve/shared_memory.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "temb/base/status_macros.h"
+
+namespace temb::kserve {
+namespace {
+
+using inference::InferParameter;
+using Params = google::protobuf::Map<std::string, InferParameter>;
+
+constexpr char kRegion[] = "shared_memory_region";
+constexpr char kByteSize[] = "shared_memory_byte_size";
+constexpr char kOffset[] = "shared_memory_offset";
+
+absl::StatusOr<uint64_t> SizeParam(const Params& params, const char* key,
+                                   const std::string& field, bool required) {
+  const auto it = params.find(key);
+  if (it == params.end()) {
+    if (required) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          field, "parameters[\"", key, "\"] is required with ", kRegion));
+    }
+    return 0;
+  }
+  const InferParameter& p = it->second;
+  if (p.parameter_choice_case() == InferParameter::kInt64Param &&
+      p.int64_param() >= 0) {
+    return static_cast<uint64_t>(p.int64_param());
+  }
+  if (p.parameter_choice_case() == InferParameter::kUint64Param) {
+    return p.uint64_param();
+  }
+  return absl::InvalidArgumentError(absl::StrCat(
+      field, "parameters[\"", key, "\"] must be a non-negative integer"));
+}
+
+struct Placement {
+  std::shared_ptr<const SharedMemoryRegion> region;
+  uint64_t offset = 0;
+  uint64_t byte_size = 0;
+};
+
+// The shared memory parameters of one tensor, checked against its region;
+// nullopt-like empty region when the tensor names none.
+absl::StatusOr<Placement> PlacementOf(const SharedMemoryRegistry& registry,
+                                      Params* params,
+                                      const std::string& field) {
+  Placement placement;
+  const auto it = params->find(kRegion);
+  if (it == params->end()) {
+    if (params->count(kByteSize) > 0 || params->count(kOffset) > 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(field, "parameters: ", kByteSize, " and ", kOffset,
+                       " need ", kRegion));
+    }
+    return placement;
+  }
+  if (it->second.parameter_choice_case() != InferParameter::kStringParam) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(field, "parameters[\"", kRegion, "\"] must be a string"));
+  }
+  absl::StatusOr<std::shared_ptr<const SharedMemoryRegion>> region =
+      registry.Find(it->second.string_param());
+  if (!region.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        field, "parameters[\"", kRegion, "\"]: ", region.status().message()));
+  }
+  ASSIGN_OR_RETURN(placement.byte_size,
+                   SizeParam(*params, kByteSize, field, /*required=*/true));
+  ASSIGN_OR_RETURN(placement.offset,
+                   SizeParam(*params, kOffset, field, /*required=*/false));
+  if (placement.offset > (*region)->byte_size() ||
+      placement.byte_size > (*region)->byte_size() - placement.offset) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        field, "parameters: ", placement.byte_size, " bytes at offset ",
+        placement.offset, " do not fit region \"", (*region)->name(), "\" (",
+        (*region)->byte_size(), " bytes)"));
+  }
+  placement.region = *std::move(region);
+  params->erase(kRegion);
+  params->erase(kByteSize);
+  params->erase(kOffset);
+  return placement;
+}
+
+bool NamesRegion(const Params& params) { return params.count(kRegion) > 0; }
+
+}  // namespace
+
+SharedMemoryRegion::~SharedMemoryRegion() {
+  if (mapping_ != nullptr) munmap(mapping_, mapping_size_);
+}
+
+absl::Status SharedMemoryRegistry::Register(const std::string& name,
+                                            const std::string& key,
+                                            uint64_t offset,
+                                            uint64_t byte_size) {
+  if (name.empty() || key.empty() || byte_size == 0) {
+    return absl::InvalidArgumentError(
+        "a shared memory region needs a name, a key and a byte_size > 0");
+  }
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (regions_.count(name) > 0) {
+      return absl::AlreadyExistsError(absl::StrCat(
+          "shared memory region \"", name, "\" is already registered"));
+    }
+  }
+  const int fd = shm_open(key.c_str(), O_RDWR, 0);
+  if (fd < 0) {
+    return absl::NotFoundError(
+        absl::StrCat("cannot open shared memory object \"", key,
+                     "\": ", std::strerror(errno)));
+  }
+  struct stat st;
+  if (fstat(fd, &st) != 0 || st.st_size < 0 ||
+      offset > static_cast<uint64_t>(st.st_size) ||
+      byte_size > static_cast<uint64_t>(st.st_size) - offset) {
+    close(fd);
+    return absl::InvalidArgumentError(
+        absl::StrCat("shared memory object \"", key, "\" has ",
+                     static_cast<int64_t>(st.st_size), " bytes: ", byte_size,
+                     " bytes at offset ", offset, " do not fit"));
+  }
+  const uint64_t page = static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
+  const uint64_t start = offset - offset % page;
+  const size_t length = static_cast<size_t>(byte_size + (offset - start));
+  void* mapping = mmap(nullptr, length, PROT_READ | PROT_WRITE, MAP_SHARED, fd,
+                       static_cast<off_t>(start));
+  close(fd);  // the mapping keeps the object
+  if (mapping == MAP_FAILED) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("cannot map shared memory object \"", key,
+                     "\": ", std::strerror(errno)));
+  }
+  std::shared_ptr<const SharedMemoryRegion> region(
+      new SharedMemoryRegion(name, key, offset, byte_size, mapping, length,
+                             static_cast<char*>(mapping) + (offset - start)));
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!regions_.emplace(name, std::move(region)).second) {
+    return absl::AlreadyExistsError(absl::StrCat(
+        "shared memory region \"", name, "\" is already registered"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status SharedMemoryRegistry::Unregister(const std::string& name) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (name.empty()) {
+    regions_.clear();
+    return absl::OkStatus();
+  }
+  if (regions_.erase(name) == 0) {
+    return absl::NotFoundError(
+        absl::StrCat("no shared memory region \"", name, "\" is registered"));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<std::shared_ptr<const SharedMemoryRegion>>>
+SharedMemoryRegistry::Status(const std::string& name) const {
+  std::vector<std::shared_ptr<const SharedMemoryRegion>> out;
+  if (!name.empty()) {
+    ASSIGN_OR_RETURN(std::shared_ptr<const SharedMemoryRegion> region,
+                     Find(name));
+    out.push_back(std::move(region));
+    return out;
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  for (const auto& [unused, region] : regions_) out.push_back(region);
+  return out;
+}
+
+absl::StatusOr<std::shared_ptr<const SharedMemoryRegion>>
+SharedMemoryRegistry::Find(absl::string_view name) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  const auto it = regions_.find(name);
+  if (it == regions_.end()) {
+    return absl::NotFoundError(
+        absl::StrCat("no shared memory region \"", name, "\" is registered"));
+  }
+  return it->second;
+}
+
+uint64_t SharedMemoryRegistry::mapped_bytes() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  uint64_t total = 0;
+  for (const auto& [unused, region] : regions_) total += region->byte_size();
+  return total;
+}
+
+bool UsesSharedMemory(const inference::ModelInferRequest& request) {
+  for (const auto& input : request.inputs()) {
+    if (NamesRegion(input.parameters())) return true;
+  }
+  for (const auto& output : request.outputs()) {
+    if (NamesRegion(output.parameters())) return true;
+  }
+  return false;
+}
+
+absl::Status PrepareSharedMemory(const SharedMemoryRegistry& registry,
+                                 inference::ModelInferRequest* request,
+                                 std::vector<SharedMemoryOutput>* outputs) {
+  outputs->clear();
+  if (!UsesSharedMemory(*request)) return absl::OkStatus();
+  // Raw contents for every input: from the region, or the next entry of
+  // the request's own raw_input_contents (inputs in shared memory have no
+  // entry there, as in Triton).
+  bool any_input = false;
+  for (const auto& input : request->inputs()) {
+    any_input = any_input || NamesRegion(input.parameters());
+  }
+  std::vector<std::string> raw;
+  int next_raw = 0;
+  for (int i = 0; any_input && i < request->inputs_size(); ++i) {
+    auto* input = request->mutable_inputs(i);
+    const std::string field = absl::StrCat("inputs[", i, "].");
+    ASSIGN_OR_RETURN(Placement placement,
+                     PlacementOf(registry, input->mutable_parameters(), field));
+    if (placement.region != nullptr) {
+      raw.emplace_back(placement.region->data() + placement.offset,
+                       placement.byte_size);
+    } else if (next_raw < request->raw_input_contents_size()) {
+      raw.push_back(std::move(*request->mutable_raw_input_contents(next_raw)));
+      ++next_raw;
+    } else {
+      return absl::InvalidArgumentError(absl::StrCat(
+          field,
+          "contents: next to inputs in shared memory, the other inputs "
+          "travel as raw (binary) data"));
+    }
+  }
+  if (any_input && next_raw != request->raw_input_contents_size()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "raw_input_contents has ", request->raw_input_contents_size(),
+        " entries for ", next_raw, " inputs not in shared memory"));
+  }
+  if (any_input) {
+    request->clear_raw_input_contents();
+    for (std::string& bytes : raw) {
+      request->add_raw_input_contents(std::move(bytes));
+    }
+  }
+
+  for (int o = 0; o < request->outputs_size(); ++o) {
+    auto* output = request->mutable_outputs(o);
+    ASSIGN_OR_RETURN(Placement placement,
+                     PlacementOf(registry, output->mutable_parameters(),
+                                 absl::StrCat("outputs[", o, "].")));
+    if (placement.region == nullptr) continue;
+    outputs->push_back({output->name(), std::move(placement.region),
+                        placement.offset, placement.byte_size});
+  }
+  return absl::OkStatus();
+}
+
+absl::Status FinishSharedMemory(const std::vector<SharedMemoryOutput>& outputs,
+                                inference::ModelInferResponse* response) {
+  for (const SharedMemoryOutput& target : outputs) {
+    for (int i = 0; i < response->outputs_size(); ++i) {
+      auto* output = response->mutable_outputs(i);
+      if (output->name() != target.name) continue;
+      if (i >= response->raw_output_contents_size()) {
+        return absl::InternalError(
+            absl::StrCat("output \"", target.name, "\" has no data"));
+      }
+      std::string* bytes = response->mutable_raw_output_contents(i);
+      if (bytes->size() > target.byte_size) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("output \"", target.name, "\" has ", bytes->size(),
+                         " bytes, more than its shared_memory_byte_size (",
+                         target.byte_size, ")"));
+      }
+      std::memcpy(target.region->data() + target.offset, bytes->data(),
+                  bytes->size());
+      auto& params = *output->mutable_parameters();
+      params[kRegion].set_string_param(target.region->name());
+      params[kByteSize].set_int64_param(static_cast<int64_t>(bytes->size()));
+      if (target.offset != 0) {
+        params[kOffset].set_int64_param(static_cast<int64_t>(target.offset));
+      }
+      bytes->clear();
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace temb::kserve

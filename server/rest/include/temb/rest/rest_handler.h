@@ -1,0 +1,128 @@
+// The KServe v2 / Open Inference Protocol over HTTP/REST, independent of the
+// HTTP server library (http_server.h adapts one): a request in, a response
+// out.  Every endpoint runs the same rules as the gRPC frontend:
+//   - authentication with the same TokenVerifier ("Authorization: Bearer"),
+//   - admission with the same AdmissionController (draining, failed backend,
+//     max_inflight, max_queued_bytes),
+//   - inference through kserve::Infer on an inference::ModelInferRequest
+//     built from the JSON (and binary) body, so numbers, limits and error
+//     messages are those of gRPC,
+//   - the same RequestObserver (metrics and request log, method
+//     "HttpModelInfer") and the same InferenceStatistics (Triton's
+//     statistics extension).
+//
+// Endpoints (m a model, v its version; every path also without
+// /versions/{v}):
+//   GET  /v2/health/live, /v2/health/ready             200, or 401 / 503
+//   GET  /v2                                           server metadata
+//   GET  /v2/models/{m}/versions/{v}                   model metadata
+//   GET  /v2/models/{m}/versions/{v}/ready             200, or 404 / 503
+//   GET  /v2/models/{m}/versions/{v}/config            Triton model config
+//   GET  /v2/models/{m}/versions/{v}/stats, /v2/models/stats  statistics
+//   POST /v2/models/{m}/versions/{v}/infer             inference
+//   GET  /v2/systemsharedmemory[/region/{r}]/status    regions
+//   POST /v2/systemsharedmemory/region/{r}/register    {"key", "offset",
+//                                                       "byte_size"}
+//   POST /v2/systemsharedmemory[/region/{r}]/unregister
+//   /v2/cudasharedmemory/...: the same paths; nothing is ever registered
+// Errors are {"error": "..."} with the status HttpStatusFor() gives.
+#ifndef TEMB_REST_REST_HANDLER_H_
+#define TEMB_REST_REST_HANDLER_H_
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/string_view.h"
+#include "temb/core/admission.h"
+#include "temb/core/embed_service.h"
+#include "temb/core/request_observer.h"
+#include "temb/core/token_auth.h"
+#include "temb/kserve/model_statistics.h"
+#include "temb/kserve/shared_memory.h"
+
+namespace temb::rest {
+
+// What the handler needs of an HTTP request; the adapter fills it.
+struct HttpRequest {
+  std::string method;            // "GET", "POST", ...
+  std::string path;              // percent-decoded, without the query string
+  std::string authorization;     // the Authorization header; "" if none
+  std::string header_length;     // Inference-Header-Content-Length; "" if none
+  std::string content_encoding;  // Content-Encoding; "" if none
+  std::string body;
+};
+
+struct HttpResponse {
+  int status = 200;
+  std::string content_type = "application/json";
+  // Extra headers (Inference-Header-Content-Length, Allow, ...).
+  std::vector<std::pair<std::string, std::string>> headers;
+  // Sent in order, without being joined: the JSON, then binary tensors.
+  std::vector<std::string> body;
+  // An answered inference request holds its admission until the adapter has
+  // sent the response (max_queued_bytes counts responses being written).
+  AdmissionTicket ticket;
+
+  uint64_t body_size() const;
+};
+
+// The HTTP status for a status of the core or of kserve::Infer:
+// INVALID_ARGUMENT (and limits: RESOURCE_EXHAUSTED naming max_batch, max_dim
+// or max_output_bytes) 400, UNAUTHENTICATED 401, PERMISSION_DENIED 403,
+// NOT_FOUND 404, ALREADY_EXISTS 409, overload (RESOURCE_EXHAUSTED from
+// admission) 429,
+// UNIMPLEMENTED 501, UNAVAILABLE (draining, failed backend) 503,
+// DEADLINE_EXCEEDED 504, anything else 500.
+int HttpStatusFor(const absl::Status& status);
+
+// The largest request body worth reading for a server with these limits:
+// max_batch timesteps as JSON text (at most 32 bytes each, nested [N, 1]
+// lists included; binary data takes at most 8) plus 64 KiB for the rest of
+// the header (ids, parameters).  Larger bodies are refused unread (413).
+int64_t MaxRequestBodyBytes(const Limits& limits);
+
+class RestHandler {
+ public:
+  // Every pointer must outlive the handler.  `admission` is required;
+  // `tokens` null means no authentication; `observer`, `statistics` and
+  // `shared_memory` may be null (no shared memory: registering fails).
+  RestHandler(const EmbedService& core, AdmissionController* admission,
+              const TokenVerifier* tokens, RequestObserver* observer,
+              kserve::InferenceStatistics* statistics,
+              kserve::SharedMemoryRegistry* shared_memory = nullptr);
+
+  // Thread-safe.
+  void Handle(const HttpRequest& request, HttpResponse* response) const;
+
+ private:
+  absl::Status Authenticate(const HttpRequest& request) const;
+  // Authenticate, then UNAVAILABLE unless serving (calls that compute
+  // nothing: metadata, config, statistics).
+  absl::Status Enter(const HttpRequest& request) const;
+
+  void ModelEndpoint(const HttpRequest& request, const std::string& model,
+                     const std::string& version, const std::string& action,
+                     HttpResponse* response) const;
+  void Infer(const HttpRequest& request, const std::string& model,
+             const std::string& version, HttpResponse* response) const;
+  void Statistics(const HttpRequest& request, const std::string& model,
+                  const std::string& version, HttpResponse* response) const;
+  // /v2/{system,cuda}sharedmemory/...; false when `path` is none of them.
+  bool SharedMemoryEndpoint(const HttpRequest& request,
+                            HttpResponse* response) const;
+
+  const EmbedService& core_;
+  AdmissionController* const admission_;
+  const TokenVerifier* const tokens_;
+  RequestObserver* const observer_;
+  kserve::InferenceStatistics* const statistics_;
+  kserve::SharedMemoryRegistry* const shared_memory_;
+};
+
+}  // namespace temb::rest
+
+#endif  // TEMB_REST_REST_HANDLER_H_
