@@ -212,15 +212,18 @@ def main():
         for server in servers.values():
             server.stop()
 
+    # With --json, stdout carries only the JSON (for bench/run.py); the
+    # table goes to stderr.
+    out = sys.stderr if args.json else sys.stdout
     summary = {"cpu": cpu_model(), "rounds": args.rounds,
                "max_abs_diff": max_diff, "configs": []}
     print(f"\nCPU: {summary['cpu']}, client and servers on one machine; "
           f"medians of {args.rounds} rounds; max |temb - Triton| = "
-          f"{max_diff:.2g} (numpy's float32 op order, not PyTorch's)")
+          f"{max_diff:.2g} (numpy's float32 op order, not PyTorch's)", file=out)
     print("| protocol | concurrency | batch | temb infer/s | Triton infer/s "
           "| PyTriton infer/s | temb/Triton | temb/PyTriton | temb p50 us | "
-          "Triton p50 us | PyTriton p50 us |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|")
+          "Triton p50 us | PyTriton p50 us |", file=out)
+    print("|---|---|---|---|---|---|---|---|---|---|---|", file=out)
     for protocol in PROTOCOLS:
         for concurrency, batch in CONFIGS:
             cell = {}
@@ -245,7 +248,7 @@ def main():
                   f"{ratios['temb_over_pytriton']:.1f} | "
                   f"{cell['temb']['p50_us']:.0f} | "
                   f"{cell['triton']['p50_us']:.0f} | "
-                  f"{cell['pytriton']['p50_us']:.0f} |")
+                  f"{cell['pytriton']['p50_us']:.0f} |", file=out)
     if args.json:
         print(json.dumps(summary, indent=2))
 

@@ -53,11 +53,14 @@ def main():
             finally:
                 server.stop()
 
+    # With --json, stdout carries only the JSON (for bench/run.py); the
+    # table goes to stderr.
+    out = sys.stderr if args.json else sys.stdout
     summary = {"cpu": cpu_model(), "rounds": args.rounds, "configs": []}
-    print(f"\nCPU: {summary['cpu']}; medians of {args.rounds} rounds")
+    print(f"\nCPU: {summary['cpu']}; medians of {args.rounds} rounds", file=out)
     print(f"| concurrency | batch | {a} req/s | {b} req/s | "
-          f"{b}/{a} | {a} p50 us | {b} p50 us |")
-    print("|---|---|---|---|---|---|---|")
+          f"{b}/{a} | {a} p50 us | {b} p50 us |", file=out)
+    print("|---|---|---|---|---|---|---|", file=out)
     for concurrency, batch in CONFIGS:
         cell = {}
         for lib in (a, b):
@@ -75,7 +78,7 @@ def main():
         print(f"| {concurrency} | {batch} | "
               f"{cell[a]['requests_per_s']:.0f} | "
               f"{cell[b]['requests_per_s']:.0f} | {ratio:.2f} | "
-              f"{cell[a]['p50_us']:.0f} | {cell[b]['p50_us']:.0f} |")
+              f"{cell[a]['p50_us']:.0f} | {cell[b]['p50_us']:.0f} |", file=out)
     if args.json:
         print(json.dumps(summary, indent=2))
 

@@ -77,12 +77,15 @@ def main():
             process.send_signal(signal.SIGTERM)
             process.wait(timeout=30)
 
+    # With --json, stdout carries only the JSON (for bench/run.py); the
+    # table goes to stderr.
+    out = sys.stderr if args.json else sys.stdout
     summary = {"cpu": cpu_model(), "rounds": args.rounds, "configs": []}
     print(f"\nCPU: {summary['cpu']}; medians of {args.rounds} rounds of "
-          f"{args.duration} s (temb bench, unary, sd15)")
+          f"{args.duration} s (temb bench, unary, sd15)", file=out)
     print("| concurrency | batch | TCP p50 us | unix p50 us | unix/TCP p50 "
-          "| TCP rps | unix rps | unix/TCP rps |")
-    print("|---|---|---|---|---|---|---|---|")
+          "| TCP rps | unix rps | unix/TCP rps |", file=out)
+    print("|---|---|---|---|---|---|---|---|", file=out)
     for config in CONFIGS:
         cell = {}
         for kind in targets:
@@ -97,7 +100,7 @@ def main():
               f"{cell['unix']['p50_us']:.0f} | "
               f"{cell['unix']['p50_us'] / cell['tcp']['p50_us']:.2f} | "
               f"{cell['tcp']['rps']:.0f} | {cell['unix']['rps']:.0f} | "
-              f"{cell['unix']['rps'] / cell['tcp']['rps']:.2f} |")
+              f"{cell['unix']['rps'] / cell['tcp']['rps']:.2f} |", file=out)
     if args.json:
         print(json.dumps(summary, indent=2))
 

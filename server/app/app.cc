@@ -324,8 +324,10 @@ void App::Shutdown() {
              {{"idle", idle},
               {"inflight", admission_->inflight()},
               {"grace_left_seconds", absl::ToDoubleSeconds(left)}});
-    if (http_ != nullptr) http_->Stop();  // answers being sent finish
-    server_->Shutdown(left);
+    // REST answers being sent finish; idle keep-alive connections may hold
+    // this for up to their 5 s timeout, so gRPC gets what is left after.
+    if (http_ != nullptr) http_->Stop();
+    server_->Shutdown(std::max(deadline - absl::Now(), absl::ZeroDuration()));
     LogEvent(LogLevel::kInfo, "stopped");
   });
 }
