@@ -71,12 +71,13 @@ void Run(const inference::ModelInferRequest& request) {
     TEMB_FUZZ_CHECK(datatype.ok() && *datatype == spec->dtype,
                     absl::StrCat("output datatype ", output.datatype(),
                                  " for dtype ", DTypeName(spec->dtype)));
-    // The fuzz check recomputes from float32 timesteps: only for fp32
-    // pipelines (timestep_dtype rounds them first).
-    if (spec->timestep_dtype == DType::kFloat32) {
-      CheckEmbedding(*spec, input.timesteps,
-                     response.raw_output_contents(static_cast<int>(i)));
-    }
+    // The invariants hold for the timesteps the pipeline's model sees.
+    EmbeddingSpec computed = *spec;
+    std::vector<float> seen = input.timesteps;
+    TEMB_FUZZ_CHECK(PipelineTimesteps(&computed, absl::MakeSpan(seen)).ok(),
+                    "PipelineTimesteps failed on timesteps Infer accepted");
+    CheckEmbedding(computed, seen,
+                   response.raw_output_contents(static_cast<int>(i)));
   }
 }
 

@@ -63,7 +63,13 @@ void Run(const v1::EmbedRequest& request) {
   TEMB_FUZZ_CHECK(
       embedding->rows == static_cast<int64_t>(timesteps->size()),
       absl::StrCat("rows ", embedding->rows, " != batch ", timesteps->size()));
-  CheckEmbedding(embedding->spec, *timesteps, embedding->data);
+  // The invariants hold for the timesteps the pipeline's model sees: with
+  // timestep_dtype fp16/bf16 they were rounded (and scaled) first.
+  EmbeddingSpec computed = embedding->spec;
+  std::vector<float> seen = *timesteps;
+  TEMB_FUZZ_CHECK(PipelineTimesteps(&computed, absl::MakeSpan(seen)).ok(),
+                  "PipelineTimesteps failed on timesteps Embed accepted");
+  CheckEmbedding(computed, seen, embedding->data);
 }
 
 }  // namespace

@@ -249,7 +249,9 @@ absl::Status PipelineTimesteps(EmbeddingSpec* spec,
     return dtype == DType::kFloat16 ? HalfToFloat(FloatToHalf(value))
                                     : BFloat16ToFloat(FloatToBFloat16(value));
   };
-  const float factor = static_cast<float>(spec->time_factor);
+  // repeat_only copies t and ignores time_factor: it only gets rounded.
+  const float factor =
+      spec->repeat_only ? 1.0f : static_cast<float>(spec->time_factor);
   for (size_t n = 0; n < timesteps.size(); ++n) {
     const float t = timesteps[n];
     const float value = round(round(t) * factor);
@@ -262,7 +264,7 @@ absl::Status PipelineTimesteps(EmbeddingSpec* spec,
     }
     timesteps[n] = value;
   }
-  spec->time_factor = 1.0;
+  if (!spec->repeat_only) spec->time_factor = 1.0;
   spec->timestep_dtype = DType::kFloat32;
   return absl::OkStatus();
 }

@@ -162,6 +162,16 @@ TEST(ValidationTest, PipelineTimestepsRoundInTheirDType) {
               "timesteps[1] = 70 times time_factor 1000 overflows "
               "timestep_dtype fp16 (largest finite 65504)");
 
+  // repeat_only copies t and never applies time_factor: t is only rounded.
+  spec = Spec(8);
+  spec.repeat_only = true;
+  spec.time_factor = 1000;
+  spec.timestep_dtype = DType::kFloat16;
+  t = {0.8929f, 2.2e-38f};
+  ASSERT_TRUE(PipelineTimesteps(&spec, absl::MakeSpan(t)).ok());
+  EXPECT_EQ(t, (std::vector<float>{0.89306640625f, 0.0f}));
+  EXPECT_EQ(spec.time_factor, 1000.0);
+
   spec = Spec(8);  // fp32: untouched
   t = {0.8929f};
   ASSERT_TRUE(PipelineTimesteps(&spec, absl::MakeSpan(t)).ok());

@@ -4,6 +4,7 @@ whose client never reads, requests far over the largest valid one, calls
 reset before their message, SIGHUP, bad configuration, and control
 characters in logged client strings."""
 import json
+import os
 import re
 import signal
 import subprocess
@@ -223,7 +224,11 @@ def test_concurrent_large_requests_keep_rss_bounded(start_server):
                for s in statuses), statuses
     assert sum(r["sent"] for r in results) > 128 * MiB, results
     # docs/operations.md: what connections hold is at most ~3 x the quota.
-    assert peak[0] - before < 3 * quota + 32 * MiB, (before, peak[0])
+    # Under AddressSanitizer (scripts/sanitize.sh sets ASAN_OPTIONS) freed
+    # memory waits in ASan's quarantine, so RSS says nothing about the bound:
+    # the plain build's run of this test measures it.
+    if "ASAN_OPTIONS" not in os.environ:
+        assert peak[0] - before < 3 * quota + 32 * MiB, (before, peak[0])
     assert server.alive(), server.log()
     with grpc.insecure_channel(server.target) as channel:
         grpc.channel_ready_future(channel).result(timeout=10)
