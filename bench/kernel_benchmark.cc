@@ -2,7 +2,9 @@
 // pipelines use, for fp32/fp16/bf16, on one thread and on all of them.
 // Memset and memcpy of the same output size run in the same process so that
 // results can be read as ratios, which survive a noisy shared machine better
-// than absolute numbers.
+// than absolute numbers.  SinCos/* times the engines' own sin/cos against
+// SLEEF's 1-ulp sincosf (the library it replaces below 2^20 rad) on the
+// angles of an LDM 1024x1280 embedding.
 //
 //   temb_kernel_benchmark --benchmark_repetitions=3
 //       --benchmark_report_aggregates_only=true
@@ -17,6 +19,11 @@
 
 #include "absl/strings/str_cat.h"
 #include "temb/kernels/cpu_backend.h"
+#include "temb/kernels/frequencies.h"
+
+#if TEMB_BENCH_SLEEF_BASELINE
+#include "sleef_sincos_baseline.h"
+#endif
 
 namespace temb {
 namespace {
@@ -91,6 +98,59 @@ void Memcpy(benchmark::State& state, size_t element_size, Shape shape) {
   SetCounters(state, shape.batch * shape.dim, static_cast<int64_t>(out.size()));
 }
 
+// The angles t * f_i of an LDM 1024x1280 embedding with the timesteps above.
+std::vector<float> LdmAngles() {
+  EmbeddingSpec spec;
+  spec.dim = 1280;
+  const std::vector<float> f = Float32Frequencies(spec);
+  const std::vector<float> t = Timesteps({1024, 1280});
+  std::vector<float> angles;
+  for (float tn : t) {
+    for (int i = 0; i < spec.dim / 2; ++i) angles.push_back(tn * f[i]);
+  }
+  return angles;
+}
+
+using SinCosArrayFn = void (*)(const float*, int64_t, float*, float*);
+
+void SinCos(benchmark::State& state, CpuIsa isa, SinCosArrayFn sleef) {
+  const std::vector<float> angles = LdmAngles();
+  const int64_t n = static_cast<int64_t>(angles.size());
+  std::vector<float> s(angles.size()), c(angles.size());
+  for (auto _ : state) {
+    if (sleef != nullptr) {
+      sleef(angles.data(), n, s.data(), c.data());
+    } else if (!CpuEngineSinCos(isa, angles.data(), n, s.data(), c.data())
+                    .ok()) {
+      state.SkipWithError("engine not supported");
+    }
+    benchmark::DoNotOptimize(s.data());
+    benchmark::DoNotOptimize(c.data());
+    benchmark::ClobberMemory();
+  }
+  // Two output elements (sin and cos) per angle, as in Embed.
+  SetCounters(state, 2 * n, 8 * n);
+}
+
+void RegisterSinCos() {
+  for (CpuIsa isa : SupportedCpuIsas()) {
+    SinCosArrayFn sleef = nullptr;
+#if TEMB_BENCH_SLEEF_BASELINE
+    if (isa == CpuIsa::kAvx2) sleef = bench::SleefSinCosAvx2;
+    if (isa == CpuIsa::kAvx512) sleef = bench::SleefSinCosAvx512;
+#endif
+    const std::string name = absl::StrCat(CpuIsaName(isa), "/ldm-1024x1280");
+    benchmark::RegisterBenchmark(("SinCos/" + name).c_str(), SinCos, isa,
+                                 nullptr)
+        ->UseRealTime();
+    if (sleef != nullptr) {
+      benchmark::RegisterBenchmark(("SinCos/sleef-" + name).c_str(), SinCos,
+                                   isa, sleef)
+          ->UseRealTime();
+    }
+  }
+}
+
 std::string ShapeName(Shape shape) {
   return absl::StrCat(shape.batch, "x", shape.dim,
                       shape.one_step ? "-same-t" : "");
@@ -133,6 +193,7 @@ int main(int argc, char** argv) {
   benchmark::Initialize(&argc, argv);
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
   temb::RegisterAll();
+  temb::RegisterSinCos();
   benchmark::RunSpecifiedBenchmarks();
   benchmark::Shutdown();
   return 0;

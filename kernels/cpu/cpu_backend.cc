@@ -67,6 +67,21 @@ Float32RowsFn EngineFor(CpuIsa isa) {
   }
 }
 
+SinCosFn SinCosFor(CpuIsa isa) {
+  switch (isa) {
+#if defined(__x86_64__)
+    case CpuIsa::kSse2:
+      return cpu_sse2::SinCos;
+    case CpuIsa::kAvx2:
+      return cpu_avx2::SinCos;
+    case CpuIsa::kAvx512:
+      return cpu_avx512::SinCos;
+#endif
+    default:
+      return cpu_scalar::SinCos;
+  }
+}
+
 // Each calling thread keeps its last few frequency tables.
 struct FrequencyTable {
   bool valid = false;
@@ -348,6 +363,16 @@ absl::StatusOr<std::unique_ptr<Backend>> CreateCpuBackendForIsa(CpuIsa isa,
         absl::StrCat("this CPU cannot run the ", CpuIsaName(isa), " engine"));
   }
   return std::unique_ptr<Backend>(std::make_unique<CpuBackend>(isa, threads));
+}
+
+absl::Status CpuEngineSinCos(CpuIsa isa, const float* angles, int64_t n,
+                             float* sin_out, float* cos_out) {
+  if (!IsaSupported(isa)) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("this CPU cannot run the ", CpuIsaName(isa), " engine"));
+  }
+  SinCosFor(isa)(angles, n, sin_out, cos_out);
+  return absl::OkStatus();
 }
 
 }  // namespace temb

@@ -8,11 +8,14 @@
 //
 // Every engine evaluates, per element, exactly:
 //   a = fl32(t_scaled * f_i), then fl32(scale * a) when apply_scale,
-//   (sin a, cos a) with SLEEF's 1-ulp sincosf,
+//   (sin a, cos a) within 1 ulp: the AVX2 and AVX-512 engines in double
+//   below 2^20 rad (sincos_via_double.h: correctly rounded but for rare
+//   near-halfway cases, identical on both), SLEEF's 1-ulp sincosf elsewhere,
 // and rounds to the output dtype to nearest, ties to even.  Engines may still
-// differ by 1 ulp of float32 in a small fraction of elements: SLEEF's vector
-// sincosf picks its argument reduction per vector (the precise one as soon as
-// one lane is large), and the AVX2/AVX-512 builds use its FMA variant.
+// differ by 1 ulp of float32 in a small fraction of elements: SLEEF's u10 is
+// not correctly rounded in about 4% of angles, and its vector sincosf picks
+// its argument reduction per vector (the precise one as soon as one lane is
+// large).
 #ifndef TEMB_KERNELS_CPU_CPU_KERNEL_H_
 #define TEMB_KERNELS_CPU_CPU_KERNEL_H_
 
@@ -47,25 +50,34 @@ struct Float32RowJob {
 using Float32RowsFn = void (*)(const Float32RowJob& job, const float* timesteps,
                                int64_t rows, uint8_t* out);
 
+// sin and cos of `n` float32 angles, exactly as the engine's rows evaluate
+// them.
+using SinCosFn = void (*)(const float* angles, int64_t n, float* sin_out,
+                          float* cos_out);
+
 namespace cpu_scalar {
 void ComputeFloat32Rows(const Float32RowJob& job, const float* timesteps,
                         int64_t rows, uint8_t* out);
+void SinCos(const float* angles, int64_t n, float* sin_out, float* cos_out);
 }  // namespace cpu_scalar
 
 #if defined(__x86_64__)
 namespace cpu_sse2 {
 void ComputeFloat32Rows(const Float32RowJob& job, const float* timesteps,
                         int64_t rows, uint8_t* out);
+void SinCos(const float* angles, int64_t n, float* sin_out, float* cos_out);
 }  // namespace cpu_sse2
 
 namespace cpu_avx2 {  // requires AVX2, FMA and F16C
 void ComputeFloat32Rows(const Float32RowJob& job, const float* timesteps,
                         int64_t rows, uint8_t* out);
+void SinCos(const float* angles, int64_t n, float* sin_out, float* cos_out);
 }  // namespace cpu_avx2
 
 namespace cpu_avx512 {  // requires AVX-512F
 void ComputeFloat32Rows(const Float32RowJob& job, const float* timesteps,
                         int64_t rows, uint8_t* out);
+void SinCos(const float* angles, int64_t n, float* sin_out, float* cos_out);
 }  // namespace cpu_avx512
 #endif  // defined(__x86_64__)
 

@@ -1,9 +1,11 @@
-// The AVX2 engine (compiled with -mavx2 -mfma -mf16c): 8 lanes, SLEEF's
-// AVX2 (FMA) sincosf, F16C conversions for fp16.
+// The AVX2 engine (compiled with -mavx2 -mfma -mf16c): 8 lanes, sin/cos in
+// double below 2^20 rad (sincos_via_double.h) and SLEEF's AVX2 (FMA) sincosf
+// beyond, F16C conversions for fp16.
 #include <immintrin.h>
 #include <sleef.h>
 
 #include "cpu_kernel_impl.h"
+#include "sincos_via_double.h"
 
 namespace temb {
 namespace cpu_avx2 {
@@ -15,7 +17,41 @@ struct Isa {
   static V Load(const float* p) { return _mm256_loadu_ps(p); }
   static V Set1(float x) { return _mm256_set1_ps(x); }
   static V Mul(V a, V b) { return _mm256_mul_ps(a, b); }
-  static void SinCos(V a, V* s, V* c) {
+  static void SinCos(V a, V* s, V* c) { SinCosViaDouble<Isa>(a, s, c); }
+
+  // The interface of sincos_via_double.h.
+  using D = __m256d;
+  using I = __m256i;
+  static D WidenLow(V a) { return _mm256_cvtps_pd(_mm256_castps256_ps128(a)); }
+  static D WidenHigh(V a) {
+    return _mm256_cvtps_pd(_mm256_extractf128_ps(a, 1));
+  }
+  static V Narrow(D low, D high) {
+    return _mm256_set_m128(_mm256_cvtpd_ps(high), _mm256_cvtpd_ps(low));
+  }
+  static D DSet1(double x) { return _mm256_set1_pd(x); }
+  static D DMul(D a, D b) { return _mm256_mul_pd(a, b); }
+  static D DFma(D a, D b, D c) { return _mm256_fmadd_pd(a, b, c); }
+  static D DFnma(D a, D b, D c) { return _mm256_fnmadd_pd(a, b, c); }
+  static D DSub(D a, D b) { return _mm256_sub_pd(a, b); }
+  static bool AllBelow(V a, float limit) {
+    const V magnitude = _mm256_andnot_ps(_mm256_set1_ps(-0.0f), a);
+    return _mm256_movemask_ps(_mm256_cmp_ps(magnitude, _mm256_set1_ps(limit),
+                                            _CMP_LT_OQ)) == 0xff;
+  }
+  static I ToInt(V a) { return _mm256_cvtps_epi32(a); }
+  static V SelectOdd(I q, V odd, V even) {
+    // blendv picks by each lane's sign bit: move bit 0 there.
+    return _mm256_blendv_ps(even, odd,
+                            _mm256_castsi256_ps(_mm256_slli_epi32(q, 31)));
+  }
+  static V NegateWhereBit1(I q, V v) {
+    const I sign =
+        _mm256_slli_epi32(_mm256_and_si256(q, _mm256_set1_epi32(2)), 30);
+    return _mm256_xor_ps(v, _mm256_castsi256_ps(sign));
+  }
+  static I AddOne(I q) { return _mm256_add_epi32(q, _mm256_set1_epi32(1)); }
+  static void SleefSinCos(V a, V* s, V* c) {
     const Sleef___m256_2 r = Sleef_sincosf8_u10avx2(a);
     *s = r.x;
     *c = r.y;
@@ -62,6 +98,10 @@ struct Isa {
 void ComputeFloat32Rows(const Float32RowJob& job, const float* timesteps,
                         int64_t rows, uint8_t* out) {
   RowsForIsa<Isa>(job, timesteps, rows, out);
+}
+
+void SinCos(const float* angles, int64_t n, float* sin_out, float* cos_out) {
+  SinCosForIsa<Isa>(angles, n, sin_out, cos_out);
 }
 
 }  // namespace cpu_avx2

@@ -1,9 +1,11 @@
-// The AVX-512 engine (compiled with -mavx512f): 16 lanes, SLEEF's AVX-512F
-// sincosf.  Only AVX-512F instructions are used, so any AVX-512 CPU runs it.
+// The AVX-512 engine (compiled with -mavx512f): 16 lanes, sin/cos in double
+// below 2^20 rad (sincos_via_double.h) and SLEEF's AVX-512F sincosf beyond.
+// Only AVX-512F instructions are used, so any AVX-512 CPU runs it.
 #include <immintrin.h>
 #include <sleef.h>
 
 #include "cpu_kernel_impl.h"
+#include "sincos_via_double.h"
 
 namespace temb {
 namespace cpu_avx512 {
@@ -15,7 +17,43 @@ struct Isa {
   static V Load(const float* p) { return _mm512_loadu_ps(p); }
   static V Set1(float x) { return _mm512_set1_ps(x); }
   static V Mul(V a, V b) { return _mm512_mul_ps(a, b); }
-  static void SinCos(V a, V* s, V* c) {
+  static void SinCos(V a, V* s, V* c) { SinCosViaDouble<Isa>(a, s, c); }
+
+  // The interface of sincos_via_double.h.
+  using D = __m512d;
+  using I = __m512i;
+  static D WidenLow(V a) { return _mm512_cvtps_pd(_mm512_castps512_ps256(a)); }
+  static D WidenHigh(V a) {
+    return _mm512_cvtps_pd(
+        _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(a), 1)));
+  }
+  static V Narrow(D low, D high) {
+    const __m256d l = _mm256_castps_pd(_mm512_cvtpd_ps(low));
+    const __m256d h = _mm256_castps_pd(_mm512_cvtpd_ps(high));
+    return _mm512_castpd_ps(
+        _mm512_insertf64x4(_mm512_castpd256_pd512(l), h, 1));
+  }
+  static D DSet1(double x) { return _mm512_set1_pd(x); }
+  static D DMul(D a, D b) { return _mm512_mul_pd(a, b); }
+  static D DFma(D a, D b, D c) { return _mm512_fmadd_pd(a, b, c); }
+  static D DFnma(D a, D b, D c) { return _mm512_fnmadd_pd(a, b, c); }
+  static D DSub(D a, D b) { return _mm512_sub_pd(a, b); }
+  static bool AllBelow(V a, float limit) {
+    return _mm512_cmp_ps_mask(_mm512_abs_ps(a), _mm512_set1_ps(limit),
+                              _CMP_LT_OQ) == 0xffff;
+  }
+  static I ToInt(V a) { return _mm512_cvtps_epi32(a); }
+  static V SelectOdd(I q, V odd, V even) {
+    return _mm512_mask_blend_ps(_mm512_test_epi32_mask(q, _mm512_set1_epi32(1)),
+                                even, odd);
+  }
+  static V NegateWhereBit1(I q, V v) {
+    const I sign =
+        _mm512_slli_epi32(_mm512_and_si512(q, _mm512_set1_epi32(2)), 30);
+    return _mm512_castsi512_ps(_mm512_xor_si512(_mm512_castps_si512(v), sign));
+  }
+  static I AddOne(I q) { return _mm512_add_epi32(q, _mm512_set1_epi32(1)); }
+  static void SleefSinCos(V a, V* s, V* c) {
     const Sleef___m512_2 r = Sleef_sincosf16_u10avx512f(a);
     *s = r.x;
     *c = r.y;
@@ -62,6 +100,10 @@ struct Isa {
 void ComputeFloat32Rows(const Float32RowJob& job, const float* timesteps,
                         int64_t rows, uint8_t* out) {
   RowsForIsa<Isa>(job, timesteps, rows, out);
+}
+
+void SinCos(const float* angles, int64_t n, float* sin_out, float* cos_out) {
+  SinCosForIsa<Isa>(angles, n, sin_out, cos_out);
 }
 
 }  // namespace cpu_avx512

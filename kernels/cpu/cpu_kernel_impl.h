@@ -5,12 +5,13 @@
 //   kLanes                      floats per vector
 //   V                           the vector type
 //   Load(const float*), Set1(float), Mul(V, V)
-//   SinCos(V, V* sin, V* cos)   SLEEF u10
+//   SinCos(V, V* sin, V* cos)   within 1 ulp (SLEEF u10, or
+//                               sincos_via_double.h)
 //   Interleave(V a, V b, V* lo, V* hi)
 //                               lo = a0 b0 a1 b1 ...; hi = the rest
 //   StoreF32/StoreF16/StoreBF16/StoreF64(V, uint8_t*)
 //                               kLanes elements, round to nearest even
-// and then calls RowsForIsa<Isa>(...).
+// and then calls RowsForIsa<Isa>(...) and SinCosForIsa<Isa>(...).
 //
 // Everything here has internal linkage on purpose: the same inline code is
 // compiled with different -m flags in each translation unit, and a shared
@@ -116,6 +117,32 @@ void RowsForDType(const Float32RowJob& job, const float* timesteps,
     Rows<Isa, kDType, Layout::kInterleaved>(job, timesteps, rows, out);
   } else {
     Rows<Isa, kDType, Layout::kHalves>(job, timesteps, rows, out);
+  }
+}
+
+// sin and cos of n angles with the engine's SinCos, for the accuracy tests
+// and the benchmarks; a partial last vector is read from a zero-filled copy.
+template <typename Isa>
+void SinCosForIsa(const float* angles, int64_t n, float* sin_out,
+                  float* cos_out) {
+  using V = typename Isa::V;
+  constexpr int kW = Isa::kLanes;
+  for (int64_t i = 0; i < n; i += kW) {
+    const int count = n - i < kW ? static_cast<int>(n - i) : kW;
+    V a;
+    if (count == kW) {
+      a = Isa::Load(angles + i);
+    } else {
+      alignas(64) float in[kW] = {};
+      std::memcpy(in, angles + i, static_cast<size_t>(count) * 4);
+      a = Isa::Load(in);
+    }
+    V s, c;
+    Isa::SinCos(a, &s, &c);
+    StorePartial<Isa, DType::kFloat32>(s, count,
+                                       reinterpret_cast<uint8_t*>(sin_out + i));
+    StorePartial<Isa, DType::kFloat32>(c, count,
+                                       reinterpret_cast<uint8_t*>(cos_out + i));
   }
 }
 

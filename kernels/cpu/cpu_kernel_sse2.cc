@@ -62,5 +62,9 @@ void ComputeFloat32Rows(const Float32RowJob& job, const float* timesteps,
   RowsForIsa<Isa>(job, timesteps, rows, out);
 }
 
+void SinCos(const float* angles, int64_t n, float* sin_out, float* cos_out) {
+  SinCosForIsa<Isa>(angles, n, sin_out, cos_out);
+}
+
 }  // namespace cpu_sse2
 }  // namespace temb

@@ -488,8 +488,10 @@ TEST_P(CpuEngineTest, SinCosWithinOneUlpUpToAMillionRadians) {
       not_nearest += (sin_ulp != 0) + (cos_ulp != 0);
     }
   }
-  // SLEEF's u10 is not correctly rounded in about 4% of these angles; a
-  // systematic error (a wrong reduction, a swapped lane) would move far more.
+  // SLEEF's u10 (the scalar and SSE2 engines, and angles beyond 2^20) is
+  // not correctly rounded in about 4% of these angles, the double path of
+  // the AVX2/AVX-512 engines almost never; a systematic error (a wrong
+  // reduction, a swapped lane) would move far more.
   const int64_t total = int64_t{2} * kRows * half;
   EXPECT_LT(not_nearest, total / 10) << not_nearest << " of " << total;
   RecordProperty("not_correctly_rounded", std::to_string(not_nearest));
@@ -628,8 +630,10 @@ TEST_P(EngineParityTest, MatchesScalarEngineWithinOneUlp) {
     }
   }
   // A systematic difference (a wrong op order, a contracted multiply) would
-  // move far more than a few percent of the elements.
-  EXPECT_LT(differing, total / 50) << differing << " of " << total;
+  // move far more than a few percent of the elements.  The AVX2 and AVX-512
+  // engines round correctly below 2^20 rad where SLEEF's u10 (the scalar
+  // engine) is 1 ulp off: about 4% of the elements here.
+  EXPECT_LT(differing, total / 20) << differing << " of " << total;
 }
 
 INSTANTIATE_TEST_SUITE_P(Engines, EngineParityTest,

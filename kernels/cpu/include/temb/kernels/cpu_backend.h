@@ -1,5 +1,5 @@
-// The CPU backend: SLEEF-vectorised sin/cos with runtime ISA dispatch and
-// threads for large batches.
+// The CPU backend: vectorised sin/cos with runtime ISA dispatch and threads
+// for large batches.
 //
 // One binary runs on any x86-64: the row engine is compiled once per
 // instruction set (scalar, SSE2, AVX2+FMA+F16C, AVX-512F) and the widest one
@@ -8,8 +8,10 @@
 // beyond what the CPU supports; unknown values are ignored), e.g. to
 // reproduce results of an older machine.
 //
-// Float32 precision follows eager PyTorch's op order (frequencies.h) with
-// SLEEF's 1-ulp sincosf; fp64 precision evaluates angles and sin/cos in
+// Float32 precision follows eager PyTorch's op order (frequencies.h) with a
+// 1-ulp sin/cos (AVX2 and AVX-512: evaluated in double below 2^20 rad,
+// correctly rounded but for rare near-halfway cases; otherwise SLEEF's
+// u10 sincosf); fp64 precision evaluates angles and sin/cos in
 // double and rounds once to the output dtype.  Every engine is within 1 ulp
 // of float32 of PyTorch's order evaluated with exact sin/cos, and engines
 // differ from each other by at most that ulp in a small fraction of
@@ -50,6 +52,12 @@ std::unique_ptr<Backend> CreateCpuBackend(int threads);
 // FAILED_PRECONDITION when this CPU cannot run `isa`.
 absl::StatusOr<std::unique_ptr<Backend>> CreateCpuBackendForIsa(CpuIsa isa,
                                                                 int threads);
+
+// sin and cos of `n` float32 angles exactly as the `isa` engine evaluates
+// them inside its rows (the accuracy tests and the benchmarks call it).
+// FAILED_PRECONDITION when this CPU cannot run `isa`.
+absl::Status CpuEngineSinCos(CpuIsa isa, const float* angles, int64_t n,
+                             float* sin_out, float* cos_out);
 
 }  // namespace temb
 
