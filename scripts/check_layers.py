@@ -42,6 +42,7 @@ LAYERS = [
     ("client", ["client/cpp/"]),
     ("cli", ["client/cli/"]),
     ("local_ext", ["client/local/"]),
+    ("transport_ext", ["client/transport/"]),
     ("tests", ["tests/"]),
     ("bench", ["bench/"]),
     ("fuzz", ["fuzz/", "@build/fuzz/"]),
@@ -68,6 +69,8 @@ ALLOWED = {
     "cli": ["client", "v1_convert"],
     # temb.local's extension: the service core in-process (a leaf).
     "local_ext": ["v1_convert"],
+    # temb.Client's native transport: gRPC and protobuf only (a leaf).
+    "transport_ext": [],
     # Leaves: nothing includes them.
     "tests": ["app", "cli", "client"],
     "bench": ["kernels", "proto"],

@@ -5,6 +5,7 @@ Environment (set by tests/python/CMakeLists.txt under ctest):
   TEMB_SERVER_BIN  the temb-server binary (required; the tests skip without it)
   TEMB_CLI_BIN     the temb CLI (optional; the CLI parity tests skip without it)
   TEMB_CLIENT_DIR  client/python (default: found relative to this file)
+  TEMB_TRANSPORT   grpcio|native: the transport of temb.Client's "auto"
 
 Nothing is installed: the gRPC stubs are generated into the (git-ignored)
 client/python/temb/_proto by `setup.py build_proto --inplace` when missing or
@@ -36,6 +37,16 @@ def _generate_stubs() -> None:
 
 
 _generate_stubs()
+# The native extensions (temb.local's engine, temb.Client's C++ transport)
+# of the build under test: <build>/python next to <build>/bin/temb-server.
+# A build without them (sanitized, or TEMB_BUILD_PYTHON_EXTENSION=OFF) has
+# no such directory: temb.local's tests then skip and temb.Client uses
+# grpcio.
+if not os.environ.get("TEMB_LOCAL_EXTENSION_DIR") and os.environ.get(
+        "TEMB_SERVER_BIN"):
+    os.environ["TEMB_LOCAL_EXTENSION_DIR"] = str(
+        pathlib.Path(os.environ["TEMB_SERVER_BIN"]).resolve().parents[1]
+        / "python")
 sys.path.insert(0, str(CLIENT_DIR))
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "pylib"))
 

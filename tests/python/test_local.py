@@ -4,8 +4,8 @@ errors (class, code and message), the same signature; temb.torch on top of
 it; and the package without the extension.
 
 The extension is found where the build tree of the server under test puts it
-(<build>/python, from TEMB_SERVER_BIN) unless TEMB_LOCAL_EXTENSION_DIR says
-otherwise; without it (a build with TEMB_BUILD_PYTHON_EXTENSION=OFF) the
+(<build>/python, from TEMB_SERVER_BIN: conftest.py) unless
+TEMB_LOCAL_EXTENSION_DIR says otherwise; without it (a build with TEMB_BUILD_PYTHON_EXTENSION=OFF) the
 tests skip.
 """
 
@@ -22,13 +22,7 @@ import pytest
 
 import temb
 
-if not os.environ.get("TEMB_LOCAL_EXTENSION_DIR") and os.environ.get(
-        "TEMB_SERVER_BIN"):
-    os.environ["TEMB_LOCAL_EXTENSION_DIR"] = str(
-        pathlib.Path(os.environ["TEMB_SERVER_BIN"]).resolve().parents[1]
-        / "python")
-
-import temb.local  # noqa: E402  (after the directory is chosen)
+import temb.local  # noqa: E402  (conftest chose the extension directory)
 
 LDM = dict(flip_sin_to_cos=True, downscale_freq_shift=0.0)
 TIMESTEPS = np.array([0.0, 1.0, 0.5, 999.0, 250.25, -3.0, 1e-3, 0.8929],

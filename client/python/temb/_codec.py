@@ -6,8 +6,9 @@ Shared by the blocking and the asyncio clients; no I/O here.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
-from typing import Any, Dict, Optional, Tuple
+from typing import Any, Callable, Dict, Optional, Tuple
 
 import grpc
 import numpy as np
@@ -27,6 +28,8 @@ _DTYPE_NAMES = {pb.DTYPE_FP32: "fp32", pb.DTYPE_FP16: "fp16",
 # Wire element types (little-endian); bf16 travels as its raw bits.
 _WIRE: Dict[int, np.dtype] = {pb.DTYPE_FP32: np.dtype("<f4"), pb.DTYPE_FP16: np.dtype("<f2"),
          pb.DTYPE_BF16: np.dtype("<u2"), pb.DTYPE_FP64: np.dtype("<f8")}
+# The same in this machine's byte order (what results are returned in).
+_NATIVE = {k: v.newbyteorder("=") for k, v in _WIRE.items()}
 _LAYOUTS = {"halves": pb.LAYOUT_HALVES, "interleaved": pb.LAYOUT_INTERLEAVED}
 _LAYOUT_NAMES = {v: k for k, v in _LAYOUTS.items()}
 _PRECISIONS = {"fp32": pb.PRECISION_FP32, "float32": pb.PRECISION_FP32,
@@ -79,6 +82,7 @@ def _is_torch_tensor(value: Any) -> bool:
     return type(value).__module__.startswith("torch") and hasattr(value, "detach")
 
 
+_FLOAT32 = np.dtype(np.float32)
 # The rank limit of EmbedRequest.timesteps_shape.
 MAX_TIMESTEPS_RANK = 5
 
@@ -97,7 +101,9 @@ def timesteps_array(timesteps: Any) -> np.ndarray:
         if tensor.device.type == "meta":
             raise ValueError("timesteps on the meta device have no values")
         target = torch.float32 if tensor.is_floating_point() else torch.int64
-        array = tensor.to(device="cpu", dtype=target).numpy()
+        if tensor.dtype != target or tensor.device.type != "cpu":
+            tensor = tensor.to(device="cpu", dtype=target)
+        array = tensor.numpy()
     else:
         array = np.asarray(timesteps)
         if array.dtype.kind == "O":
@@ -107,6 +113,8 @@ def timesteps_array(timesteps: Any) -> np.ndarray:
         raise ValueError(f"timesteps may have at most {MAX_TIMESTEPS_RANK} "
                          f"dimensions, got shape {array.shape}")
     kind = array.dtype.kind
+    if array.dtype == _FLOAT32:
+        return array
     if kind == "f":
         # Values beyond float32 become inf, which the server rejects by index.
         with np.errstate(over="ignore"):
@@ -157,6 +165,7 @@ def enum_value(field: str, name: Any) -> Any:
     return _choice(field, name, _ENUMS[field])
 
 
+@functools.lru_cache(maxsize=64)
 def make_decoding(return_tensors: str, bf16_format: str) -> Decoding:
     _choice("return_tensors", return_tensors, _RETURN_TENSORS)
     _choice("bf16_format", bf16_format, _BF16_FORMATS)
@@ -194,7 +203,7 @@ def decode_tensor(tensor: pb.Tensor, decoding: Decoding,
     if wire is None:
         raise TembError(grpc.StatusCode.DATA_LOSS,
                         f"response has unknown dtype {tensor.dtype}")
-    shape = tuple(int(n) for n in tensor.shape)
+    shape = tuple(tensor.shape)  # a repeated int64 field: Python ints
     count = math.prod(shape) if shape else 0
     if (len(shape) < 2 or count * wire.itemsize != len(tensor.data)
             or (leading_shape is not None
@@ -207,24 +216,38 @@ def decode_tensor(tensor: pb.Tensor, decoding: Decoding,
                         f"{len(tensor.data)} bytes")
     # Copy once into native byte order so that the result is writable.
     array = np.frombuffer(tensor.data, dtype=wire).astype(
-        wire.newbyteorder("="), copy=True).reshape(shape)
-    is_bf16 = tensor.dtype == pb.DTYPE_BF16
+        _NATIVE[tensor.dtype], copy=True).reshape(shape)
+    finish = finisher(decoding, tensor.dtype == pb.DTYPE_BF16)
+    return array if finish is None else finish(array)
+
+
+def finish_array(array: np.ndarray, decoding: Decoding) -> Any:
+    """A decoded array (bf16 as uint16 bits) as embed() returns it."""
+    finish = finisher(decoding, array.dtype == np.uint16)
+    return array if finish is None else finish(array)
+
+
+def finisher(decoding: Decoding, bf16: bool) -> Optional[Callable[[np.ndarray], Any]]:
+    """What turns a decoded array (bf16 as uint16 bits) into what embed()
+    returns, or None for the array itself (see :func:`decode_tensor`)."""
     if decoding.return_tensors == "pt":
         torch = _import_torch()
-        if is_bf16:
-            return torch.from_numpy(array.view(np.int16)).view(torch.bfloat16)
-        return torch.from_numpy(array)
-    if not is_bf16 or decoding.bf16_format == "bits":
-        return array
+        if bf16:
+            return lambda a: torch.from_numpy(a.view(np.int16)).view(
+                torch.bfloat16)
+        return torch.from_numpy
+    if not bf16 or decoding.bf16_format == "bits":
+        return None
     if decoding.bf16_format in ("auto", "ml_dtypes"):
         try:
             import ml_dtypes
-            return array.view(ml_dtypes.bfloat16)
+            bfloat16 = ml_dtypes.bfloat16
+            return lambda a: a.view(bfloat16)
         except ImportError:
             if decoding.bf16_format == "ml_dtypes":
                 raise ImportError('bf16_format="ml_dtypes" needs ml_dtypes: '
                                   'pip install "temb[bf16]"') from None
-    return _bf16_bits_as_float32(array)
+    return _bf16_bits_as_float32
 
 
 def _spec_from_proto(spec: pb.EmbeddingSpec) -> Spec:

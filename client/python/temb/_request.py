@@ -16,6 +16,7 @@ from typing import (TYPE_CHECKING, Any, AsyncIterable, AsyncIterator,
                     NamedTuple, Optional, Sequence, Tuple, TypeVar, Union)
 
 import grpc
+import numpy as np
 
 from temb import _channel, _codec
 from temb._proto.temb.v1 import temb_pb2 as pb
@@ -40,13 +41,20 @@ class ClientBase:
     # grpc or grpc.aio, set by each client: both make channels with the same
     # arguments.
     _grpc: Any
+    # The transports a client takes (temb._transport).
+    _TRANSPORTS: Tuple[str, ...] = ("auto", "grpcio")
 
     def __init__(self, target: str, *, timeout: Optional[float] = None,
                  retries: int = _channel.DEFAULT_RETRIES,
                  tls: _channel.TlsOption = None,
                  auth_token: Optional[str] = None,
                  max_message_bytes: int = _channel.DEFAULT_MAX_MESSAGE_BYTES,
-                 options: Sequence[Tuple[str, Any]] = ()) -> None:
+                 options: Sequence[Tuple[str, Any]] = (),
+                 transport: str = "auto") -> None:
+        if transport not in self._TRANSPORTS:
+            raise ValueError(f"transport must be one of {self._TRANSPORTS} "
+                             f"for {type(self).__module__}.Client, got "
+                             f"{transport!r}")
         self._target = target
         self._timeout = timeout
         # What it takes to open an equal client elsewhere (temb.torch modules
@@ -54,7 +62,7 @@ class ClientBase:
         self._arguments: Dict[str, Any] = dict(
             target=target, timeout=timeout, retries=retries, tls=tls,
             auth_token=auth_token, max_message_bytes=max_message_bytes,
-            options=tuple(options))
+            options=tuple(options), transport=transport)
         self._metadata = _channel.auth_metadata(auth_token)
         credentials = _channel.credentials(tls)
         channel_options = _channel.channel_options(retries, max_message_bytes,
@@ -66,10 +74,15 @@ class ClientBase:
             self._channel = self._grpc.secure_channel(
                 target, credentials, options=channel_options)
         self._stub = pb_grpc.EmbeddingServiceStub(self._channel)
+        self._open_transport(transport, channel_options)
         # Raw bytes in and out: see _codec.encode_health_request.
         self._health_check = self._channel.unary_unary(
             _channel.HEALTH_CHECK_METHOD, request_serializer=None,
             response_deserializer=None)
+
+    def _open_transport(self, transport: str, options: Any) -> None:
+        """Sets up what calls travel on besides the channel (the asyncio
+        client: nothing, all its calls go through grpc.aio)."""
 
     @property
     def target(self) -> str:
@@ -110,6 +123,18 @@ class ResponseDecoder(NamedTuple):
                             f"requested parts {list(self.names)}")
         return {part.name: _codec.decode_tensor(part.tensor, self.decoding, shape)
                 for part, shape in zip(response.parts, self.shapes)}
+
+    def decode_array(self, array: np.ndarray) -> Embedding:
+        """The same for a response's single tensor already read into an
+        array (the native transport's embed; bf16 as uint16 bits)."""
+        if self.names is not None or array.shape[:-1] != self.shapes[0]:
+            expected = ("parts " + str(list(self.names)) if self.names
+                        else f"shape {list(self.shapes[0])} + [dim]")
+            raise TembError(grpc.StatusCode.DATA_LOSS,
+                            f"response tensor of shape {list(array.shape)} "
+                            f"does not answer the request (expected "
+                            f"{expected})")
+        return _codec.finish_array(array, self.decoding)
 
 
 class EmbedCall(NamedTuple):
@@ -277,6 +302,82 @@ def with_parameters_of(
             parameters=[self_parameter, *parameters])
         return method
     return decorate
+
+
+class PreparedEmbed(NamedTuple):
+    """An embed() call ready to send: `head` is the serialized request
+    without `timesteps` (None: `head` is the whole request) and without
+    `request_id`; `timesteps` is float32 or int64, C-contiguous."""
+
+    head: bytes
+    request_id: str
+    timesteps: Optional[np.ndarray]
+    decoder: ResponseDecoder
+    timeout: Optional[float]
+
+    def request_bytes(self) -> bytes:
+        """The whole serialized request."""
+        if self.timesteps is None:
+            return self.head
+        tail = pb.EmbedRequest(request_id=self.request_id)
+        _codec.encode_timesteps(tail, self.timesteps)
+        return self.head + tail.SerializeToString()
+
+
+class EmbedPlans:
+    """Prepared requests of repeated embed() calls.
+
+    A pipeline calls embed() with the same arguments at every step and new
+    timesteps.  The first call with a set of arguments checks and encodes
+    them (:func:`embed_call`) and keeps the request without its timesteps
+    and request_id, serialized; later calls add only those (protobuf's wire
+    format merges concatenated messages, repeated fields appending).  Calls
+    with parts, or with arguments that cannot be dict keys (lists of
+    frequencies), are encoded whole each time.
+    """
+
+    _MAX_PLANS = 256
+
+    def __init__(self) -> None:
+        self._plans: Dict[Any, Tuple[bytes, _codec.Decoding]] = {}
+
+    def prepare(self, args: Tuple[Any, ...],
+                kwargs: Dict[str, Any]) -> PreparedEmbed:
+        """``embed(*args, **kwargs)``, prepared."""
+        options = dict(kwargs)
+        timeout = options.pop("timeout", None)
+        request_id = options.pop("request_id", None) or ""
+        if args:
+            timesteps, rest = args[0], args[1:]
+        else:
+            timesteps, rest = options.pop("timesteps", None), ()
+        key = None
+        if timesteps is not None and options.get("parts") is None:
+            key = (rest, tuple(sorted(options.items())))
+            try:
+                hash(key)
+            except TypeError:
+                key = None
+        plan = self._plans.get(key) if key is not None else None
+        if plan is None:
+            call = embed_call(*args, **kwargs)
+            if key is not None:
+                template = pb.EmbedRequest()
+                template.CopyFrom(call.request)
+                for field in ("request_id", "timesteps", "integer_timesteps",
+                              "timesteps_shape"):
+                    template.ClearField(field)
+                if len(self._plans) >= self._MAX_PLANS:
+                    self._plans.clear()
+                self._plans[key] = (template.SerializeToString(),
+                                    call.decoder.decoding)
+            return PreparedEmbed(call.request.SerializeToString(), request_id,
+                                 None, call.decoder, timeout)
+        head, decoding = plan
+        array = np.ascontiguousarray(_codec.timesteps_array(timesteps))
+        shape = tuple(array.shape) if array.ndim > 1 else (array.size,)
+        return PreparedEmbed(head, request_id, array,
+                             ResponseDecoder(decoding, (shape,)), timeout)
 
 
 # Both clients' embed() and embed_parts() take exactly embed_call's and

@@ -11,10 +11,10 @@ from typing import Any, Dict, Iterable, Iterator, Mapping, Optional, Union
 
 import grpc
 
-from temb import _codec, _request
+from temb import _channel, _codec, _request, _transport
 from temb._proto.temb.v1 import temb_pb2 as pb
 from temb._request import Embedding
-from temb.errors import TembError
+from temb.errors import TembError, error_from_code
 from temb.types import HealthStatus, ServerInfo
 
 __all__ = ["Client"]
@@ -35,9 +35,51 @@ class Client(_request.ClientBase):
       auth_token: sent as ``authorization: Bearer <token>`` with every call.
       max_message_bytes: gRPC send/receive limit of this client.
       options: extra gRPC channel arguments.
+      transport: how embed() and embed_parts() calls travel: "auto" (the
+        default: gRPC's C++ library through the ``_temb_transport``
+        extension where it is built and the settings allow, else grpcio),
+        "native" (that or an error) or "grpcio".  The other methods always
+        use grpcio.  Results and errors are the same either way.
     """
 
     _grpc = grpc
+    _TRANSPORTS = _transport.TRANSPORTS
+    _EMBED_METHOD = f"/{_channel.SERVICE}/Embed"
+
+    def _open_transport(self, transport: str, options: Any) -> None:
+        self._native = _transport.native_channel(
+            transport, self._target, self._arguments["tls"], options,
+            self._metadata)
+        # grpcio's path for serialized requests (no serializer: bytes pass).
+        self._embed_bytes = self._channel.unary_unary(
+            self._EMBED_METHOD, request_serializer=None,
+            response_deserializer=None)
+        self._plans = _request.EmbedPlans()
+
+    @property
+    def transport(self) -> str:
+        """"native" or "grpcio": what this client's embed calls use."""
+        return "grpcio" if self._native is None else "native"
+
+    def _embed_rpc(self, call: _request.PreparedEmbed) -> Embedding:
+        """One Embed call on this client's transport, decoded."""
+        timeout = self._timeout if call.timeout is None else call.timeout
+        if self._native is None:
+            with _request.rpc_errors(call.request_id):
+                data = self._embed_bytes(call.request_bytes(), timeout=timeout,
+                                         metadata=self._metadata)
+        elif call.timesteps is None:
+            code, message, data = self._native.unary(
+                self._EMBED_METHOD, call.head, timeout)
+        else:
+            code, message, data = self._native.embed(
+                call.head, call.request_id, call.timesteps,
+                call.timesteps.ndim > 1, timeout)
+        if self._native is not None and code:
+            raise error_from_code(code, message, call.request_id)
+        if isinstance(data, bytes):
+            return call.decoder.decode(pb.EmbedResponse.FromString(data))
+        return call.decoder.decode_array(data)
 
     @_request.takes_embed_arguments
     def embed(self, *args: Any, **kwargs: Any) -> Embedding:
@@ -86,11 +128,7 @@ class Client(_request.ClientBase):
           ResourceExhaustedError, ...), ValueError/TypeError for arguments
           that cannot be encoded at all.
         """
-        call = _request.embed_call(*args, **kwargs)
-        with _request.rpc_errors(call.request.request_id):
-            response = self._stub.Embed(call.request,
-                                        **self._call_options(call.timeout))
-        return call.decoder.decode(response)
+        return self._embed_rpc(self._plans.prepare(args, kwargs))
 
     @_request.takes_embed_parts_arguments
     def embed_parts(self, *args: Any, **kwargs: Any) -> Dict[str, Embedding]:
@@ -118,10 +156,9 @@ class Client(_request.ClientBase):
           that part's timesteps shape + [dim].
         """
         call = _request.embed_parts_call(*args, **kwargs)
-        with _request.rpc_errors(call.request.request_id):
-            response = self._stub.Embed(call.request,
-                                        **self._call_options(call.timeout))
-        return call.decoder.decode(response)
+        return self._embed_rpc(_request.PreparedEmbed(
+            call.request.SerializeToString(), call.request.request_id, None,
+            call.decoder, call.timeout))
 
     def embed_stream(self, requests: Iterable[Mapping[str, Any]], *,
                      timeout: Optional[float] = None,

@@ -34,11 +34,7 @@ call raises ImportError saying how to build it; :func:`available` tells.
 
 from __future__ import annotations
 
-import importlib
-import importlib.machinery
-import importlib.util
 import os
-import pathlib
 import sys
 import threading
 from typing import (Any, Dict, Iterable, Iterator, Mapping, Optional, Tuple,
@@ -47,6 +43,7 @@ from typing import (Any, Dict, Iterable, Iterator, Mapping, Optional, Tuple,
 import numpy as np
 
 from temb import _codec, _request
+from temb import _native as _native_extensions
 from temb._proto import VERSION as _VERSION
 from temb._proto.temb.v1 import temb_pb2 as pb
 from temb._request import Embedding
@@ -56,64 +53,13 @@ from temb.types import ServerInfo
 __all__ = ["Engine", "available", "configure", "default_engine", "embed",
            "embed_parts", "embed_stream", "server_info"]
 
-EXTENSION_DIR_VARIABLE = "TEMB_LOCAL_EXTENSION_DIR"
+EXTENSION_DIR_VARIABLE = _native_extensions.EXTENSION_DIR_VARIABLE
 _EXTENSION = "_temb_local"
-_MODULE_NAME = "temb." + _EXTENSION
 # Distinct argument sets remembered per engine before the cache starts over.
 _MAX_PLANS = 512
 
 _lock = threading.Lock()
 _native: Any = None
-
-
-def _load_from(path: pathlib.Path) -> Any:
-    spec = importlib.util.spec_from_file_location(_MODULE_NAME, path)
-    if spec is None or spec.loader is None:
-        raise ImportError(f"cannot load {path}")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    sys.modules[_MODULE_NAME] = module
-    return module
-
-
-def _find_in(directory: pathlib.Path) -> Optional[pathlib.Path]:
-    for suffix in importlib.machinery.EXTENSION_SUFFIXES:
-        path = directory / (_EXTENSION + suffix)
-        if path.is_file():
-            return path
-    return None
-
-
-def _checkout_build_dir() -> pathlib.Path:
-    # client/python/temb/local.py -> <checkout>/build/python
-    return pathlib.Path(__file__).resolve().parents[3] / "build" / "python"
-
-
-def _import_extension() -> Any:
-    directory = os.environ.get(EXTENSION_DIR_VARIABLE)
-    if directory:
-        path = _find_in(pathlib.Path(directory))
-        if path is None:
-            raise ImportError(
-                f"temb.local: no {_EXTENSION} extension for this Python in "
-                f"${EXTENSION_DIR_VARIABLE}={directory} (build the CMake "
-                "target temb_local_ext, which writes <build>/python/)")
-        return _load_from(path)
-    try:
-        return importlib.import_module(_MODULE_NAME)
-    except ModuleNotFoundError as e:
-        if e.name != _MODULE_NAME:
-            raise  # present, but something it needs is missing: say what
-    path = _find_in(_checkout_build_dir())
-    if path is not None:
-        return _load_from(path)
-    raise ImportError(
-        "temb.local needs its native extension _temb_local, which is not "
-        "installed: build it (scripts/build.sh, or cmake --build build "
-        "--target temb_local_ext; it needs pybind11 and writes "
-        "build/python/), then set "
-        f"{EXTENSION_DIR_VARIABLE}=<build>/python or copy the "
-        f"{_EXTENSION}*.so file into {pathlib.Path(__file__).parent}")
 
 
 def _extension() -> Any:
@@ -124,7 +70,10 @@ def _extension() -> Any:
         return _native
     with _lock:
         if _native is None:
-            module = _import_extension()
+            try:
+                module = _native_extensions.load(_EXTENSION, "temb_local_ext")
+            except ImportError as e:
+                raise ImportError(f"temb.local: {e}") from None
             if module.version != _VERSION:
                 raise ImportError(
                     f"temb.local: the extension {module.__file__} was built "
@@ -142,36 +91,6 @@ def available() -> bool:
     except ImportError:
         return False
     return True
-
-
-# --- results ---------------------------------------------------------------
-
-def _finisher(decoding: _codec.Decoding, bf16: bool) -> Any:
-    """What turns a computed numpy array into what embed() returns (None:
-    the array itself), as _codec.decode_tensor does with a response."""
-    if decoding.return_tensors == "pt":
-        torch = _codec._import_torch()
-        if bf16:
-            return lambda a: torch.from_numpy(a.view(np.int16)).view(
-                torch.bfloat16)
-        return torch.from_numpy
-    if not bf16 or decoding.bf16_format == "bits":
-        return None
-    if decoding.bf16_format in ("auto", "ml_dtypes"):
-        try:
-            import ml_dtypes
-            bfloat16 = ml_dtypes.bfloat16
-            return lambda a: a.view(bfloat16)
-        except ImportError:
-            if decoding.bf16_format == "ml_dtypes":
-                raise ImportError('bf16_format="ml_dtypes" needs ml_dtypes: '
-                                  'pip install "temb[bf16]"') from None
-    return _codec._bf16_bits_as_float32
-
-
-def _finish(array: np.ndarray, decoding: _codec.Decoding) -> Any:
-    finish = _finisher(decoding, array.dtype == np.uint16)
-    return array if finish is None else finish(array)
 
 
 # --- timesteps -------------------------------------------------------------
@@ -322,7 +241,7 @@ class Engine:
         call = _request.embed_call(
             None if timesteps is None else _NO_TIMESTEPS, *rest, **kwargs)
         plan = self._get_core().plan(call.request.SerializeToString())
-        finish = _finisher(call.decoder.decoding, plan.dtype == "bf16")
+        finish = _codec.finisher(call.decoder.decoding, plan.dtype == "bf16")
         if key is not None:
             if len(self._plans) >= _MAX_PLANS:
                 self._plans.clear()
@@ -336,8 +255,9 @@ class Engine:
             call.request.SerializeToString())
         decoding = call.decoder.decoding
         if call.decoder.names is None:
-            return _finish(results[0][1], decoding)
-        return {name: _finish(array, decoding) for name, array in results}
+            return _codec.finish_array(results[0][1], decoding)
+        return {name: _codec.finish_array(array, decoding)
+                for name, array in results}
 
     @_request.takes_embed_parts_arguments
     def embed_parts(self, *args: Any, **kwargs: Any) -> Dict[str, Embedding]:

@@ -1,0 +1,104 @@
+#!/usr/bin/env python3
+"""The Python client's per-call latency against the C++ client's, on one
+temb-server, batch 1 (sdxl preset, fp32), one call in flight.
+
+In each round, one after the other:
+  - C++: `temb bench --concurrency=1 --batch=1` (the C++ client library),
+    its p50;
+  - Python, temb.Client(transport="grpcio"): embed() p50 over the round;
+  - Python, temb.Client(transport="native"): the same through gRPC's C++
+    library (client/transport);
+  - Python, temb.torch.Timesteps with that native client: the module call
+    on a torch tensor, p50.
+The ratios are Python p50 / C++ p50 of the same round; the report gives
+the medians over rounds.  Goal: native within 1.3x.
+
+Usage: bench/python_client_bench.py [--rounds 5] [--seconds 3]
+    (from a checkout after building; TEMB_BIN_DIR=<build>/bin when the build
+     directory is not ./build)
+Prints one JSON object.
+"""
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+BIN = Path(os.environ.get("TEMB_BIN_DIR", REPO / "build" / "bin"))
+sys.path.insert(0, str(REPO / "client" / "python"))
+sys.path.insert(0, str(REPO / "tests" / "pylib"))
+os.environ.setdefault("TEMB_LOCAL_EXTENSION_DIR", str(BIN.parent / "python"))
+
+import numpy as np  # noqa: E402
+
+import temb  # noqa: E402
+from temb_testing import TembServer  # noqa: E402
+
+
+def python_p50_us(call, seconds):
+    for _ in range(200):
+        call()
+    latencies = []
+    deadline = time.perf_counter() + seconds
+    while time.perf_counter() < deadline:
+        start = time.perf_counter()
+        call()
+        latencies.append(time.perf_counter() - start)
+    return statistics.median(latencies) * 1e6
+
+
+def cpp_p50_us(target, seconds):
+    out = subprocess.run(
+        [str(BIN / "temb"), "bench", f"--target={target}", "--preset=sdxl",
+         "--batch=1", "--concurrency=1", f"--duration={seconds}s",
+         "--warmup=1s", "--json"],
+        check=True, capture_output=True, text=True).stdout
+    return json.loads(out)["latency_us"]["p50"]
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--seconds", type=float, default=3.0)
+    args = parser.parse_args()
+    import torch  # pylint: disable=import-outside-toplevel
+    import temb.torch  # pylint: disable=import-outside-toplevel
+    with tempfile.TemporaryDirectory() as tmp:
+        server = TembServer(BIN / "temb-server", Path(tmp), "--backend=cpu")
+        try:
+            t = np.array([500.0], np.float32)
+            tt = torch.tensor([500.0])
+            rounds = []
+            for _ in range(args.rounds):
+                row = {"cpp": cpp_p50_us(server.target, args.seconds)}
+                for transport in ("grpcio", "native"):
+                    with temb.Client(server.target,
+                                     transport=transport) as client:
+                        assert client.transport == transport
+                        row[transport] = python_p50_us(
+                            lambda c=client: c.embed(t, preset="sdxl"),
+                            args.seconds)
+                        if transport == "native":
+                            module = temb.torch.Timesteps(
+                                320, True, 0.0, client=client)
+                            row["timesteps_module"] = python_p50_us(
+                                lambda m=module: m(tt), args.seconds)
+                rounds.append(row)
+        finally:
+            server.stop(timeout=15)
+    result = {"rounds": rounds, "medians_us": {}, "ratio_to_cpp": {}}
+    for key in rounds[0]:
+        result["medians_us"][key] = statistics.median(r[key] for r in rounds)
+        if key != "cpp":
+            result["ratio_to_cpp"][key] = statistics.median(
+                r[key] / r["cpp"] for r in rounds)
+    print(json.dumps(result, indent=1))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,92 @@
+"""How temb.Client makes its Embed calls.
+
+Two transports carry the same bytes:
+  * "grpcio": the grpc package's stub (always there);
+  * "native": gRPC's C++ library through the ``_temb_transport`` extension,
+    with the GIL released for the whole call.  At batch 1 most of a grpcio
+    call is Python-side machinery; the native call leaves only building
+    the request and decoding the response in Python (the same code for
+    both).
+"auto" (the default) takes the native one when its extension loads and the
+client's settings can be expressed to it (TLS as True or a TlsConfig, not
+ready-made grpc.ChannelCredentials; integer or string channel options),
+else grpcio.  ``$TEMB_TRANSPORT`` overrides "auto" (grpcio or native).
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Optional, Sequence, Tuple
+
+import grpc
+
+from temb import _channel, _native
+from temb.types import TlsConfig
+
+TRANSPORTS = ("auto", "grpcio", "native")
+TRANSPORT_VARIABLE = "TEMB_TRANSPORT"
+_EXTENSION = "_temb_transport"
+
+_module: Any = None
+
+
+def _extension() -> Any:
+    global _module
+    if _module is None:
+        _module = _native.load(_EXTENSION, "temb_transport_ext")
+    return _module
+
+
+def _pem_text(value: Any) -> bytes:
+    if value is None:
+        return b""
+    return value.encode("ascii") if isinstance(value, str) else bytes(value)
+
+
+def _why_not(tls: _channel.TlsOption,
+             options: Sequence[Tuple[str, Any]]) -> Optional[str]:
+    """Why these settings need grpcio, or None."""
+    if isinstance(tls, grpc.ChannelCredentials):
+        return "tls is a grpc.ChannelCredentials"
+    for name, value in options:
+        if not isinstance(value, (bool, int, str)):
+            return f"channel option {name} is a {type(value).__name__}"
+    return None
+
+
+def native_channel(transport: str, target: str, tls: _channel.TlsOption,
+                   options: Sequence[Tuple[str, Any]],
+                   metadata: _channel.Metadata) -> Any:
+    """A ``_temb_transport.Channel`` for these settings, or None when the
+    client should use grpcio.  ``transport="native"`` raises (ImportError,
+    ValueError) where "auto" falls back."""
+    if transport not in TRANSPORTS:
+        raise ValueError(f"transport must be one of {TRANSPORTS}, got "
+                         f"{transport!r}")
+    if transport == "auto":
+        transport = os.environ.get(TRANSPORT_VARIABLE) or "auto"
+        if transport not in TRANSPORTS:
+            raise ValueError(f"${TRANSPORT_VARIABLE} must be one of "
+                             f"{TRANSPORTS}, got {transport!r}")
+    if transport == "grpcio":
+        return None
+    why = _why_not(tls, options)
+    if why is not None:
+        if transport == "native":
+            raise ValueError(f'transport="native" cannot be used: {why}')
+        return None
+    try:
+        module = _extension()
+    except ImportError:
+        if transport == "native":
+            raise
+        return None
+    roots = key = chain = b""
+    if isinstance(tls, TlsConfig):
+        roots = _pem_text(tls.root_certificates)
+        key = _pem_text(tls.private_key)
+        chain = _pem_text(tls.certificate_chain)
+    native_options = [(name, int(value) if isinstance(value, bool) else value)
+                      for name, value in options]
+    return module.Channel(target, tls not in (None, False), roots, key, chain,
+                          native_options, list(metadata))

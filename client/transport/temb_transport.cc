@@ -1,0 +1,397 @@
+// _temb_transport: temb.Client's Embed calls made by gRPC's C++ library
+// instead of grpcio.
+//
+// Why: at batch 1 a temb.Client.embed() spent most of its time in grpcio's
+// per-call Python machinery and in Python-level encoding and decoding, not
+// on the wire.  Here a whole call (metadata, deadline, the blocking wait)
+// runs in C++ with the GIL released.  Two entry points:
+//
+//   channel.unary(method, request_bytes, timeout)
+//       -> (code, message, response_bytes): any unary method, bytes only.
+//   channel.embed(head, request_id, timesteps, shape, timeout)
+//       -> (code, message, array or response_bytes): one Embed call whose
+//       request is `head` (the serialized EmbedRequest without timesteps,
+//       cached by the Python client per set of arguments) followed by the
+//       timesteps encoded here; a single-tensor response comes back as a
+//       numpy array of its dtype and shape (bf16 as uint16 bits), anything
+//       else as the response bytes for the Python decoder.
+//
+// The few fields embed() reads and writes are encoded and parsed with
+// protobuf's coded streams rather than temb's generated classes: a second
+// copy of those in one process (temb.local's extension has one) would
+// register temb.proto twice in libprotobuf's descriptor pool.  Their
+// numbers are exported (FIELDS) and checked against the .proto by the
+// Python tests.
+#include <google/protobuf/io/coded_stream.h>
+#include <google/protobuf/io/zero_copy_stream_impl_lite.h>
+#include <google/protobuf/wire_format_lite.h>
+#include <grpc/grpc.h>
+#include <grpcpp/channel.h>
+#include <grpcpp/client_context.h>
+#include <grpcpp/create_channel.h>
+#include <grpcpp/impl/codegen/client_unary_call.h>
+#include <grpcpp/security/credentials.h>
+#include <grpcpp/support/byte_buffer.h>
+#include <grpcpp/support/channel_arguments.h>
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <chrono>
+#include <cstring>
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+#include <variant>
+#include <vector>
+
+namespace py = pybind11;
+using google::protobuf::internal::WireFormatLite;
+using google::protobuf::io::CodedInputStream;
+using google::protobuf::io::CodedOutputStream;
+using google::protobuf::io::StringOutputStream;
+
+namespace temb {
+namespace {
+
+// Field numbers of temb.v1 (proto/temb/v1/temb.proto).
+constexpr int kRequestIdField = 1;         // EmbedRequest.request_id
+constexpr int kTimestepsField = 4;         // EmbedRequest.timesteps
+constexpr int kIntegerTimestepsField = 5;  // EmbedRequest.integer_timesteps
+constexpr int kTimestepsShapeField = 7;    // EmbedRequest.timesteps_shape
+constexpr int kEmbeddingField = 2;         // EmbedResponse.embedding
+constexpr int kPartsField = 4;             // EmbedResponse.parts
+constexpr int kTensorShapeField = 1;       // Tensor.shape
+constexpr int kTensorDTypeField = 2;       // Tensor.dtype
+constexpr int kTensorDataField = 3;        // Tensor.data
+// temb.v1.DType values and the numpy type of each.
+constexpr int kDTypeFp32 = 1, kDTypeFp16 = 2, kDTypeBf16 = 3, kDTypeFp64 = 4;
+
+// Appends request_id, the timesteps (packed float32 when `floats`, else
+// int64) and, when `shaped`, timesteps_shape to `out`, as EmbedRequest
+// fields.
+void AppendTimesteps(const std::string& request_id, const py::array& timesteps,
+                     bool floats, bool shaped, std::string* out) {
+  StringOutputStream stream(out);
+  CodedOutputStream coded(&stream);
+  if (!request_id.empty()) {
+    WireFormatLite::WriteString(kRequestIdField, request_id, &coded);
+  }
+  const auto count = static_cast<size_t>(timesteps.size());
+  if (count > 0) {
+    if (floats) {
+      WireFormatLite::WriteTag(
+          kTimestepsField, WireFormatLite::WIRETYPE_LENGTH_DELIMITED, &coded);
+      coded.WriteVarint32(static_cast<uint32_t>(count * 4));
+      // Little-endian IEEE floats on the wire, as in memory here.
+      coded.WriteRaw(timesteps.data(), static_cast<int>(count * 4));
+    } else {
+      const int64_t* values = static_cast<const int64_t*>(timesteps.data());
+      size_t bytes = 0;
+      for (size_t i = 0; i < count; ++i) {
+        bytes +=
+            CodedOutputStream::VarintSize64(static_cast<uint64_t>(values[i]));
+      }
+      WireFormatLite::WriteTag(kIntegerTimestepsField,
+                               WireFormatLite::WIRETYPE_LENGTH_DELIMITED,
+                               &coded);
+      coded.WriteVarint32(static_cast<uint32_t>(bytes));
+      for (size_t i = 0; i < count; ++i) {
+        coded.WriteVarint64(static_cast<uint64_t>(values[i]));
+      }
+    }
+  }
+  if (shaped) {
+    size_t bytes = 0;
+    for (py::ssize_t d = 0; d < timesteps.ndim(); ++d) {
+      bytes += CodedOutputStream::VarintSize64(
+          static_cast<uint64_t>(timesteps.shape(d)));
+    }
+    WireFormatLite::WriteTag(kTimestepsShapeField,
+                             WireFormatLite::WIRETYPE_LENGTH_DELIMITED, &coded);
+    coded.WriteVarint32(static_cast<uint32_t>(bytes));
+    for (py::ssize_t d = 0; d < timesteps.ndim(); ++d) {
+      coded.WriteVarint64(static_cast<uint64_t>(timesteps.shape(d)));
+    }
+  }
+}
+
+// The single tensor of an EmbedResponse: its dtype, shape and data, read
+// where they lie in `response`.  False when the response is anything else
+// (parts, no embedding, a field it cannot read): the Python decoder then
+// handles it and says what is wrong.
+struct TensorView {
+  int dtype = 0;
+  std::vector<int64_t> shape;
+  const uint8_t* data = nullptr;
+  size_t size = 0;
+};
+
+bool ReadTensor(const uint8_t* begin, int length, TensorView* tensor) {
+  CodedInputStream in(begin, length);
+  while (uint32_t tag = in.ReadTag()) {
+    const int field = WireFormatLite::GetTagFieldNumber(tag);
+    const auto type = WireFormatLite::GetTagWireType(tag);
+    if (field == kTensorShapeField &&
+        type == WireFormatLite::WIRETYPE_LENGTH_DELIMITED) {
+      uint32_t bytes;
+      if (!in.ReadVarint32(&bytes)) return false;
+      const auto limit = in.PushLimit(static_cast<int>(bytes));
+      while (in.BytesUntilLimit() > 0) {
+        uint64_t extent;
+        if (!in.ReadVarint64(&extent)) return false;
+        tensor->shape.push_back(static_cast<int64_t>(extent));
+      }
+      in.PopLimit(limit);
+    } else if (field == kTensorShapeField &&
+               type == WireFormatLite::WIRETYPE_VARINT) {
+      uint64_t extent;
+      if (!in.ReadVarint64(&extent)) return false;
+      tensor->shape.push_back(static_cast<int64_t>(extent));
+    } else if (field == kTensorDTypeField &&
+               type == WireFormatLite::WIRETYPE_VARINT) {
+      uint32_t dtype;
+      if (!in.ReadVarint32(&dtype)) return false;
+      tensor->dtype = static_cast<int>(dtype);
+    } else if (field == kTensorDataField &&
+               type == WireFormatLite::WIRETYPE_LENGTH_DELIMITED) {
+      uint32_t bytes;
+      if (!in.ReadVarint32(&bytes)) return false;
+      const int offset = in.CurrentPosition();
+      if (!in.Skip(static_cast<int>(bytes))) return false;
+      tensor->data = begin + offset;
+      tensor->size = bytes;
+    } else if (!WireFormatLite::SkipField(&in, tag)) {
+      return false;
+    }
+  }
+  return in.ConsumedEntireMessage();
+}
+
+bool ReadEmbedding(const std::string& response, TensorView* tensor) {
+  const auto* begin = reinterpret_cast<const uint8_t*>(response.data());
+  CodedInputStream in(begin, static_cast<int>(response.size()));
+  bool found = false;
+  while (uint32_t tag = in.ReadTag()) {
+    const int field = WireFormatLite::GetTagFieldNumber(tag);
+    if (field == kPartsField) return false;
+    if (field == kEmbeddingField &&
+        WireFormatLite::GetTagWireType(tag) ==
+            WireFormatLite::WIRETYPE_LENGTH_DELIMITED) {
+      uint32_t bytes;
+      if (found || !in.ReadVarint32(&bytes)) return false;
+      const int offset = in.CurrentPosition();
+      if (!in.Skip(static_cast<int>(bytes)) ||
+          !ReadTensor(begin + offset, static_cast<int>(bytes), tensor)) {
+        return false;
+      }
+      found = true;
+    } else if (!WireFormatLite::SkipField(&in, tag)) {
+      return false;
+    }
+  }
+  return found;
+}
+
+// The tensor as a new numpy array (one copy), or None when its dtype, shape
+// and size do not agree.
+py::object ToArray(const TensorView& tensor) {
+  py::dtype dtype;
+  switch (tensor.dtype) {
+    case kDTypeFp32:
+      dtype = py::dtype::of<float>();
+      break;
+    case kDTypeFp16:
+      dtype = py::dtype("float16");
+      break;
+    case kDTypeBf16:
+      dtype = py::dtype::of<uint16_t>();
+      break;
+    case kDTypeFp64:
+      dtype = py::dtype::of<double>();
+      break;
+    default:
+      return py::none();
+  }
+  if (tensor.shape.size() < 2) return py::none();
+  size_t count = 1;
+  for (int64_t extent : tensor.shape) {
+    if (extent < 0) return py::none();
+    count *= static_cast<size_t>(extent);
+  }
+  if (count * static_cast<size_t>(dtype.itemsize()) != tensor.size) {
+    return py::none();
+  }
+  py::array array(dtype, tensor.shape);
+  // Little-endian on the wire and in memory here.
+  std::memcpy(array.mutable_data(), tensor.data, tensor.size);
+  return std::move(array);
+}
+
+using ChannelOption = std::pair<std::string, std::variant<int, std::string>>;
+
+class Channel {
+ public:
+  // root_certificates/private_key/certificate_chain: PEM; `tls` false means
+  // plaintext.  `options`: gRPC channel arguments (integers or strings),
+  // service config included.  `metadata`: sent with every call.
+  Channel(const std::string& target, bool tls,
+          const std::string& root_certificates, const std::string& private_key,
+          const std::string& certificate_chain,
+          const std::vector<ChannelOption>& options,
+          std::vector<std::pair<std::string, std::string>> metadata)
+      : metadata_(std::move(metadata)) {
+    grpc::ChannelArguments arguments;
+    for (const auto& [name, value] : options) {
+      if (const int* number = std::get_if<int>(&value)) {
+        arguments.SetInt(name, *number);
+      } else {
+        arguments.SetString(name, std::get<std::string>(value));
+      }
+    }
+    std::shared_ptr<grpc::ChannelCredentials> credentials;
+    if (tls) {
+      grpc::SslCredentialsOptions ssl;
+      ssl.pem_root_certs = root_certificates;
+      ssl.pem_private_key = private_key;
+      ssl.pem_cert_chain = certificate_chain;
+      credentials = grpc::SslCredentials(ssl);
+    } else {
+      credentials = grpc::InsecureChannelCredentials();
+    }
+    channel_ = grpc::CreateCustomChannel(target, credentials, arguments);
+  }
+
+  // One unary call of `method` ("/package.Service/Method") with `request`
+  // (serialized) and a deadline of `timeout` seconds (None: none).
+  // Returns (status code, message, response bytes); the bytes are empty
+  // unless the code is 0.
+  py::tuple Unary(const std::string& method, const py::bytes& request,
+                  std::optional<double> timeout) {
+    char* data = nullptr;
+    Py_ssize_t size = 0;
+    if (PyBytes_AsStringAndSize(request.ptr(), &data, &size) != 0) {
+      throw py::error_already_set();
+    }
+    std::string response;
+    const grpc::Status status =
+        Call(method, std::string(data, static_cast<size_t>(size)), timeout,
+             &response);
+    if (!status.ok()) return Failure(status);
+    return py::make_tuple(0, std::string(), py::bytes(response));
+  }
+
+  // One Embed call: `head` + the timesteps (float32 or int64, C order;
+  // timesteps_shape sent when `shaped`).  Returns (code, message, result):
+  // result is a numpy array for a single-tensor response, else the
+  // response bytes, or None on failure.
+  py::tuple Embed(const py::bytes& head, const std::string& request_id,
+                  const py::array& timesteps, bool shaped,
+                  std::optional<double> timeout) {
+    const bool floats = timesteps.dtype().equal(py::dtype::of<float>());
+    if (!floats && !timesteps.dtype().equal(py::dtype::of<int64_t>())) {
+      throw py::type_error("timesteps must be a float32 or int64 array");
+    }
+    if (!(timesteps.flags() & py::array::c_style)) {
+      throw py::value_error("timesteps must be C-contiguous");
+    }
+    std::string request = head;
+    AppendTimesteps(request_id, timesteps, floats, shaped, &request);
+    std::string response;
+    const grpc::Status status = Call("/temb.v1.EmbeddingService/Embed",
+                                     std::move(request), timeout, &response);
+    if (!status.ok()) return Failure(status);
+    TensorView tensor;
+    if (ReadEmbedding(response, &tensor)) {
+      py::object array = ToArray(tensor);
+      if (!array.is_none()) return py::make_tuple(0, std::string(), array);
+    }
+    return py::make_tuple(0, std::string(), py::bytes(response));
+  }
+
+ private:
+  static py::tuple Failure(const grpc::Status& status) {
+    return py::make_tuple(static_cast<int>(status.error_code()),
+                          status.error_message(), py::none());
+  }
+
+  // The blocking call, without the GIL: other Python threads go on
+  // meanwhile.  `response` receives the response bytes.
+  grpc::Status Call(const std::string& method, std::string request,
+                    std::optional<double> timeout, std::string* response) {
+    py::gil_scoped_release release;
+    grpc::Slice slice(std::move(request));
+    grpc::ByteBuffer request_buffer(&slice, 1);
+    grpc::ByteBuffer response_buffer;
+    grpc::ClientContext context;
+    for (const auto& [key, value] : metadata_) context.AddMetadata(key, value);
+    if (timeout.has_value()) {
+      context.set_deadline(
+          std::chrono::system_clock::now() +
+          std::chrono::duration_cast<std::chrono::system_clock::duration>(
+              std::chrono::duration<double>(*timeout)));
+    }
+    // What the generated synchronous stubs call, with ByteBuffer as the
+    // message type: gRPC passes the bytes through unparsed.
+    grpc::Status status = grpc::internal::BlockingUnaryCall(
+        channel_.get(),
+        grpc::internal::RpcMethod(method.c_str(),
+                                  grpc::internal::RpcMethod::NORMAL_RPC),
+        &context, request_buffer, &response_buffer);
+    if (status.ok()) {
+      std::vector<grpc::Slice> slices;
+      if (!response_buffer.Dump(&slices).ok()) {
+        return grpc::Status(grpc::StatusCode::DATA_LOSS, "unreadable response");
+      }
+      response->reserve(response_buffer.Length());
+      for (const grpc::Slice& s : slices) {
+        response->append(reinterpret_cast<const char*>(s.begin()), s.size());
+      }
+    }
+    return status;
+  }
+
+  std::shared_ptr<grpc::Channel> channel_;
+  const std::vector<std::pair<std::string, std::string>> metadata_;
+};
+
+}  // namespace
+}  // namespace temb
+
+PYBIND11_MODULE(_temb_transport, m) {
+  m.doc() = "temb.Client's Embed calls through gRPC's C++ library";
+  m.attr("grpc_version") = grpc_version_string();
+  py::class_<temb::Channel>(m, "Channel")
+      .def(py::init<const std::string&, bool, const std::string&,
+                    const std::string&, const std::string&,
+                    const std::vector<temb::ChannelOption>&,
+                    std::vector<std::pair<std::string, std::string>>>(),
+           py::arg("target"), py::arg("tls"), py::arg("root_certificates"),
+           py::arg("private_key"), py::arg("certificate_chain"),
+           py::arg("options"), py::arg("metadata"))
+      .def("unary", &temb::Channel::Unary, py::arg("method"),
+           py::arg("request"), py::arg("timeout"))
+      .def("embed", &temb::Channel::Embed, py::arg("head"),
+           py::arg("request_id"), py::arg("timesteps"), py::arg("shaped"),
+           py::arg("timeout"));
+  // The temb.v1 field numbers this module encodes and parses (the Python
+  // tests compare them with the .proto's descriptors).
+  py::dict fields;
+  fields["EmbedRequest.request_id"] = temb::kRequestIdField;
+  fields["EmbedRequest.timesteps"] = temb::kTimestepsField;
+  fields["EmbedRequest.integer_timesteps"] = temb::kIntegerTimestepsField;
+  fields["EmbedRequest.timesteps_shape"] = temb::kTimestepsShapeField;
+  fields["EmbedResponse.embedding"] = temb::kEmbeddingField;
+  fields["EmbedResponse.parts"] = temb::kPartsField;
+  fields["Tensor.shape"] = temb::kTensorShapeField;
+  fields["Tensor.dtype"] = temb::kTensorDTypeField;
+  fields["Tensor.data"] = temb::kTensorDataField;
+  m.attr("FIELDS") = fields;
+  py::dict dtypes;
+  dtypes["DTYPE_FP32"] = temb::kDTypeFp32;
+  dtypes["DTYPE_FP16"] = temb::kDTypeFp16;
+  dtypes["DTYPE_BF16"] = temb::kDTypeBf16;
+  dtypes["DTYPE_FP64"] = temb::kDTypeFp64;
+  m.attr("DTYPES") = dtypes;
+}

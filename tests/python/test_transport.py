@@ -1,0 +1,257 @@
+"""temb.Client's two transports against the real server: grpcio and the
+native one (client/transport, gRPC's C++ library) give the same bytes for
+every kind of call and the same errors; the prepared-request cache sends
+what a whole request would; the choice of transport and its fallbacks.
+
+The native tests skip when the build has no Python extensions (sanitized
+builds, TEMB_BUILD_PYTHON_EXTENSION=OFF).
+"""
+
+import socket
+import threading
+
+import grpc
+import numpy as np
+import pytest
+
+import temb
+from temb import _request, _transport
+from temb._proto.temb.v1 import temb_pb2 as pb
+
+LDM = dict(flip_sin_to_cos=True, downscale_freq_shift=0.0)
+
+
+def _native_available():
+    try:
+        _transport._extension()
+    except ImportError:
+        return False
+    return True
+
+
+needs_native = pytest.mark.skipif(not _native_available(),
+                                  reason="no _temb_transport extension built")
+
+
+@pytest.fixture(scope="module")
+def clients(server):
+    if not _native_available():
+        pytest.skip("no _temb_transport extension built")
+    with temb.Client(server.target, timeout=60, transport="grpcio") as g, \
+            temb.Client(server.target, timeout=60, transport="native") as n:
+        assert (g.transport, n.transport) == ("grpcio", "native")
+        yield g, n
+
+
+def _same(a, b):
+    if isinstance(a, dict):
+        assert list(a) == list(b)
+        for name in a:
+            _same(a[name], b[name])
+        return
+    assert type(a) is type(b)
+    assert a.dtype == b.dtype and a.shape == b.shape
+    assert np.asarray(a).tobytes() == np.asarray(b).tobytes()
+
+
+CALLS = {
+    "preset": lambda c: c.embed([0.0, 1.0, 999.0], preset="sdxl"),
+    "scalar": lambda c: c.embed(np.float32(17.5), dim=8, **LDM),
+    "shaped [2, 7]": lambda c: c.embed(
+        np.arange(14, dtype=np.float32).reshape(2, 7) * 37, dim=64, **LDM),
+    "rank 5": lambda c: c.embed(np.ones((1, 2, 1, 3, 1), np.float32),
+                                dim=16, **LDM),
+    "integers": lambda c: c.embed([1, 2, 1 << 40], dim=32, **LDM),
+    "empty": lambda c: c.embed(np.zeros(0, np.float32), dim=8, **LDM),
+    "fp16": lambda c: c.embed([250.25], preset="sd3", dtype="fp16"),
+    "bf16 bits": lambda c: c.embed([250.25], preset="flux", dtype="bf16",
+                                   bf16_format="bits"),
+    "bf16 float32": lambda c: c.embed([250.25], preset="flux", dtype="bf16",
+                                      bf16_format="float32"),
+    "fp64": lambda c: c.embed([3.0], preset="wan", dtype="fp64"),
+    "timestep_dtype": lambda c: c.embed([0.8929], preset="flux",
+                                        timestep_dtype="bf16"),
+    "frequencies (not cached)": lambda c: c.embed(
+        [2.0], dim=4, frequencies=[1.0, 0.5], **LDM),
+    "parts": lambda c: c.embed_parts({"timestep": [0.5], "guidance": [3.5]},
+                                     preset="flux"),
+    "parts via embed": lambda c: c.embed(
+        parts={"t": {"timesteps": [1.0], "preset": "sdxl"}}),
+    "request_id": lambda c: c.embed([5.0], preset="sdxl", request_id="r-1"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(CALLS))
+def test_both_transports_give_the_same_bytes(clients, name):
+    grpcio_client, native_client = clients
+    call = CALLS[name]
+    first = call(grpcio_client)
+    _same(first, call(native_client))
+    # Second calls take the prepared-request path where one applies.
+    _same(first, call(native_client))
+    _same(first, call(grpcio_client))
+
+
+def test_torch_tensors_both_ways(clients):
+    torch = pytest.importorskip("torch")
+    grpcio_client, native_client = clients
+    t = torch.tensor([[1.0, 2.5], [999.0, 0.0]], dtype=torch.float64)
+    a = grpcio_client.embed(t, preset="sd15", return_tensors="pt")
+    b = native_client.embed(t, preset="sd15", return_tensors="pt")
+    assert a.shape == (2, 2, 320) and torch.equal(a, b)
+    c = native_client.embed(t, preset="flux", dtype="bf16",
+                            return_tensors="pt")
+    assert c.dtype == torch.bfloat16
+    assert torch.equal(c, grpcio_client.embed(t, preset="flux", dtype="bf16",
+                                              return_tensors="pt"))
+
+
+ERRORS = {
+    "bad dim": (lambda c: c.embed([1.0], dim=0, **LDM),
+                temb.InvalidArgumentError),
+    "no convention": (lambda c: c.embed([1.0], dim=8),
+                      temb.InvalidArgumentError),
+    "unknown preset": (lambda c: c.embed([1.0], preset="no-such-model"),
+                       temb.NotFoundError),
+    "nan timestep": (lambda c: c.embed([1.0, float("nan")], preset="sdxl"),
+                     temb.InvalidArgumentError),
+    "unknown part preset": (lambda c: c.embed_parts(
+        {"x": {"timesteps": [1.0], "preset": "nope"}}), temb.NotFoundError),
+}
+
+
+@pytest.mark.parametrize("name", sorted(ERRORS))
+def test_both_transports_raise_the_same_errors(clients, name):
+    call, error = ERRORS[name]
+    raised = []
+    for client in clients:
+        for _ in range(2):  # the second call is a prepared one
+            with pytest.raises(error) as e:
+                call(client)
+            raised.append((type(e.value), e.value.code, e.value.details))
+    assert len(set(raised)) == 1, raised
+
+
+def test_request_id_comes_back_on_errors(clients):
+    for client in clients:
+        with pytest.raises(temb.InvalidArgumentError) as e:
+            client.embed([1.0], dim=0, request_id="trace-7", **LDM)
+        assert e.value.request_id == "trace-7"
+
+
+def test_deadline_and_unreachable_server():
+    if not _native_available():
+        pytest.skip("no _temb_transport extension built")
+    with socket.socket() as s:  # a port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    for transport in ("grpcio", "native"):
+        with temb.Client(f"127.0.0.1:{port}", retries=0, timeout=20,
+                         transport=transport) as c:
+            with pytest.raises(temb.UnavailableError) as e:
+                c.embed([1.0], dim=8, **LDM)
+            assert e.value.code == grpc.StatusCode.UNAVAILABLE
+
+
+def test_expired_deadline(clients):
+    for client in clients:
+        with pytest.raises(temb.DeadlineExceededError):
+            client.embed(np.zeros(4096, np.float32), dim=4096, timeout=1e-6,
+                         **LDM)
+
+
+def test_client_message_limit_applies_to_both(server):
+    if not _native_available():
+        pytest.skip("no _temb_transport extension built")
+    for transport in ("grpcio", "native"):
+        with temb.Client(server.target, max_message_bytes=4096, retries=0,
+                         transport=transport) as c:
+            assert c.embed([1.0], dim=8, **LDM).shape == (1, 8)
+            with pytest.raises(temb.ResourceExhaustedError):
+                c.embed(np.zeros(64, np.float32), dim=64, **LDM)
+
+
+def test_threads_share_a_native_client(clients):
+    grpcio_client, native_client = clients
+    expected = {n: grpcio_client.embed(np.arange(n, dtype=np.float32), dim=32,
+                                       **LDM) for n in range(1, 9)}
+    failures = []
+
+    def work(n):
+        for _ in range(20):
+            got = native_client.embed(np.arange(n, dtype=np.float32), dim=32,
+                                      **LDM)
+            if not np.array_equal(got, expected[n]):
+                failures.append(n)
+
+    threads = [threading.Thread(target=work, args=(n,)) for n in expected]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not failures
+
+
+def test_prepared_request_is_the_whole_request():
+    plans = _request.EmbedPlans()
+    cases = [((np.array([1.0, 2.0], np.float32),), dict(preset="sdxl")),
+             ((np.arange(6).reshape(2, 3),), dict(dim=8, **LDM)),
+             ((np.float32(3.0),), dict(preset="flux", dtype="bf16",
+                                       request_id="id-9"))]
+    for args, kwargs in cases:
+        whole = _request.embed_call(*args, **kwargs).request
+        plans.prepare(args, kwargs)  # the first call fills the cache
+        prepared = plans.prepare(args, kwargs)
+        assert prepared.timesteps is not None
+        merged = pb.EmbedRequest.FromString(prepared.request_bytes())
+        assert merged == whole
+
+
+def test_native_module_agrees_with_the_proto_field_numbers():
+    if not _native_available():
+        pytest.skip("no _temb_transport extension built")
+    module = _transport._extension()
+    for name, number in module.FIELDS.items():
+        message, field = name.split(".")
+        descriptor = getattr(pb, message).DESCRIPTOR.fields_by_name[field]
+        assert descriptor.number == number, name
+    for name, value in module.DTYPES.items():
+        assert pb.DType.Value(name) == value, name
+
+
+def test_transport_choice(server, monkeypatch):
+    with pytest.raises(ValueError, match="transport"):
+        temb.Client(server.target, transport="carrier-pigeon")
+    with temb.Client(server.target, transport="grpcio") as c:
+        assert c.transport == "grpcio"
+    monkeypatch.setenv("TEMB_TRANSPORT", "grpcio")
+    with temb.Client(server.target) as c:
+        assert c.transport == "grpcio"
+    monkeypatch.setenv("TEMB_TRANSPORT", "bogus")
+    with pytest.raises(ValueError, match="TEMB_TRANSPORT"):
+        temb.Client(server.target)
+    monkeypatch.delenv("TEMB_TRANSPORT")
+    with temb.Client(server.target) as c:
+        assert c.transport == ("native" if _native_available() else "grpcio")
+    # Ready-made grpcio credentials cannot be handed to the C++ library.
+    credentials = grpc.ssl_channel_credentials()
+    with temb.Client(server.target, tls=credentials) as c:
+        assert c.transport == "grpcio"
+    with pytest.raises(ValueError, match="ChannelCredentials"):
+        temb.Client(server.target, tls=credentials, transport="native")
+
+
+def test_asyncio_client_refuses_native(server):
+    with pytest.raises(ValueError, match="temb.aio.Client"):
+        temb.aio.Client(server.target, transport="native")
+
+
+@needs_native
+def test_native_without_the_extension_says_how_to_build_it(monkeypatch,
+                                                           tmp_path, server):
+    monkeypatch.setattr(_transport, "_module", None)
+    monkeypatch.setenv("TEMB_LOCAL_EXTENSION_DIR", str(tmp_path))
+    with pytest.raises(ImportError, match="temb_transport_ext"):
+        temb.Client(server.target, transport="native")
+    with temb.Client(server.target) as c:  # "auto" falls back
+        assert c.transport == "grpcio"
