@@ -782,10 +782,15 @@ def kernel_sections(r, kernels, vs_torch, torch_version):
         isas = sorted({k.split("/")[0] for k in engines},
                       key=["scalar", "sse2", "avx2", "avx512"].index)
         isas = [i for i in isas if i in ("avx2", "avx512")] or isas[-1:]
+        reference = ("diffusers' `get_timestep_embedding` (flip_sin_to_cos="
+                     "False, downscale_freq_shift=1)"
+                     if "get_timestep_embedding" in str(
+                         vs_torch.get("torch_function"))
+                     else "the same ops written out (diffusers is not "
+                     "installed)")
         r.add("## CPU kernel against eager PyTorch, one thread", "",
               f"fp32, LDM spec, the kernel table's timesteps; PyTorch "
-              f"{torch_version} runs `{vs_torch['torch_function']}` "
-              "(diffusers' get_timestep_embedding) with "
+              f"{torch_version} runs {reference} with "
               "`torch.set_num_threads(1)`, interleaved with the engines in "
               "each round; G output elements per CPU second, medians. Goal: "
               "at least 4x at every shape on one core.", "")

@@ -52,33 +52,24 @@ bool IsaSupported(CpuIsa isa) {
 #endif
 }
 
-Float32RowsFn EngineFor(CpuIsa isa) {
-  switch (isa) {
-#if defined(__x86_64__)
-    case CpuIsa::kSse2:
-      return cpu_sse2::ComputeFloat32Rows;
-    case CpuIsa::kAvx2:
-      return cpu_avx2::ComputeFloat32Rows;
-    case CpuIsa::kAvx512:
-      return cpu_avx512::ComputeFloat32Rows;
-#endif
-    default:
-      return cpu_scalar::ComputeFloat32Rows;
-  }
-}
+// The entry points of one engine.
+struct Engine {
+  Float32RowsFn rows;
+  SinCosFn sin_cos;
+};
 
-SinCosFn SinCosFor(CpuIsa isa) {
+Engine EngineFor(CpuIsa isa) {
   switch (isa) {
 #if defined(__x86_64__)
     case CpuIsa::kSse2:
-      return cpu_sse2::SinCos;
+      return {cpu_sse2::ComputeFloat32Rows, cpu_sse2::SinCos};
     case CpuIsa::kAvx2:
-      return cpu_avx2::SinCos;
+      return {cpu_avx2::ComputeFloat32Rows, cpu_avx2::SinCos};
     case CpuIsa::kAvx512:
-      return cpu_avx512::SinCos;
+      return {cpu_avx512::ComputeFloat32Rows, cpu_avx512::SinCos};
 #endif
     default:
-      return cpu_scalar::SinCos;
+      return {cpu_scalar::ComputeFloat32Rows, cpu_scalar::SinCos};
   }
 }
 
@@ -234,7 +225,7 @@ class CpuBackend final : public Backend {
  public:
   CpuBackend(CpuIsa isa, int threads)
       : isa_(isa),
-        engine_(EngineFor(isa)),
+        engine_(EngineFor(isa).rows),
         threads_(threads > 0 ? threads
                              : static_cast<int>(std::max(
                                    1u, std::thread::hardware_concurrency()))) {}
@@ -371,7 +362,7 @@ absl::Status CpuEngineSinCos(CpuIsa isa, const float* angles, int64_t n,
     return absl::FailedPreconditionError(
         absl::StrCat("this CPU cannot run the ", CpuIsaName(isa), " engine"));
   }
-  SinCosFor(isa)(angles, n, sin_out, cos_out);
+  EngineFor(isa).sin_cos(angles, n, sin_out, cos_out);
   return absl::OkStatus();
 }
 

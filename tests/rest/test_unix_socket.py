@@ -1,9 +1,10 @@
 """gRPC on a unix domain socket: temb-server --address=unix:PATH serves it,
 and every client takes the unix: target unchanged (tritonclient.grpc, the
-temb CLI, the Python client), with the same numbers as the REST port of the
+temb CLI, the Python client on both transports), with the same numbers as the REST port of the
 same server.  A stale socket file from a killed server does not block a
 restart; a clean exit removes it."""
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -72,20 +73,29 @@ def test_unix_socket_serves_every_client(tmp_path):
                      dtype=np.float32).reshape(3, -1), over_unix)
 
         # The Python client, in a process of its own (its package name
-        # would collide with other tests' generated stubs).
+        # would collide with other tests' generated stubs), on grpcio and,
+        # where the build has its extension, on the native transport.
         code = ("import sys, numpy as np; sys.path.insert(0, sys.argv[1]); "
-                "import temb; c = temb.Client(sys.argv[2]); "
+                "import temb; c = temb.Client(sys.argv[2], "
+                "transport=sys.argv[3]); assert c.transport == sys.argv[3]; "
                 "e = c.embed([999, 250, 0], preset='sdxl'); "
                 "sys.stdout.buffer.write(np.asarray(e, '<f4').tobytes())")
         if not (CLIENT_DIR / "temb" / "_proto" / "__init__.py").exists():
             subprocess.run([sys.executable, "setup.py", "-q", "build_proto",
                             "--inplace"], cwd=CLIENT_DIR, check=True,
                            timeout=300)
-        py = subprocess.run([sys.executable, "-c", code, str(CLIENT_DIR),
-                             target], capture_output=True, timeout=120,
-                            check=False)
-        assert py.returncode == 0, py.stderr.decode()
-        assert py.stdout == over_unix.astype("<f4").tobytes()
+        extensions = BIN_DIR.parent / "python"
+        transports = ["grpcio"]
+        if list(extensions.glob("_temb_transport*")):
+            transports.append("native")
+        for transport in transports:
+            py = subprocess.run(
+                [sys.executable, "-c", code, str(CLIENT_DIR), target,
+                 transport], capture_output=True, timeout=120, check=False,
+                env={**os.environ,
+                     "TEMB_LOCAL_EXTENSION_DIR": str(extensions)})
+            assert py.returncode == 0, (transport, py.stderr.decode())
+            assert py.stdout == over_unix.astype("<f4").tobytes(), transport
     finally:
         srv.stop()
     assert srv.process.returncode == 0
