@@ -93,17 +93,21 @@ def timesteps_array(timesteps: Any) -> np.ndarray:
     Floating values become float32, as in diffusers (``timesteps.float()``);
     integer values stay integers (the server converts them, exact to 2^24).
     """
-    if _is_torch_tensor(timesteps):
+    if type(timesteps) is np.ndarray and timesteps.dtype == _FLOAT32:
+        array = timesteps  # the common case, checked for rank below
+    elif _is_torch_tensor(timesteps):
         import torch
         tensor = timesteps.detach()
-        if tensor.is_complex() or tensor.dtype == torch.bool:
+        if tensor.dtype == torch.float32 and tensor.device.type == "cpu":
+            array = tensor.numpy()  # the common case: shares the memory
+        elif tensor.is_complex() or tensor.dtype == torch.bool:
             raise TypeError(f"timesteps must be real numbers, got {tensor.dtype}")
-        if tensor.device.type == "meta":
+        elif tensor.device.type == "meta":
             raise ValueError("timesteps on the meta device have no values")
-        target = torch.float32 if tensor.is_floating_point() else torch.int64
-        if tensor.dtype != target or tensor.device.type != "cpu":
-            tensor = tensor.to(device="cpu", dtype=target)
-        array = tensor.numpy()
+        else:
+            target = (torch.float32 if tensor.is_floating_point()
+                      else torch.int64)
+            array = tensor.to(device="cpu", dtype=target).numpy()
     else:
         array = np.asarray(timesteps)
         if array.dtype.kind == "O":

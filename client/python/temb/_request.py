@@ -353,7 +353,8 @@ class EmbedPlans:
             timesteps, rest = options.pop("timesteps", None), ()
         key = None
         if timesteps is not None and options.get("parts") is None:
-            key = (rest, tuple(sorted(options.items())))
+            # In the caller's keyword order: one call site repeats it.
+            key = (rest, tuple(options.items()))
             try:
                 hash(key)
             except TypeError:
