@@ -303,3 +303,29 @@ def test_torch_compile_fullgraph(client):
     compiled = torch.compile(model, fullgraph=True, backend="aot_eager")
     with torch.no_grad():
         assert torch.equal(compiled(*_inputs(torch)), model(*_inputs(torch)))
+
+
+def test_plain_calls_skip_the_op_and_dispatch_modes_see_it(client):
+    """A plain eager call computes directly; under a Python dispatch mode
+    (what make_fx and export install) the registered op is what runs, with
+    the same numbers."""
+    torch = pytest.importorskip("torch")
+    from torch.utils._python_dispatch import TorchDispatchMode
+    import temb.torch as ttorch
+
+    seen = []
+
+    class Record(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            seen.append(str(func))
+            return func(*args, **(kwargs or {}))
+
+    module = ttorch.Timesteps(64, True, 0.0, client=client)
+    t = torch.tensor([1.0, 500.0])
+    assert ttorch._plain_eager_call(t)
+    plain = module(t)
+    with Record():
+        assert not ttorch._plain_eager_call(t)
+        watched = module(t)
+    assert any("timestep_embedding" in name for name in seen), seen
+    assert torch.equal(plain, watched)
