@@ -4,17 +4,16 @@
 // Why: at batch 1 a temb.Client.embed() spent most of its time in grpcio's
 // per-call Python machinery and in Python-level encoding and decoding, not
 // on the wire.  Here a whole call (metadata, deadline, the blocking wait)
-// runs in C++ with the GIL released.  Two entry points:
+// runs in C++ with the GIL released, through one entry point:
 //
-//   channel.unary(method, request_bytes, timeout)
-//       -> (code, message, response_bytes): any unary method, bytes only.
-//   channel.embed(head, request_id, timesteps, shape, timeout)
+//   channel.embed(head, request_id, timesteps, shaped, timeout)
 //       -> (code, message, array or response_bytes): one Embed call whose
-//       request is `head` (the serialized EmbedRequest without timesteps,
-//       cached by the Python client per set of arguments) followed by the
-//       timesteps encoded here; a single-tensor response comes back as a
-//       numpy array of its dtype and shape (bf16 as uint16 bits), anything
-//       else as the response bytes for the Python decoder.
+//       request is `head` (a serialized EmbedRequest: the whole request, or,
+//       cached by the Python client per set of arguments, the request
+//       without its timesteps) followed by the timesteps encoded here; a
+//       single-tensor response comes back as a numpy array of its dtype and
+//       shape (bf16 as uint16 bits), anything else (parts) as the response
+//       bytes for the Python decoder.
 //
 // The few fields embed() reads and writes are encoded and parsed with
 // protobuf's coded streams rather than temb's generated classes: a second
@@ -55,7 +54,9 @@ using google::protobuf::io::StringOutputStream;
 namespace temb {
 namespace {
 
-// Field numbers of temb.v1 (proto/temb/v1/temb.proto).
+// The method this module calls, and the field numbers of temb.v1 it
+// encodes and parses (proto/temb/v1/temb.proto).
+constexpr char kEmbedMethod[] = "/temb.v1.EmbeddingService/Embed";
 constexpr int kRequestIdField = 1;         // EmbedRequest.request_id
 constexpr int kTimestepsField = 4;         // EmbedRequest.timesteps
 constexpr int kIntegerTimestepsField = 5;  // EmbedRequest.integer_timesteps
@@ -263,44 +264,27 @@ class Channel {
     channel_ = grpc::CreateCustomChannel(target, credentials, arguments);
   }
 
-  // One unary call of `method` ("/package.Service/Method") with `request`
-  // (serialized) and a deadline of `timeout` seconds (None: none).
-  // Returns (status code, message, response bytes); the bytes are empty
-  // unless the code is 0.
-  py::tuple Unary(const std::string& method, const py::bytes& request,
-                  std::optional<double> timeout) {
-    char* data = nullptr;
-    Py_ssize_t size = 0;
-    if (PyBytes_AsStringAndSize(request.ptr(), &data, &size) != 0) {
-      throw py::error_already_set();
-    }
-    std::string response;
-    const grpc::Status status =
-        Call(method, std::string(data, static_cast<size_t>(size)), timeout,
-             &response);
-    if (!status.ok()) return Failure(status);
-    return py::make_tuple(0, std::string(), py::bytes(response));
-  }
-
-  // One Embed call: `head` + the timesteps (float32 or int64, C order;
-  // timesteps_shape sent when `shaped`).  Returns (code, message, result):
-  // result is a numpy array for a single-tensor response, else the
-  // response bytes, or None on failure.
+  // One Embed call: `head` (a serialized EmbedRequest), then, when
+  // `timesteps` is not None, `request_id` and the timesteps (float32 or
+  // int64, C order; timesteps_shape sent when `shaped`) appended as fields.
+  // Returns (code, message, result): result is a numpy array for a
+  // single-tensor response, else the response bytes, or None on failure.
   py::tuple Embed(const py::bytes& head, const std::string& request_id,
-                  const py::array& timesteps, bool shaped,
+                  const std::optional<py::array>& timesteps, bool shaped,
                   std::optional<double> timeout) {
-    const bool floats = timesteps.dtype().equal(py::dtype::of<float>());
-    if (!floats && !timesteps.dtype().equal(py::dtype::of<int64_t>())) {
-      throw py::type_error("timesteps must be a float32 or int64 array");
-    }
-    if (!(timesteps.flags() & py::array::c_style)) {
-      throw py::value_error("timesteps must be C-contiguous");
-    }
     std::string request = head;
-    AppendTimesteps(request_id, timesteps, floats, shaped, &request);
+    if (timesteps.has_value()) {
+      const bool floats = timesteps->dtype().equal(py::dtype::of<float>());
+      if (!floats && !timesteps->dtype().equal(py::dtype::of<int64_t>())) {
+        throw py::type_error("timesteps must be a float32 or int64 array");
+      }
+      if (!(timesteps->flags() & py::array::c_style)) {
+        throw py::value_error("timesteps must be C-contiguous");
+      }
+      AppendTimesteps(request_id, *timesteps, floats, shaped, &request);
+    }
     std::string response;
-    const grpc::Status status = Call("/temb.v1.EmbeddingService/Embed",
-                                     std::move(request), timeout, &response);
+    const grpc::Status status = Call(std::move(request), timeout, &response);
     if (!status.ok()) return Failure(status);
     TensorView tensor;
     if (ReadEmbedding(response, &tensor)) {
@@ -318,8 +302,8 @@ class Channel {
 
   // The blocking call, without the GIL: other Python threads go on
   // meanwhile.  `response` receives the response bytes.
-  grpc::Status Call(const std::string& method, std::string request,
-                    std::optional<double> timeout, std::string* response) {
+  grpc::Status Call(std::string request, std::optional<double> timeout,
+                    std::string* response) {
     py::gil_scoped_release release;
     grpc::Slice slice(std::move(request));
     grpc::ByteBuffer request_buffer(&slice, 1);
@@ -336,7 +320,7 @@ class Channel {
     // message type: gRPC passes the bytes through unparsed.
     grpc::Status status = grpc::internal::BlockingUnaryCall(
         channel_.get(),
-        grpc::internal::RpcMethod(method.c_str(),
+        grpc::internal::RpcMethod(kEmbedMethod,
                                   grpc::internal::RpcMethod::NORMAL_RPC),
         &context, request_buffer, &response_buffer);
     if (status.ok()) {
@@ -370,8 +354,6 @@ PYBIND11_MODULE(_temb_transport, m) {
            py::arg("target"), py::arg("tls"), py::arg("root_certificates"),
            py::arg("private_key"), py::arg("certificate_chain"),
            py::arg("options"), py::arg("metadata"))
-      .def("unary", &temb::Channel::Unary, py::arg("method"),
-           py::arg("request"), py::arg("timeout"))
       .def("embed", &temb::Channel::Embed, py::arg("head"),
            py::arg("request_id"), py::arg("timesteps"), py::arg("shaped"),
            py::arg("timeout"));

@@ -44,7 +44,7 @@ class Client(_request.ClientBase):
 
     _grpc = grpc
     _TRANSPORTS = _transport.TRANSPORTS
-    _EMBED_METHOD = f"/{_channel.SERVICE}/Embed"
+    _EMBED_METHOD = f"/{_channel.SERVICE}/Embed"  # grpcio's, for bytes
 
     def _open_transport(self, transport: str, options: Any) -> None:
         self._native = _transport.native_channel(
@@ -68,15 +68,12 @@ class Client(_request.ClientBase):
             with _request.rpc_errors(call.request_id):
                 data = self._embed_bytes(call.request_bytes(), timeout=timeout,
                                          metadata=self._metadata)
-        elif call.timesteps is None:
-            code, message, data = self._native.unary(
-                self._EMBED_METHOD, call.head, timeout)
         else:
+            shaped = call.timesteps is not None and call.timesteps.ndim > 1
             code, message, data = self._native.embed(
-                call.head, call.request_id, call.timesteps,
-                call.timesteps.ndim > 1, timeout)
-        if self._native is not None and code:
-            raise error_from_code(code, message, call.request_id)
+                call.head, call.request_id, call.timesteps, shaped, timeout)
+            if code:
+                raise error_from_code(code, message, call.request_id)
         if isinstance(data, bytes):
             return call.decoder.decode(pb.EmbedResponse.FromString(data))
         return call.decoder.decode_array(data)
