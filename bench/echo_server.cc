@@ -1,11 +1,11 @@
 // temb-echo-server: the transport baseline of the benchmark suite.
 //
-// It serves temb.v1 Embed on the same gRPC stack as temb-server, so that
-// `temb bench` drives both unchanged, but computes nothing: every answer is a
-// zero tensor of the size the real server would send (rows x dim x dtype
-// size).  Responses are serialised once per shape and kept as a
-// reference-counted slice, and each call replies with a ByteBuffer that
-// points at it, so the measured cost is gRPC's own (HTTP/2 framing, the
+// It serves temb.v1 Embed and EmbedStream on the same gRPC stack as
+// temb-server, so that `temb bench` drives both unchanged, but computes
+// nothing: every answer is a zero tensor of the size the real server would
+// send (rows x dim x dtype size).  Responses are serialised once per shape and
+// kept as a reference-counted slice, and each call replies with a ByteBuffer
+// that points at it, so the measured cost is gRPC's own (HTTP/2 framing, the
 // kernel's socket copies, the client's parse), with no copy of the payload in
 // the handler.  The ratio temb-server / echo is then the cost of the service
 // itself.
@@ -27,6 +27,8 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/synchronization/mutex.h"
+#include "google/protobuf/io/coded_stream.h"
+#include "google/protobuf/io/zero_copy_stream_impl_lite.h"
 #include "grpcpp/grpcpp.h"
 #include "grpcpp/support/byte_buffer.h"
 #include "temb/v1/temb.grpc.pb.h"
@@ -52,8 +54,24 @@ int DTypeBytes(v1::DType dtype) {
   }
 }
 
+// A raw stream method cannot sit on top of its typed link (they differ only
+// in return type), so the chain starts from the plain Service.
 using Base = v1::EmbeddingService::WithRawCallbackMethod_Embed<
-    v1::EmbeddingService::CallbackService>;
+    v1::EmbeddingService::WithRawCallbackMethod_EmbedStream<
+        v1::EmbeddingService::WithCallbackMethod_GetServerInfo<
+            v1::EmbeddingService::Service>>>;
+
+// The tag and length of a length-delimited field, for framing a cached
+// EmbedResponse inside an EmbedStreamResponse.
+std::string FieldHeader(int field_number, uint64_t length) {
+  std::string header;
+  google::protobuf::io::StringOutputStream out(&header);
+  google::protobuf::io::CodedOutputStream coded(&out);
+  coded.WriteTag(static_cast<uint32_t>(field_number) << 3 | 2);
+  coded.WriteVarint64(length);
+  coded.Trim();
+  return header;
+}
 
 class EchoService final : public Base {
  public:
@@ -64,14 +82,75 @@ class EchoService final : public Base {
                                   grpc::ByteBuffer* response) override {
     grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
     v1::EmbedRequest request;
-    grpc::ByteBuffer copy(*request_bytes);  // Deserialize consumes its input
-    if (!grpc::SerializationTraits<v1::EmbedRequest>::Deserialize(&copy,
-                                                                  &request)
-             .ok()) {
+    if (!Parse(*request_bytes, &request)) {
       reactor->Finish(
           grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "bad request"));
       return reactor;
     }
+    *response = grpc::ByteBuffer(&CachedFor(request), 1);
+    reactor->Finish(grpc::Status::OK);
+    return reactor;
+  }
+
+  // The stream answers each request with the cached response inside an
+  // EmbedStreamResponse carrying the request's id: a few framing bytes
+  // per message, as temb-server writes them.
+  grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* EmbedStream(
+      grpc::CallbackServerContext* /*context*/) override {
+    return new StreamReactor(this);
+  }
+
+ private:
+  class StreamReactor final
+      : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer> {
+   public:
+    explicit StreamReactor(EchoService* echo) : echo_(echo) {
+      StartRead(&request_bytes_);
+    }
+    void OnReadDone(bool ok) override {
+      v1::EmbedRequest request;
+      if (!ok) {
+        Finish(grpc::Status::OK);
+        return;
+      }
+      if (!Parse(request_bytes_, &request)) {
+        Finish(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "bad request"));
+        return;
+      }
+      const grpc::Slice& answer = echo_->CachedFor(request);
+      v1::EmbedStreamResponse head;
+      head.set_request_id(request.request_id());
+      const grpc::Slice slices[2] = {
+          grpc::Slice(head.SerializeAsString() +
+                      FieldHeader(v1::EmbedStreamResponse::kResponseFieldNumber,
+                                  answer.size())),
+          answer};
+      response_bytes_ = grpc::ByteBuffer(slices, 2);
+      StartWrite(&response_bytes_);
+    }
+    void OnWriteDone(bool ok) override {
+      if (!ok) {
+        Finish(grpc::Status(grpc::StatusCode::CANCELLED, "write failed"));
+        return;
+      }
+      StartRead(&request_bytes_);
+    }
+    void OnDone() override { delete this; }
+
+   private:
+    EchoService* const echo_;
+    grpc::ByteBuffer request_bytes_;
+    grpc::ByteBuffer response_bytes_;
+  };
+
+  static bool Parse(const grpc::ByteBuffer& bytes, v1::EmbedRequest* request) {
+    grpc::ByteBuffer copy(bytes);  // Deserialize consumes its input
+    return grpc::SerializationTraits<v1::EmbedRequest>::Deserialize(&copy,
+                                                                    request)
+        .ok();
+  }
+
+  const grpc::Slice& CachedFor(const v1::EmbedRequest& request) {
     const int64_t rows =
         request.timesteps_size() + request.integer_timesteps_size();
     const int dim =
@@ -79,12 +158,9 @@ class EchoService final : public Base {
     const v1::DType dtype = request.dtype() == v1::DTYPE_UNSPECIFIED
                                 ? v1::DTYPE_FP32
                                 : request.dtype();
-    *response = grpc::ByteBuffer(&Cached(rows, dim, dtype), 1);
-    reactor->Finish(grpc::Status::OK);
-    return reactor;
+    return Cached(rows, dim, dtype);
   }
 
- private:
   // The serialised response for a shape, built on first use.  Slices are
   // reference counted: the ByteBuffer of each call shares the bytes.
   const grpc::Slice& Cached(int64_t rows, int dim, v1::DType dtype) {

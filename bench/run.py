@@ -160,12 +160,14 @@ class Server:
 
 
 def temb_bench(bin_dir, target, batch, concurrency, seconds, dim=None,
-               channels=1, dtype="fp32"):
+               channels=1, dtype="fp32", mode="unary"):
     cmd = [bin_dir / "temb", "bench", f"--target={target}",
            f"--batch={batch}", f"--concurrency={concurrency}",
            f"--duration={seconds}s", f"--warmup={min(seconds, 1.0)}s",
            f"--channels={channels}", f"--dtype={dtype}", "--timeout=60s",
            "--json", "--allow_errors"]
+    if mode != "unary":
+        cmd.append(f"--mode={mode}")
     cmd += ([f"--dim={dim}", "--flip_sin_to_cos", "--downscale_freq_shift=0"]
             if dim else ["--preset=sdxl"])
     out = json.loads(run(cmd, timeout=seconds * 4 + 120, record=False))
@@ -433,6 +435,16 @@ def main():
                 for name, runs in res.items():
                     large[name][b] = median_of(
                         runs, lambda r: r["ok_rps"]) * b * 1280 * 4
+            # The largest again over EmbedStream (the python server has
+            # no stream).
+            big = large_batches[-1]
+            streaming = [s for s in servers if s.name != "python"]
+            res = rounds_over(streaming, rounds, lambda s: temb_bench(
+                bin_dir, s.target, big, 2, seconds, dim=1280, channels=2,
+                mode="stream"))
+            large_stream = {name: {big: median_of(
+                runs, lambda r: r["ok_rps"]) * big * 1280 * 4}
+                for name, runs in res.items()}
         finally:
             for s in servers:
                 s.stop()
@@ -499,8 +511,8 @@ def main():
 
     m = dict(info=info, quick=quick, rounds=rounds, seconds=seconds,
              concurrencies=concurrencies, batches=batches, latency=latency,
-             per_batch=per_batch, large=large, kernels=kernels,
-             kernel_reps=kernel_reps, kernel_g=kernel_g, numpy_g=numpy_g,
+             per_batch=per_batch, large=large, large_stream=large_stream,
+             kernels=kernels, kernel_reps=kernel_reps, kernel_g=kernel_g, numpy_g=numpy_g,
              torch_g=torch_g, kernel_vs_torch=kernel_vs_torch,
              torch_version=torch.__version__ if torch else None, gpu=gpu,
              elapsed=time.monotonic() - started, commands=COMMANDS,
@@ -537,7 +549,8 @@ def report(m, output):
                  m["per_batch"], m["large"], m["kernels"], m["kernel_reps"],
                  m["kernel_g"], m["numpy_g"], m["torch_g"], m["torch_version"],
                  m["gpu"], m["elapsed"],
-                 kernel_vs_torch=m.get("kernel_vs_torch"))
+                 kernel_vs_torch=m.get("kernel_vs_torch"),
+                 large_stream=m.get("large_stream"))
     log(f"wrote {output}")
 
 
@@ -833,7 +846,7 @@ def kernel_sections(r, kernels, vs_torch, torch_version):
 def write_report(path, command, info, quick, rounds, seconds, concurrencies, batches,
                  latency, per_batch, large, kernels, kernel_reps, kernel_g,
                  numpy_g, torch_g, torch_version, gpu, elapsed,
-                 kernel_vs_torch=None):
+                 kernel_vs_torch=None, large_stream=None):
     r = Report()
     cmd = command
     r.add("# Benchmarks", "",
@@ -885,6 +898,17 @@ def write_report(path, command, info, quick, rounds, seconds, concurrencies, bat
          f"{large['temb-server'][big] / 2**20:.0f} MiB/s",
          f"echo {large['echo'][big] / 2**20:.0f} MiB/s",
          f"{bytes_ratio:.2f}x", ">= 0.8x", verdict(bytes_ratio >= 0.8)],
+    ]
+    if large_stream:
+        sb = max(large_stream["echo"])
+        stream_ratio = large_stream["temb-server"][sb] / large_stream["echo"][sb]
+        rows.append(
+            [f"{sb}x1280 fp32 responses ({sb * 1280 * 4 / 2**20:.0f} MiB) "
+             "over EmbedStream, concurrency 2",
+             f"{large_stream['temb-server'][sb] / 2**20:.0f} MiB/s",
+             f"echo {large_stream['echo'][sb] / 2**20:.0f} MiB/s",
+             f"{stream_ratio:.2f}x", ">= 0.8x", verdict(stream_ratio >= 0.8)])
+    rows += [
         ["CPU kernel 1024x1280 fp32, AVX2 engine, one thread (per CPU second)",
          f"{kernel_g:.3f} G elem/s", "1.2 G elem/s (absolute)",
          f"{kernel_g / 1.2:.2f}x", ">= 1x", verdict(kernel_g >= 1.2)],
@@ -967,6 +991,10 @@ def write_report(path, command, info, quick, rounds, seconds, concurrencies, bat
         rows.append([f"{b}x1280 ({b * 1280 * 4 / 2**20:.0f} MiB)",
                      f"{t:.0f}", f"{e:.0f}", f"{p:.0f}", f"{t / e:.2f}",
                      f"{t / p:.2f}"])
+    for b in sorted((large_stream or {}).get("echo", {})):
+        t, e = (large_stream[n][b] / 2**20 for n in ("temb-server", "echo"))
+        rows.append([f"{b}x1280 ({b * 1280 * 4 / 2**20:.0f} MiB), EmbedStream",
+                     f"{t:.0f}", f"{e:.0f}", "-", f"{t / e:.2f}", "-"])
     r.table(["response", "temb MiB/s", "echo MiB/s", "python MiB/s",
              "temb / echo", "temb / python"], rows)
 

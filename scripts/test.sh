@@ -20,6 +20,7 @@ LOG_DIR="$(mktemp -d)"
 trap 'rm -rf "$LOG_DIR"' EXIT
 passed=0
 failed=0
+failures=()  # "stage: what failed", repeated at the end where a log tail shows it
 
 # run_stage <name> <command...>: runs the command, showing its output, and
 # adds its counts, read from ctest's "NN% tests passed, F tests failed out of
@@ -46,6 +47,19 @@ run_stage() {
   if ((rc != 0 && f == 0)); then
     f=1
   fi
+  if ((f > 0)); then
+    # ctest's "The following tests FAILED:" list, the fuzz runner's and the
+    # container smoke test's FAIL lines; else the stage's last line.
+    local what
+    what="$(sed -n '/^The following tests FAILED:/,/^Errors while running/p' \
+      "$log" | grep -E '^[[:space:]]+[0-9]+ - ' |
+      sed -E 's/^[[:space:]]+//')"
+    [[ -n "$what" ]] || what="$(grep -E 'FAIL' "$log" | tail -n 20)"
+    [[ -n "$what" ]] || what="$(tail -n 1 "$log")"
+    while IFS= read -r line; do
+      failures+=("$name: $line")
+    done <<<"$what"
+  fi
   echo "test.sh: stage $name: $p passed, $f failed (exit $rc)"
   passed=$((passed + p))
   failed=$((failed + f))
@@ -64,5 +78,8 @@ if [[ "${TEMB_TEST_CONTAINER:-1}" != 0 ]]; then
 else
   echo "test.sh: stage container SKIPPED (TEMB_TEST_CONTAINER=0): the image was not built or tested"
 fi
+for line in "${failures[@]}"; do
+  echo "test.sh: FAILED $line"
+done
 echo "$passed passed, $failed failed"
 ((failed == 0))

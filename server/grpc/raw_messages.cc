@@ -1,5 +1,7 @@
 #include "temb/grpc/raw_messages.h"
 
+#include <vector>
+
 #include "google/protobuf/io/coded_stream.h"
 #include "grpc/slice.h"
 
@@ -52,6 +54,17 @@ grpc::ByteBuffer WithBytesField(std::string prefix, int field_number,
   AppendFieldHeader(field_number, payload.size(), &prefix);
   const grpc::Slice slices[2] = {grpc::Slice(prefix), payload};
   return grpc::ByteBuffer(slices, 2);
+}
+
+grpc::ByteBuffer WithMessageField(std::string prefix, int field_number,
+                                  const grpc::ByteBuffer& inner) {
+  AppendFieldHeader(field_number, inner.Length(), &prefix);
+  std::vector<grpc::Slice> slices;
+  // Dump shares the slices (it fails only on an invalid buffer, which then
+  // has no slices to share).
+  (void)inner.Dump(&slices);
+  slices.insert(slices.begin(), grpc::Slice(prefix));
+  return grpc::ByteBuffer(slices.data(), slices.size());
 }
 
 }  // namespace temb

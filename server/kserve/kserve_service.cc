@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "temb/base/status_macros.h"
 #include "temb/core/version.h"
 #include "temb/grpc/ordered_stream.h"
 #include "temb/grpc/raw_messages.h"
@@ -32,12 +33,27 @@ int64_t BatchOf(const inference::ModelInferResponse& response) {
   return batch;
 }
 
-int64_t OutputBytesOf(const inference::ModelInferResponse& response) {
-  int64_t bytes = 0;
+// The embedding bytes of an answer: in the response, or in `output`.
+int64_t OutputBytesOf(const inference::ModelInferResponse& response,
+                      const SliceAllocator& output) {
+  int64_t bytes = static_cast<int64_t>(output.slice().size());
   for (const std::string& raw : response.raw_output_contents()) {
     bytes += static_cast<int64_t>(raw.size());
   }
   return bytes;
+}
+
+// The wire form of a computed response (see Infer): a single output
+// computed into `output` becomes the one raw_output_contents entry, framed
+// around that memory; several outputs (or outputs written to shared memory)
+// are in the message itself.
+absl::StatusOr<grpc::ByteBuffer> InferResponseBytes(
+    const inference::ModelInferResponse& head, const SliceAllocator& output) {
+  if (head.raw_output_contents_size() > 0) return SerializedBytes(head);
+  return WithBytesField(
+      head.SerializeAsString(),
+      inference::ModelInferResponse::kRawOutputContentsFieldNumber,
+      output.slice());
 }
 
 }  // namespace
@@ -263,22 +279,15 @@ grpc::ServerUnaryReactor* KServeService::ModelInfer(
     status = Compute(*context, request, &head, &ticket, &stats, &output);
   }
   if (status.ok()) {
-    // One output was computed into `output`'s slice; several travel in the
-    // response itself.
-    const bool in_slice = head.raw_output_contents_size() == 0;
-    const int64_t output_bytes = OutputBytesOf(head) + output.slice().size();
-    if (in_slice) {
-      *response_bytes = WithBytesField(
-          head.SerializeAsString(),
-          inference::ModelInferResponse::kRawOutputContentsFieldNumber,
-          output.slice());
-    } else {
-      grpc::Slice whole(head.SerializeAsString());
-      *response_bytes = grpc::ByteBuffer(&whole, 1);
-    }
+    absl::StatusOr<grpc::ByteBuffer> bytes = InferResponseBytes(head, output);
+    status = bytes.status();
+    if (status.ok()) *response_bytes = *std::move(bytes);
+  }
+  if (status.ok()) {
     stats.Lap(InferPhase::kComputeOutput);
     stats.Finish(status, request.model_name(), BatchOf(head));
-    timer.Finish(status, BatchOf(head), output_bytes, request.id());
+    timer.Finish(status, BatchOf(head), OutputBytesOf(head, output),
+                 request.id());
   } else {
     stats.Finish(status, request.model_name(), 0);
     timer.Finish(status, 0, 0, request.id());
@@ -286,45 +295,55 @@ grpc::ServerUnaryReactor* KServeService::ModelInfer(
   return FinishUnary(context, status, std::move(ticket));
 }
 
-grpc::ServerBidiReactor<inference::ModelInferRequest,
-                        inference::ModelStreamInferResponse>*
+grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>*
 KServeService::ModelStreamInfer(grpc::CallbackServerContext* context) {
-  return OrderedStreamReactor<inference::ModelInferRequest,
-                              inference::ModelStreamInferResponse>::
-      Start(context, gate_,
-            [this](grpc::CallbackServerContext* call,
-                   const inference::ModelInferRequest& request,
-                   AdmissionTicket* ticket,
-                   inference::ModelStreamInferResponse* response) {
-              return AnswerInStream(*call, request, ticket, response);
-            });
+  return OrderedStreamReactor<inference::ModelInferRequest>::Start(
+      context, gate_,
+      [this](grpc::CallbackServerContext* call,
+             const inference::ModelInferRequest& request,
+             AdmissionTicket* ticket, grpc::ByteBuffer* response_bytes) {
+        return AnswerInStream(*call, request, ticket, response_bytes);
+      });
 }
 
 absl::Status KServeService::AnswerInStream(
     const grpc::CallbackServerContext& context,
     const inference::ModelInferRequest& request, AdmissionTicket* ticket,
-    inference::ModelStreamInferResponse* response) const {
-  inference::ModelInferResponse* answer = response->mutable_infer_response();
+    grpc::ByteBuffer* response_bytes) const {
   RequestTimer timer(observer_, kStreamMethod);
   InferStatsTimer stats(statistics_);
-  const absl::Status status = Compute(context, request, answer, ticket, &stats);
-  stats.Finish(status, request.model_name(),
-               status.ok() ? BatchOf(*answer) : 0);
+  inference::ModelInferResponse head;
+  SliceAllocator output;
+  absl::Status status =
+      Compute(context, request, &head, ticket, &stats, &output);
+  absl::StatusOr<grpc::ByteBuffer> bytes =
+      status.ok() ? InferResponseBytes(head, output) : status;
+  status = bytes.status();
   if (status.ok()) {
-    timer.Finish(status, BatchOf(*answer), OutputBytesOf(*answer),
+    stats.Lap(InferPhase::kComputeOutput);
+    stats.Finish(status, request.model_name(), BatchOf(head));
+    timer.Finish(status, BatchOf(head), OutputBytesOf(head, output),
                  request.id());
   } else {
+    stats.Finish(status, request.model_name(), 0);
     timer.Finish(status, 0, 0, request.id());
   }
   if (absl::IsUnavailable(status)) return status;
-  if (!status.ok()) {
-    // Only the request's identity, so that clients can match the error.
-    answer->Clear();
-    answer->set_model_name(request.model_name());
-    answer->set_model_version(request.model_version());
-    answer->set_id(request.id());
-    response->set_error_message(std::string(status.message()));
+  if (status.ok()) {
+    // ModelStreamInferResponse{infer_response: the unary answer's bytes}.
+    *response_bytes = WithMessageField(
+        std::string(),
+        inference::ModelStreamInferResponse::kInferResponseFieldNumber, *bytes);
+    return absl::OkStatus();
   }
+  // Only the request's identity, so that clients can match the error.
+  inference::ModelStreamInferResponse response;
+  inference::ModelInferResponse* answer = response.mutable_infer_response();
+  answer->set_model_name(request.model_name());
+  answer->set_model_version(request.model_version());
+  answer->set_id(request.id());
+  response.set_error_message(std::string(status.message()));
+  ASSIGN_OR_RETURN(*response_bytes, SerializedBytes(response));
   return absl::OkStatus();
 }
 

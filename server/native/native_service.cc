@@ -45,6 +45,15 @@ void FillTensorHead(const Embedding& embedding,
   tensor->set_dtype(DTypeToProto(embedding.spec.dtype));
 }
 
+// The wire form of a computed EmbedResponse: a single embedding is framed
+// around `output`'s slice, the memory it was computed in; a request with
+// parts has its tensors in the message itself.
+absl::StatusOr<grpc::ByteBuffer> ResponseBytes(v1::EmbedResponse response,
+                                               const SliceAllocator& output) {
+  if (response.parts_size() > 0) return SerializedBytes(response);
+  return EmbedResponseBytes(std::move(response), output.slice());
+}
+
 int64_t BatchOf(const v1::EmbedRequest& request) {
   int64_t batch = request.timesteps_size() + request.integer_timesteps_size();
   for (const v1::EmbedPart& part : request.parts()) {
@@ -93,55 +102,55 @@ grpc::ServerUnaryReactor* NativeService::Embed(
   if (status.ok()) {
     SliceAllocator output;
     absl::StatusOr<Answer> answer = Compute(context, request, &ticket, &output);
-    status = answer.status();
+    absl::StatusOr<grpc::ByteBuffer> bytes =
+        answer.ok() ? ResponseBytes(std::move(answer->response), output)
+                    : answer.status();
+    status = bytes.status();
     if (status.ok()) {
       output_bytes = answer->output_bytes;
-      if (request.parts_size() == 0) {
-        *response_bytes =
-            EmbedResponseBytes(std::move(answer->response), output.slice());
-      } else {
-        bool own_buffer = false;
-        const grpc::Status serialized =
-            grpc::SerializationTraits<v1::EmbedResponse>::Serialize(
-                answer->response, response_bytes, &own_buffer);
-        if (!serialized.ok()) {
-          status = absl::InternalError(absl::StrCat(
-              "cannot serialise the response: ", serialized.error_message()));
-        }
-      }
+      *response_bytes = *std::move(bytes);
     }
   }
   timer.Finish(status, BatchOf(request), output_bytes, request.request_id());
   return FinishUnary(context, status, std::move(ticket));
 }
 
-grpc::ServerBidiReactor<v1::EmbedRequest, v1::EmbedStreamResponse>*
+grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>*
 NativeService::EmbedStream(grpc::CallbackServerContext* context) {
-  return OrderedStreamReactor<v1::EmbedRequest, v1::EmbedStreamResponse>::Start(
+  return OrderedStreamReactor<v1::EmbedRequest>::Start(
       context, gate_,
       [this](grpc::CallbackServerContext* call, const v1::EmbedRequest& request,
-             AdmissionTicket* ticket, v1::EmbedStreamResponse* response) {
-        return AnswerInStream(call, request, ticket, response);
+             AdmissionTicket* ticket, grpc::ByteBuffer* response_bytes) {
+        return AnswerInStream(call, request, ticket, response_bytes);
       });
 }
 
 absl::Status NativeService::AnswerInStream(
     grpc::CallbackServerContext* context, const v1::EmbedRequest& request,
-    AdmissionTicket* ticket, v1::EmbedStreamResponse* response) const {
+    AdmissionTicket* ticket, grpc::ByteBuffer* response_bytes) const {
   RequestTimer timer(observer_, kStreamMethod);
-  absl::StatusOr<Answer> answer = Compute(context, request, ticket);
-  const absl::Status status = answer.status();
+  SliceAllocator output;
+  absl::StatusOr<Answer> answer = Compute(context, request, ticket, &output);
+  absl::StatusOr<grpc::ByteBuffer> bytes =
+      answer.ok() ? ResponseBytes(std::move(answer->response), output)
+                  : answer.status();
+  const absl::Status status = bytes.status();
   timer.Finish(status, BatchOf(request), status.ok() ? answer->output_bytes : 0,
                request.request_id());
   if (absl::IsUnavailable(status)) return status;
+  v1::EmbedStreamResponse head;
+  head.set_request_id(request.request_id());
   if (status.ok()) {
-    *response->mutable_response() = std::move(answer->response);
-  } else {
-    v1::Error* error = response->mutable_error();
-    error->set_code(static_cast<int32_t>(status.code()));
-    error->set_message(std::string(status.message()));
+    // EmbedStreamResponse{request_id, response: the unary answer's bytes}.
+    *response_bytes =
+        WithMessageField(head.SerializeAsString(),
+                         v1::EmbedStreamResponse::kResponseFieldNumber, *bytes);
+    return absl::OkStatus();
   }
-  response->set_request_id(request.request_id());
+  v1::Error* error = head.mutable_error();
+  error->set_code(static_cast<int32_t>(status.code()));
+  error->set_message(std::string(status.message()));
+  ASSIGN_OR_RETURN(*response_bytes, SerializedBytes(head));
   return absl::OkStatus();
 }
 
@@ -152,12 +161,9 @@ grpc::ServerUnaryReactor* NativeService::GetServerInfo(
   v1::GetServerInfoRequest request;
   if (status.ok()) status = ParseRequest(*request_bytes, &request);
   if (status.ok()) {
-    bool own_buffer = false;
-    if (!grpc::SerializationTraits<v1::ServerInfo>::Serialize(
-             info_, response_bytes, &own_buffer)
-             .ok()) {
-      status = absl::InternalError("cannot serialise the server info");
-    }
+    absl::StatusOr<grpc::ByteBuffer> bytes = SerializedBytes(info_);
+    status = bytes.status();
+    if (status.ok()) *response_bytes = *std::move(bytes);
   }
   return FinishUnary(context, status);
 }
@@ -196,9 +202,7 @@ absl::StatusOr<NativeService::Answer> NativeService::Compute(
         std::string(BackendKindName(embedding.backend)));
     v1::Tensor* tensor = answer.response.mutable_embedding();
     FillTensorHead(embedding, shape, tensor);
-    // Without an allocator the bytes are in embedding.data: moved, not copied.
-    if (output == nullptr) tensor->set_data(std::move(embedding.data));
-    return answer;
+    return answer;  // the bytes are in `output`
   }
   if (request.timesteps_size() > 0 || request.integer_timesteps_size() > 0 ||
       !request.timesteps_shape().empty()) {

@@ -481,6 +481,44 @@ def test_stream_infer(client):
         infer(client, "ddpm", TIMESTEPS, parameters={"dtype": "BF16"}))[1]
 
 
+def test_stream_answers_equal_the_unary_answers(kserve_stub, native):
+    """Both streams frame each answer as their unary method does (around
+    the memory it was computed in): one 2.5 MiB output and several outputs
+    parse to the very message the unary call returns."""
+    values = np.linspace(0, 999, 2048, dtype=np.float32).tolist()
+    big = timestep_request("sd15", values)
+    big.inputs[0].contents.fp32_contents.extend(values)
+    big.id = "big"
+    both = service_pb2.ModelInferRequest(model_name="flux", id="both")
+    for name, part in (("TIMESTEP", [0.5, 0.25]), ("GUIDANCE", [3.5, 3.5])):
+        tensor = both.inputs.add(name=name, datatype="FP32")
+        tensor.shape.append(len(part))
+        tensor.contents.fp32_contents.extend(part)
+    requests = [big, both]
+    answers = list(kserve_stub.ModelStreamInfer(iter(requests), timeout=30))
+    assert len(answers) == 2
+    for request, answer in zip(requests, answers):
+        assert answer.error_message == ""
+        assert answer.infer_response == kserve_stub.ModelInfer(request,
+                                                               timeout=30)
+    assert len(answers[0].infer_response.raw_output_contents[0]) == 2048 * 320 * 4
+
+    pb, stub = native
+    big = pb.EmbedRequest(preset="sd15", timesteps=values, request_id="big")
+    both = pb.EmbedRequest(preset="flux", request_id="both")
+    both.parts.add(name="timestep", timesteps=[0.5, 0.25])
+    both.parts.add(name="guidance", timesteps=[3.5, 3.5])
+    requests = [big, both]
+    answers = list(stub.EmbedStream(iter(requests), timeout=30))
+    assert len(answers) == 2
+    for request, answer in zip(requests, answers):
+        assert answer.request_id == request.request_id
+        assert answer.response == stub.Embed(request, timeout=30)
+    assert len(answers[0].response.embedding.data) == 2048 * 320 * 4
+    assert [p.name for p in answers[1].response.parts] == ["timestep",
+                                                           "guidance"]
+
+
 def test_stream_error_echoes_id(kserve_stub):
     bad = timestep_request("sd15", [1.0], datatype="BYTES")
     bad.id = "bad-1"

@@ -5,6 +5,13 @@
 // requests' order, a slow reader holds back only its own stream, and
 // Finish() is reached from one place each.
 //
+// The stream is registered as a raw method (ByteBuffer in, ByteBuffer out)
+// for the same reason as the unary methods (raw_messages.h): an answer is
+// framed around the memory its embedding was computed in, never copied into
+// a typed response.  The reactor parses each request itself, which also
+// tells garbage from a half-close: gRPC reports only the latter (and a
+// cancellation) as OnReadDone(false).
+//
 // Admission: a request holds an in-flight slot while it is computed; once
 // its answer is handed to gRPC the slot is freed (AdmissionTicket::
 // MarkAnswered) and only its bytes stay counted, in max_queued_bytes, until
@@ -13,11 +20,7 @@
 //
 // A message that is not a valid Request ends the stream with
 // INVALID_ARGUMENT (after the answers to the requests before it); a
-// half-close ends it with OK.  gRPC 1.51's typed reactor reports both as
-// OnReadDone(false), so the reactor tells them apart with a mark in the
-// request's unknown fields, set before every read: protobuf clears the
-// message before parsing, so a mark that is gone means gRPC received a
-// message and failed to parse it.
+// half-close ends it with OK.
 #ifndef TEMB_GRPC_ORDERED_STREAM_H_
 #define TEMB_GRPC_ORDERED_STREAM_H_
 
@@ -29,27 +32,28 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
-#include "google/protobuf/message.h"
-#include "google/protobuf/unknown_field_set.h"
 #include "grpcpp/server_context.h"
+#include "grpcpp/support/byte_buffer.h"
 #include "grpcpp/support/server_callback.h"
 #include "temb/core/admission.h"
 #include "temb/grpc/call_gate.h"
+#include "temb/grpc/raw_messages.h"
 #include "temb/grpc/status.h"
 
 namespace temb {
 
-template <typename Request, typename Response>
+template <typename Request>
 class OrderedStreamReactor final
-    : public grpc::ServerBidiReactor<Request, Response> {
+    : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer> {
  public:
-  // Answers one request: fills `response` with the answer or with an in-band
-  // error for this request and returns OK, or returns the error that ends
-  // the whole stream (UNAVAILABLE: the server stopped serving).  `ticket`
-  // receives the request's admission, held until its answer is written.
+  // Answers one request: sets `response` to the serialised answer or to an
+  // in-band error for this request and returns OK, or returns the error
+  // that ends the whole stream (UNAVAILABLE: the server stopped serving).
+  // `ticket` receives the request's admission, held until its answer is
+  // written.
   using Answer = std::function<absl::Status(
       grpc::CallbackServerContext* context, const Request& request,
-      AdmissionTicket* ticket, Response* response)>;
+      AdmissionTicket* ticket, grpc::ByteBuffer* response)>;
 
   // Opens the stream through `gate` (authentication, drain) and starts
   // reading.  The reactor deletes itself when gRPC is done with it.
@@ -60,25 +64,26 @@ class OrderedStreamReactor final
 
   void OnReadDone(bool ok) override {
     if (!ok) {
-      if (!Marked()) {
-        this->Finish(grpc::Status(
-            grpc::StatusCode::INVALID_ARGUMENT,
-            absl::StrCat("message ", requests_ + 1,
-                         " of the stream is not a valid ",
-                         request_.GetTypeName(), "; the stream ends here (the ",
-                         requests_, " before it were answered)")));
-        return;
-      }
       // Half-close; after a cancellation (or a message over the size limit,
       // which gRPC fails itself) the status is ignored.
-      this->Finish(grpc::Status::OK);
+      Finish(grpc::Status::OK);
       return;
     }
     ++requests_;
-    response_.Clear();
+    Request request;
+    if (!ParseRequest(request_bytes_, &request).ok()) {
+      Finish(grpc::Status(
+          grpc::StatusCode::INVALID_ARGUMENT,
+          absl::StrCat("message ", requests_, " of the stream is not a valid ",
+                       request.GetTypeName(), "; the stream ends here (the ",
+                       requests_ - 1, " before it were answered)")));
+      return;
+    }
+    request_bytes_.Clear();
+    response_bytes_.Clear();
     absl::Status status;
     try {
-      status = answer_(context_, request_, &ticket_, &response_);
+      status = answer_(context_, request, &ticket_, &response_bytes_);
     } catch (const std::bad_alloc&) {
       status = absl::ResourceExhaustedError(
           absl::StrCat("the server ran out of memory answering message ",
@@ -88,21 +93,21 @@ class OrderedStreamReactor final
     // until the answer is written (OnWriteDone) or the stream ends.
     ticket_.MarkAnswered();
     if (!status.ok()) {
-      this->Finish(ToGrpcStatus(status));
+      Finish(ToGrpcStatus(status));
       return;
     }
-    this->StartWrite(&response_);
+    StartWrite(&response_bytes_);
   }
 
   void OnWriteDone(bool ok) override {
     if (!ok) {
-      this->Finish(
-          grpc::Status(grpc::StatusCode::CANCELLED,
-                       "the stream closed before the answer was sent"));
+      Finish(grpc::Status(grpc::StatusCode::CANCELLED,
+                          "the stream closed before the answer was sent"));
       return;
     }
+    response_bytes_.Clear();      // lets go of the embedding's memory
     ticket_ = AdmissionTicket();  // the answer is out
-    StartMarkedRead();
+    StartRead(&request_bytes_);
   }
 
   void OnDone() override { delete this; }
@@ -113,35 +118,17 @@ class OrderedStreamReactor final
       : context_(context), answer_(std::move(answer)) {
     absl::StatusOr<AdmissionTicket> open = gate.OpenStream(*context);
     if (!open.ok()) {
-      this->Finish(ToGrpcStatus(open.status()));
+      Finish(ToGrpcStatus(open.status()));
       return;
     }
     open_ = *std::move(open);
-    StartMarkedRead();
-  }
-
-  // An unknown field no request message defines (the largest field number).
-  static constexpr int kMarkField = 536870911;
-
-  void StartMarkedRead() {
-    request_.Clear();
-    request_.GetReflection()->MutableUnknownFields(&request_)->AddVarint(
-        kMarkField, 1);
-    this->StartRead(&request_);
-  }
-
-  // True while the mark set before the read is still there: nothing was
-  // parsed into request_.
-  bool Marked() const {
-    const google::protobuf::UnknownFieldSet& fields =
-        request_.GetReflection()->GetUnknownFields(request_);
-    return fields.field_count() == 1 && fields.field(0).number() == kMarkField;
+    StartRead(&request_bytes_);
   }
 
   grpc::CallbackServerContext* const context_;
   const Answer answer_;
-  Request request_;
-  Response response_;
+  grpc::ByteBuffer request_bytes_;
+  grpc::ByteBuffer response_bytes_;
   int64_t requests_ = 0;    // messages received
   AdmissionTicket ticket_;  // of the request being answered
   AdmissionTicket open_;    // held until the stream ends, for the drain

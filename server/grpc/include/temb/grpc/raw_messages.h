@@ -16,6 +16,7 @@
 #include <string>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "absl/types/span.h"
 #include "grpcpp/support/byte_buffer.h"
@@ -46,6 +47,27 @@ size_t FieldHeaderSize(int field_number, uint64_t length);
 // holding `payload`, which the buffer shares rather than copies.
 grpc::ByteBuffer WithBytesField(std::string prefix, int field_number,
                                 const grpc::Slice& payload);
+
+// `prefix` followed by field `field_number` holding the message `inner`
+// (already serialised), whose slices the buffer shares: how an answer framed
+// by WithBytesField goes inside a stream's response message.
+grpc::ByteBuffer WithMessageField(std::string prefix, int field_number,
+                                  const grpc::ByteBuffer& inner);
+
+// `message` serialised straight into gRPC slices.  INTERNAL if it cannot be.
+template <typename Message>
+absl::StatusOr<grpc::ByteBuffer> SerializedBytes(const Message& message) {
+  grpc::ByteBuffer bytes;
+  bool own_buffer = false;
+  const grpc::Status status = grpc::SerializationTraits<Message>::Serialize(
+      message, &bytes, &own_buffer);
+  if (!status.ok()) {
+    return absl::InternalError(absl::StrCat("cannot serialise a ",
+                                            message.GetTypeName(), ": ",
+                                            status.error_message()));
+  }
+  return bytes;
+}
 
 // Parses a raw request.  INVALID_ARGUMENT when the bytes are not a `Message`.
 template <typename Message>

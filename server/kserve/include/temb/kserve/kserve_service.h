@@ -21,12 +21,36 @@
 
 namespace temb::kserve {
 
-// ModelInfer is registered as a raw method: its request is parsed here and
-// its response is framed around the embedding bytes without copying them
-// (server/grpc/raw_messages.h).  The other methods are typed.
-class KServeService final
-    : public inference::GRPCInferenceService::WithRawCallbackMethod_ModelInfer<
-          inference::GRPCInferenceService::CallbackService> {
+namespace internal {
+// gRPC's CallbackService chain with the ModelInfer and ModelStreamInfer
+// links raw, spelled out because a raw stream method cannot sit on top of
+// its typed link (the two differ only in return type).  Built from the last
+// link up.
+using Grpc = inference::GRPCInferenceService;
+using CudaSharedMemoryLinks = Grpc::WithCallbackMethod_CudaSharedMemoryStatus<
+    Grpc::WithCallbackMethod_CudaSharedMemoryRegister<
+        Grpc::WithCallbackMethod_CudaSharedMemoryUnregister<Grpc::Service>>>;
+using SystemSharedMemoryLinks =
+    Grpc::WithCallbackMethod_SystemSharedMemoryStatus<
+        Grpc::WithCallbackMethod_SystemSharedMemoryRegister<
+            Grpc::WithCallbackMethod_SystemSharedMemoryUnregister<
+                CudaSharedMemoryLinks>>>;
+using InferLinks = Grpc::WithRawCallbackMethod_ModelInfer<
+    Grpc::WithRawCallbackMethod_ModelStreamInfer<
+        Grpc::WithCallbackMethod_ModelConfig<
+            Grpc::WithCallbackMethod_ModelStatistics<
+                SystemSharedMemoryLinks>>>>;
+using KServeServiceBase = Grpc::WithCallbackMethod_ServerLive<
+    Grpc::WithCallbackMethod_ServerReady<Grpc::WithCallbackMethod_ModelReady<
+        Grpc::WithCallbackMethod_ServerMetadata<
+            Grpc::WithCallbackMethod_ModelMetadata<InferLinks>>>>>;
+}  // namespace internal
+
+// ModelInfer and ModelStreamInfer are registered as raw methods: their
+// requests are parsed here and their responses are framed around the
+// embedding bytes without copying them (server/grpc/raw_messages.h).  The
+// other methods are typed.
+class KServeService final : public internal::KServeServiceBase {
  public:
   // `core` and `observer` (may be null) must outlive the service.  Handlers
   // run on gRPC's callback threads and compute inline (the core is
@@ -110,16 +134,15 @@ class KServeService final
   // Requests are answered one at a time, in order; a failed one gets
   // error_message (and its id) and the stream goes on, except UNAVAILABLE
   // (draining, failed backend), which ends the stream with that status.
-  grpc::ServerBidiReactor<inference::ModelInferRequest,
-                          inference::ModelStreamInferResponse>*
-  ModelStreamInfer(grpc::CallbackServerContext* context) override;
+  grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* ModelStreamInfer(
+      grpc::CallbackServerContext* context) override;
 
  private:
   // One request of ModelStreamInfer (OrderedStreamReactor::Answer).
-  absl::Status AnswerInStream(
-      const grpc::CallbackServerContext& context,
-      const inference::ModelInferRequest& request, AdmissionTicket* ticket,
-      inference::ModelStreamInferResponse* response) const;
+  absl::Status AnswerInStream(const grpc::CallbackServerContext& context,
+                              const inference::ModelInferRequest& request,
+                              AdmissionTicket* ticket,
+                              grpc::ByteBuffer* response_bytes) const;
 
   // Admits (into `ticket`, held by the caller until the answer is sent) and
   // computes one request; the embedding goes to `output` when one is given

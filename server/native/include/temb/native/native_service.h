@@ -18,11 +18,15 @@ namespace temb {
 // response is framed around the embedding bytes without copying them
 // (embed_response_bytes.h).  GetServerInfo is raw too, so that bytes that
 // are not a request get INVALID_ARGUMENT as on Embed (a typed method answers
-// them UNIMPLEMENTED with no message).  EmbedStream is typed.
+// them UNIMPLEMENTED with no message).  EmbedStream is raw too: each answer
+// is framed like Embed's, inside its EmbedStreamResponse.  (All three are
+// raw, so the chain starts from the plain Service: a raw stream method
+// cannot sit on top of its typed link.)
 class NativeService final
     : public v1::EmbeddingService::WithRawCallbackMethod_GetServerInfo<
           v1::EmbeddingService::WithRawCallbackMethod_Embed<
-              v1::EmbeddingService::CallbackService>> {
+              v1::EmbeddingService::WithRawCallbackMethod_EmbedStream<
+                  v1::EmbeddingService::Service>>> {
  public:
   struct Options {
     // The server's gRPC message limit, reported in ServerInfo.limits.
@@ -48,8 +52,8 @@ class NativeService final
   // UNAVAILABLE (the server drains or its backend failed): the stream then
   // ends with that status, so that the client reconnects elsewhere.  The
   // call ends OK when the client half-closes.
-  grpc::ServerBidiReactor<v1::EmbedRequest, v1::EmbedStreamResponse>*
-  EmbedStream(grpc::CallbackServerContext* context) override;
+  grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* EmbedStream(
+      grpc::CallbackServerContext* context) override;
 
   grpc::ServerUnaryReactor* GetServerInfo(
       grpc::CallbackServerContext* context,
@@ -61,23 +65,23 @@ class NativeService final
   absl::Status AnswerInStream(grpc::CallbackServerContext* context,
                               const v1::EmbedRequest& request,
                               AdmissionTicket* ticket,
-                              v1::EmbedStreamResponse* response) const;
+                              grpc::ByteBuffer* response_bytes) const;
 
   // What one request computed: the response (for a single-part request
-  // computed into an allocator, everything but embedding.data, which is in
-  // the allocator's memory) and the bytes of all its embeddings.
+  // everything but embedding.data, which is in the allocator's memory) and
+  // the bytes of all its embeddings.
   struct Answer {
     v1::EmbedResponse response;
     int64_t output_bytes = 0;
   };
 
   // Admits one request (into `ticket`, which the caller holds until the
-  // answer is sent) and computes it, into `output` when one is given (a
-  // single-part request only).
+  // answer is sent) and computes it; a single-part request's embedding goes
+  // into `output`.
   absl::StatusOr<Answer> Compute(grpc::CallbackServerContext* context,
                                  const v1::EmbedRequest& request,
                                  AdmissionTicket* ticket,
-                                 OutputAllocator* output = nullptr) const;
+                                 OutputAllocator* output) const;
 
   const EmbedService& core_;
   const CallGate& gate_;
