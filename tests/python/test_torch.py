@@ -329,3 +329,40 @@ def test_plain_calls_skip_the_op_and_dispatch_modes_see_it(client):
         watched = module(t)
     assert any("timestep_embedding" in name for name in seen), seen
     assert torch.equal(plain, watched)
+
+
+def test_direct_calls_equal_the_op_and_follow_changes(client):
+    """A plain eager call of 1-D float32 CPU timesteps on a client with the
+    native transport skips embed()'s argument handling (its request head is
+    built once); its numbers are the op's, every other input takes the
+    general path, and the direct call is rebuilt after an attribute
+    changes.  Errors keep their types."""
+    torch = pytest.importorskip("torch")
+    import temb.torch as ttorch
+
+    def op(timesteps, dim, scale=1.0):
+        return ttorch.timestep_embedding(timesteps, module._client_key, dim,
+                                         True, 0.0, scale, 10000.0, "fp32",
+                                         None)
+
+    module = ttorch.Timesteps(64, True, 0.0, client=client)
+    t = torch.tensor([1.0, 500.0, 999.0])
+    want = op(t, 64)
+    assert torch.equal(module(t), want)
+    assert (module._direct[1] is not None) == (client.transport == "native")
+    # The general path: a scalar, 2-D, bf16 and strided timesteps.
+    assert torch.equal(module(torch.tensor(500.0)), want[1:2])
+    assert torch.equal(module(t.reshape(3, 1)), want.reshape(3, 1, 64))
+    half = t.to(torch.bfloat16)
+    assert torch.equal(module(half), op(half.float(), 64))
+    strided = torch.tensor([1.0, -1.0, 500.0, -1.0, 999.0, -1.0])[::2]
+    assert not strided.is_contiguous()
+    assert torch.equal(module(strided), want)
+    # Attributes set after the first call take effect.
+    module.num_channels = 32
+    assert torch.equal(module(t), op(t, 32))
+    module.scale = 2.0
+    assert torch.equal(module(t), op(t, 32, scale=2.0))
+    module.num_channels = 0
+    with pytest.raises(temb.InvalidArgumentError, match="dim"):
+        module(t)

@@ -324,6 +324,17 @@ class PreparedEmbed(NamedTuple):
         return self.head + tail.SerializeToString()
 
 
+def request_head(request: pb.EmbedRequest) -> bytes:
+    """`request` serialized without its timesteps and request_id: what
+    calls with the same arguments share (PreparedEmbed.head)."""
+    template = pb.EmbedRequest()
+    template.CopyFrom(request)
+    for field in ("request_id", "timesteps", "integer_timesteps",
+                  "timesteps_shape"):
+        template.ClearField(field)
+    return template.SerializeToString()
+
+
 class EmbedPlans:
     """Prepared requests of repeated embed() calls.
 
@@ -363,14 +374,9 @@ class EmbedPlans:
         if plan is None:
             call = embed_call(*args, **kwargs)
             if key is not None:
-                template = pb.EmbedRequest()
-                template.CopyFrom(call.request)
-                for field in ("request_id", "timesteps", "integer_timesteps",
-                              "timesteps_shape"):
-                    template.ClearField(field)
                 if len(self._plans) >= self._MAX_PLANS:
                     self._plans.clear()
-                self._plans[key] = (template.SerializeToString(),
+                self._plans[key] = (request_head(call.request),
                                     call.decoder.decoding)
             return PreparedEmbed(call.request.SerializeToString(), request_id,
                                  None, call.decoder, timeout)

@@ -26,7 +26,7 @@ import pickle
 import threading
 import uuid
 import weakref
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 try:
     import torch
@@ -35,7 +35,12 @@ except ImportError as e:  # pragma: no cover - depends on the environment
         "temb.torch needs PyTorch, which is not installed: "
         'pip install "temb[torch]"') from e
 
+import grpc
+import numpy as np
+
+from temb import _request
 from temb.client import Client
+from temb.errors import TembError, error_from_code
 
 __all__ = ["Timesteps", "patch", "timestep_embedding"]
 
@@ -157,6 +162,42 @@ def _fake(timesteps, client_key, num_channels, flip_sin_to_cos,
                                dtype=torch.float32)
 
 
+def _direct_call(client: Any, num_channels: int, flip_sin_to_cos: bool,
+                 downscale_freq_shift: float, scale: float, max_period: float,
+                 precision: str, timeout: Optional[float]
+                 ) -> Optional[Callable[[torch.Tensor], torch.Tensor]]:
+    """What a module's plain eager call of 1-D float32 CPU timesteps does on
+    a client with the native transport (None for any other client): the
+    same request as _embed's, its head encoded once here, and the answer's
+    array wrapped as a tensor.  Inside a denoising loop every Python step
+    between two calls costs several times what it does in a tight loop, so
+    this leaves out embed()'s argument handling as well as the op."""
+    native = getattr(client, "_native", None)
+    if native is None:
+        return None
+    call = _request.embed_call(
+        np.zeros(0, np.float32), dim=num_channels,
+        flip_sin_to_cos=flip_sin_to_cos,
+        downscale_freq_shift=downscale_freq_shift, scale=scale,
+        max_period=max_period, precision=precision, dtype="fp32")
+    head = _request.request_head(call.request)
+    deadline = client._timeout if timeout is None else timeout
+
+    def direct(timesteps: torch.Tensor) -> torch.Tensor:
+        array = timesteps.detach().numpy()
+        code, message, data = native.embed(head, "", array, False, deadline)
+        if code:
+            raise error_from_code(code, message, "")
+        if data.shape != (array.shape[0], num_channels):
+            raise TembError(grpc.StatusCode.DATA_LOSS,
+                            f"response tensor of shape {list(data.shape)} "
+                            f"does not answer the request (expected "
+                            f"{[array.shape[0], num_channels]})")
+        return torch.from_numpy(data)
+
+    return direct
+
+
 if hasattr(torch.library, "custom_op"):  # PyTorch 2.4 and later
     timestep_embedding = torch.library.custom_op(
         "temb::timestep_embedding", _embed, mutates_args=())
@@ -169,10 +210,9 @@ else:  # pragma: no cover - older PyTorch: eager only
 
 
 try:  # what tells whether a Python mode watches the dispatcher
-    from torch.overrides import _get_current_function_mode_stack
-    from torch.utils._python_dispatch import _get_current_dispatch_mode
+    from torch._C import _len_torch_dispatch_stack, _len_torch_function_stack
 except ImportError:  # pragma: no cover - a PyTorch without them: always the op
-    _get_current_dispatch_mode = None
+    _len_torch_dispatch_stack = None
 
 
 def _plain_eager_call(timesteps: torch.Tensor) -> bool:
@@ -180,13 +220,17 @@ def _plain_eager_call(timesteps: torch.Tensor) -> bool:
     called eagerly, with nothing watching the dispatcher.  Compiling,
     tracing (jit, export, make_fx), fake and functional tensors and every
     Python dispatch or function mode still go through the op, which is what
-    makes those work; a plain call saves the op's dispatch (~10 us)."""
-    if (_get_current_dispatch_mode is None or type(timesteps) is not torch.Tensor
-            or timesteps.device.type == "meta"):
+    makes those work; a plain call saves the op's dispatch (~10 us).  The
+    mode stacks are asked for their depth in C: inside a denoising loop the
+    Python helpers that list them cost several microseconds."""
+    # is_compiling() first: Dynamo folds it to True and must not trace the
+    # C calls after it.
+    if (_len_torch_dispatch_stack is None or type(timesteps) is not torch.Tensor
+            or torch.compiler.is_compiling() or timesteps.is_meta):
         return False
-    return (not torch.compiler.is_compiling() and not torch.jit.is_tracing()
-            and _get_current_dispatch_mode() is None
-            and not _get_current_function_mode_stack())
+    return (not torch.jit.is_tracing()
+            and _len_torch_dispatch_stack() == 0
+            and _len_torch_function_stack() == 0)
 
 
 # --- the module ------------------------------------------------------------
@@ -229,6 +273,9 @@ class Timesteps(torch.nn.Module):
         self.max_period = max_period
         self.precision = precision
         self.timeout = timeout
+        # (client, _direct_call for it): rebuilt for another client (one
+        # re-opened after close()) and after a _CALL_ATTRIBUTES change.
+        self._direct: Optional[Tuple[Any, Any]] = None
         if client is not None:
             client = _as_client(client)
             self._client_key = _key_of(client)
@@ -248,18 +295,42 @@ class Timesteps(torch.nn.Module):
             return _client_for(self._client_key)
         return self._client
 
+    # The attributes a call depends on: setting one drops the direct call
+    # built from them.
+    _CALL_ATTRIBUTES = frozenset((
+        "num_channels", "flip_sin_to_cos", "downscale_freq_shift", "scale",
+        "max_period", "precision", "timeout"))
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        super().__setattr__(name, value)
+        if name in self._CALL_ATTRIBUTES:
+            self.__dict__["_direct"] = None
+
+    def _arguments(self) -> Tuple[Any, ...]:
+        """The op's arguments after the client key."""
+        return (self.num_channels, self.flip_sin_to_cos,
+                self.downscale_freq_shift, float(self.scale),
+                float(_DEFAULT_MAX_PERIOD if self.max_period is None
+                      else self.max_period),
+                self.precision or "fp32",
+                None if self.timeout is None else float(self.timeout))
+
     def forward(self, timesteps: Any) -> torch.Tensor:
         if not isinstance(timesteps, torch.Tensor):
             timesteps = torch.as_tensor(timesteps)
-        op = _embed if _plain_eager_call(timesteps) else timestep_embedding
-        return op(
-            timesteps, self._client_key, self.num_channels,
-            self.flip_sin_to_cos, self.downscale_freq_shift,
-            float(self.scale),
-            float(_DEFAULT_MAX_PERIOD if self.max_period is None
-                  else self.max_period),
-            self.precision or "fp32",
-            None if self.timeout is None else float(self.timeout))
+        if not _plain_eager_call(timesteps):
+            return timestep_embedding(timesteps, self._client_key,
+                                      *self._arguments())
+        if (timesteps.dtype == torch.float32 and timesteps.dim() == 1
+                and timesteps.is_cpu and timesteps.is_contiguous()):
+            client = self._client or _client_for(self._client_key)
+            direct = self._direct
+            if direct is None or direct[0] is not client:
+                direct = self._direct = (
+                    client, _direct_call(client, *self._arguments()))
+            if direct[1] is not None:
+                return direct[1](timesteps)
+        return _embed(timesteps, self._client_key, *self._arguments())
 
     def close(self) -> None:
         """Closes the client opened for target= (or after unpickling); a
@@ -273,7 +344,7 @@ class Timesteps(torch.nn.Module):
         memo[id(self)] = clone
         state = self.__dict__.copy()
         shared = {name: state.pop(name)
-                  for name in ("_client", "_client_settings")}
+                  for name in ("_client", "_client_settings", "_direct")}
         clone.__dict__.update(copy.deepcopy(state, memo))
         clone.__dict__.update(shared)
         return clone
@@ -289,9 +360,11 @@ class Timesteps(torch.nn.Module):
                 "give the client tls=temb.TlsConfig(...) instead)") from e
         state = self.__dict__.copy()
         state["_client"] = None
+        state["_direct"] = None
         return state
 
     def __setstate__(self, state: Dict[str, Any]) -> None:
+        state.setdefault("_direct", None)
         self.__dict__.update(state)
         _register_settings(self._client_key, self._client_settings)
 
