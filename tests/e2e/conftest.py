@@ -11,7 +11,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "pylib"))
 from temb_testing import (BIN_DIR, TembServer, generate_stubs,  # noqa: E402
-                          server_factory)
+                          cli_arguments, server_factory)
 
 TEMB = BIN_DIR / "temb"
 SERVER = BIN_DIR / "temb-server"
@@ -19,7 +19,7 @@ SERVER = BIN_DIR / "temb-server"
 
 def temb(*args, timeout=60, stdout=subprocess.PIPE):
     """Runs the temb CLI; returns the CompletedProcess (bytes output)."""
-    return subprocess.run([str(TEMB), *map(str, args)], stdout=stdout,
+    return subprocess.run([str(TEMB), *cli_arguments(args)], stdout=stdout,
                           stderr=subprocess.PIPE, timeout=timeout, check=False)
 
 

@@ -7,41 +7,49 @@ import time
 import grpc
 import numpy as np
 
-from conftest import TEMB, temb
+from conftest import SERVER, TEMB, TembServer, temb
 
 # A call the single-threaded CPU backend needs over a second for (32768 x
 # 1024 elements, angles in float64), sent on a raw channel that is already
-# connected, so that it is surely in flight when SIGTERM arrives.
+# connected; SIGTERM follows once the server counts it in flight.
 BIG_ROWS, BIG_DIM = 32768, 1024
 
 
-def test_sigterm_drains(start_server, pb):
+def test_sigterm_drains(tmp_path, pb):
     v1, v1_grpc = pb
-    server = start_server("--backend=cpu", "--cpu_threads=1",
-                          "--drain_grace=30s")
+    # Metrics on: the test waits on the server's own counts, not on sleeps.
+    server = TembServer(SERVER, tmp_path, "--log_level=warn", "--backend=cpu",
+                        "--cpu_threads=1", "--drain_grace=30s", metrics=True)
     options = [("grpc.max_receive_message_length", 512 << 20)]
-    with grpc.insecure_channel(server.target, options=options) as channel:
-        # Connect first, so that the big call reaches the server at once.
-        grpc.channel_ready_future(channel).result(timeout=10)
-        big = v1_grpc.EmbeddingServiceStub(channel).Embed.future(
-            v1.EmbedRequest(
+    bench = None
+    try:
+        with grpc.insecure_channel(server.target, options=options) as channel:
+            # Connect first, so that the big call reaches the server at once.
+            grpc.channel_ready_future(channel).result(timeout=10)
+            stub = v1_grpc.EmbeddingServiceStub(channel)
+            request = v1.EmbedRequest(
                 preset="ldm", spec=v1.EmbeddingSpec(dim=BIG_DIM, precision=2),
-                timesteps=[i % 1000 for i in range(BIG_ROWS)]),
-            timeout=60)
-        bench = subprocess.Popen(
-            [str(TEMB), "bench", "--target", server.target, "--duration=4s",
-             "--warmup=0s", "--concurrency=16", "--max_attempts=1",
-             "--allow_errors", "--json"],
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-        try:
-            time.sleep(0.5)
-            assert not big.done(), "the big call finished before SIGTERM"
+                timesteps=[i % 1000 for i in range(BIG_ROWS)])
+            bench = subprocess.Popen(
+                [str(TEMB), "bench", "--target", server.target,
+                 "--duration=10s", "--warmup=0s", "--concurrency=16",
+                 "--max_attempts=1", "--allow_errors", "--json"],
+                stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+            # The bench has been answered at least once before SIGTERM.
+            deadline = time.monotonic() + 30
+            while server.metric("temb_requests_total", code="OK") < 1:
+                assert time.monotonic() < deadline, "the bench got no answer"
+                assert bench.poll() is None, bench.communicate()
+                time.sleep(0.02)
+            big = server.call_in_flight(
+                lambda: stub.Embed.future(request, timeout=60))
             assert server.terminate(timeout=60) == 0, server.log()
             response = big.result(timeout=60)
             bench_out, bench_err = bench.communicate(timeout=60)
-        finally:
-            if bench.poll() is None:
-                bench.kill()
+    finally:
+        if bench is not None and bench.poll() is None:
+            bench.kill()
+        server.kill()
     # The call in flight at SIGTERM completed, whole.
     assert list(response.embedding.shape) == [BIG_ROWS, BIG_DIM]
     array = np.frombuffer(response.embedding.data, dtype="<f4")

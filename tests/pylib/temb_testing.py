@@ -130,6 +130,36 @@ class TembServer:
                    if n == name and wanted <= ls)
 
 
+    def call_in_flight(self, start, attempts=5, timeout=30):
+        """start() -> a grpc future of one call that computes for a while;
+        returns such a future once the server's in-flight gauge has shown
+        it (the call is admitted and computing).  A call that ended before
+        the gauge was seen (a descheduled test process can miss a window of
+        a few tenths of a second) is replaced by a new one."""
+        for _ in range(attempts):
+            call = start()
+            deadline = time.monotonic() + timeout
+            while not call.done():
+                if self.metric("temb_inflight_requests") >= 1:
+                    return call
+                assert time.monotonic() < deadline, "no call in flight"
+                time.sleep(0.02)
+            call.result()  # ended early: its error, if any, surfaces here
+        raise AssertionError(f"none of {attempts} calls was seen in flight")
+
+
+def cli_arguments(args):
+    """`temb` CLI arguments as strings.  `health` and `info` get a 30 s
+    deadline unless one is given: their default of 2 s answers "is it up
+    now" for operators, and a busy test machine (a parallel test, a
+    sanitizer build) can need more just to connect."""
+    args = [str(a) for a in args]
+    if args and args[0] in ("health", "info") and not any(
+            a.startswith("--timeout") for a in args):
+        args.append("--timeout=30s")
+    return args
+
+
 def server_factory(tmp_path_factory, binary, *default_flags, **options):
     """The body of a `start_server` fixture: yields start(*flags) ->
     TembServer (each in a fresh directory, after `default_flags`) and kills

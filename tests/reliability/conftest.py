@@ -13,7 +13,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "pylib"))
 from temb_testing import (BIN_DIR, REPO, generate_stubs,  # noqa: E402,F401
-                          server_factory)
+                          cli_arguments, server_factory)
 
 TEMB = BIN_DIR / "temb"
 SERVER = BIN_DIR / "temb-server"
@@ -21,8 +21,9 @@ SERVER = BIN_DIR / "temb-server"
 
 def temb(*args, timeout=120):
     """Runs the temb CLI; returns the CompletedProcess (text output)."""
-    return subprocess.run([str(TEMB), *map(str, args)], capture_output=True,
-                          text=True, timeout=timeout, check=False)
+    return subprocess.run([str(TEMB), *cli_arguments(args)],
+                          capture_output=True, text=True, timeout=timeout,
+                          check=False)
 
 
 @pytest.fixture

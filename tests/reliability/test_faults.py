@@ -2,6 +2,8 @@
 already-expired deadlines, overload beyond --max_inflight, and the drain
 seen from the APIs.  The server must keep serving, hold no call it has no
 client for, and never compute what nobody waits for."""
+import os
+import queue
 import subprocess
 import sys
 import textwrap
@@ -168,8 +170,12 @@ def test_overload_refuses_excess_at_once_and_stays_bounded(start_server, pb):
                               reason="max_queued_bytes"))
     assert rejected == len(refused)
     # Admitted calls hold at most ~100 MiB of answers (plus serialised
-    # copies); 42 queued ones would hold over 1.3 GiB.
-    assert peak[0] - rss_before < 400 << 20, (rss_before, peak[0])
+    # copies); 42 queued ones would hold over 1.3 GiB.  Under AddressSanitizer
+    # (scripts/sanitize.sh sets ASAN_OPTIONS) every freed answer waits in
+    # its 256 MiB quarantine, so RSS does not measure the bound there; the
+    # refusals above still do.
+    if "ASAN_OPTIONS" not in os.environ:
+        assert peak[0] - rss_before < 400 << 20, (rss_before, peak[0])
     assert serves(server, v1, v1_grpc)
 
 
@@ -183,9 +189,14 @@ def test_drain_refuses_new_calls_and_kserve_turns_unready(start_server, pb):
         stub = v1_grpc.EmbeddingServiceStub(channel)
         infer = kserve_grpc.GRPCInferenceServiceStub(channel)
         assert infer.ServerReady(kserve.ServerReadyRequest(), timeout=10).ready
-        big = stub.Embed.future(big_request(v1), timeout=120)
-        wait_for(lambda: server.metric("temb_inflight_requests") == 1,
-                 what="the big call in flight")
+        # An open stream holds the drain until it is closed, so the checks
+        # below need not race the big call.
+        stream_requests = queue.Queue()
+        stream = stub.EmbedStream(iter(stream_requests.get, None), timeout=120)
+        stream_requests.put(v1.EmbedRequest(preset="sdxl", timesteps=[1]))
+        assert next(stream).HasField("response")
+        big = server.call_in_flight(
+            lambda: stub.Embed.future(big_request(v1), timeout=120))
         server.process.send_signal(15)
         wait_for(lambda: server.metric("temb_serving_state",
                                        state="draining") == 1,
@@ -195,8 +206,11 @@ def test_drain_refuses_new_calls_and_kserve_turns_unready(start_server, pb):
                                  timeout=10)
         with pytest.raises(grpc.RpcError) as e:
             stub.GetServerInfo(v1.GetServerInfoRequest(), timeout=10)
-        assert not big.done(), "the big call ended before the checks"
+        # The call in flight at SIGTERM is answered whole.
         response = big.result(timeout=120)
+        assert server.alive(), "the drain ended with the stream open"
+        stream_requests.put(None)  # half-close: the drain may end
+        assert list(stream) == []
     assert not ready.ready and not model.ready
     assert e.value.code() == grpc.StatusCode.UNAVAILABLE
     assert "server is draining" in e.value.details()

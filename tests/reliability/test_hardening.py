@@ -275,10 +275,9 @@ def test_sighup_drains_like_sigterm(start_server, pb):
     options = [("grpc.max_receive_message_length", 256 * MiB)]
     with grpc.insecure_channel(server.target, options=options) as channel:
         grpc.channel_ready_future(channel).result(timeout=10)
-        call = v1_grpc.EmbeddingServiceStub(channel).Embed.future(
-            big, timeout=120)
-        wait_for(lambda: server.metric("temb_inflight_requests") == 1,
-                 what="the big call in flight")
+        stub = v1_grpc.EmbeddingServiceStub(channel)
+        call = server.call_in_flight(
+            lambda: stub.Embed.future(big, timeout=120))
         server.process.send_signal(signal.SIGHUP)
         # The call in flight is answered, not cut off.
         response = call.result(timeout=120)
