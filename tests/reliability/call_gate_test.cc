@@ -61,12 +61,13 @@ class CallGateTest : public ::testing::Test {
   }
   void TearDown() override { server_->Shutdown(); }
 
+  static constexpr std::chrono::milliseconds kResetAfter{50};
+
   // Calls Embed with `message`, or, with none, starts the call (its headers
   // go out) and cancels it `reset_after` later, before any message is
   // written.
   void Call(const std::string* message,
-            std::chrono::milliseconds reset_after =
-                std::chrono::milliseconds(50)) {
+            std::chrono::milliseconds reset_after = kResetAfter) {
     grpc::GenericStub stub(channel_);
     grpc::ClientContext context;
     context.set_deadline(std::chrono::system_clock::now() +
@@ -119,7 +120,7 @@ TEST_F(CallGateTest, ACallResetBeforeItsMessageIsCancelledNotInvalid) {
   // again, later each time.
   std::vector<absl::StatusCode> codes;
   for (int attempt = 0; attempt < 5 && codes.empty(); ++attempt) {
-    Call(nullptr, std::chrono::milliseconds(50 << attempt));
+    Call(nullptr, kResetAfter * (1 << attempt));
     codes = WaitForCalls(1);
   }
   ASSERT_EQ(codes.size(), 1u) << "the handler never ran for a reset call";
