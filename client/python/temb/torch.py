@@ -323,7 +323,9 @@ class Timesteps(torch.nn.Module):
                                       *self._arguments())
         if (timesteps.dtype == torch.float32 and timesteps.dim() == 1
                 and timesteps.is_cpu and timesteps.is_contiguous()):
-            client = self._client or _client_for(self._client_key)
+            client = self._client
+            if client is None:
+                client = _client_for(self._client_key)
             direct = self._direct
             if direct is None or direct[0] is not client:
                 direct = self._direct = (
