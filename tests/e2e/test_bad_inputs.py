@@ -71,7 +71,13 @@ FLAG_CASES = [
     ("repeat-only-fp16-range", ["--dim=4", *EXPLICIT, "--repeat_only",
                                 "--dtype=fp16", "--timesteps=70000"],
      "INVALID_ARGUMENT", "not representable in dtype fp16"),
-    ("deadline", ["--preset=sd15", "--timeout=1us", "--max_attempts=1"],
+    # gRPC keeps deadlines in whole milliseconds, so a 1 us one let a quick
+    # call finish in time now and then: a call that computes for tens of
+    # milliseconds (8192 rows in float64) against 1 ms cannot.
+    ("deadline", ["--preset=sd15", "--precision=fp64", "--timeout=1ms",
+                  "--max_attempts=1",
+                  "--timesteps=" + ",".join(str(i % 1000)
+                                            for i in range(8192))],
      "DEADLINE_EXCEEDED", "Deadline"),
     # A 12 KB name is echoed cut short: the trailer stays under the client's
     # metadata limit, so the client sees NOT_FOUND, not RESOURCE_EXHAUSTED.

@@ -99,8 +99,11 @@ def test_retry_policy_in_service_config(retries, attempts):
 
 
 def test_expired_deadline_is_deadline_exceeded(client):
+    # gRPC rounds a deadline up to whole milliseconds: the call must need
+    # more than that (16M elements), or a quick one could finish in time.
     with pytest.raises(temb.DeadlineExceededError) as e:
-        client.embed(np.zeros(1000, np.float32), dim=2048, timeout=1e-6, **LDM)
+        client.embed(np.zeros(4096, np.float32), dim=4096, timeout=1e-6,
+                     **LDM)
     assert e.value.code == grpc.StatusCode.DEADLINE_EXCEEDED
 
 
