@@ -35,12 +35,11 @@ except ImportError as e:  # pragma: no cover - depends on the environment
         "temb.torch needs PyTorch, which is not installed: "
         'pip install "temb[torch]"') from e
 
-import grpc
 import numpy as np
 
 from temb import _request
 from temb.client import Client
-from temb.errors import TembError, error_from_code
+from temb.errors import error_from_code
 
 __all__ = ["Timesteps", "patch", "timestep_embedding"]
 
@@ -179,8 +178,10 @@ def _direct_call(client: Any, num_channels: int, flip_sin_to_cos: bool,
         np.zeros(0, np.float32), dim=num_channels,
         flip_sin_to_cos=flip_sin_to_cos,
         downscale_freq_shift=downscale_freq_shift, scale=scale,
-        max_period=max_period, precision=precision, dtype="fp32")
+        max_period=max_period, precision=precision, dtype="fp32",
+        return_tensors="pt")
     head = _request.request_head(call.request)
+    decoding = call.decoder.decoding
     deadline = client._timeout if timeout is None else timeout
 
     def direct(timesteps: torch.Tensor) -> torch.Tensor:
@@ -188,12 +189,9 @@ def _direct_call(client: Any, num_channels: int, flip_sin_to_cos: bool,
         code, message, data = native.embed(head, "", array, False, deadline)
         if code:
             raise error_from_code(code, message, "")
-        if data.shape != (array.shape[0], num_channels):
-            raise TembError(grpc.StatusCode.DATA_LOSS,
-                            f"response tensor of shape {list(data.shape)} "
-                            f"does not answer the request (expected "
-                            f"{[array.shape[0], num_channels]})")
-        return torch.from_numpy(data)
+        # embed()'s own check of the answer's shape, and its tensor.
+        return _request.ResponseDecoder(decoding, (array.shape,)).decode_array(
+            data)
 
     return direct
 
