@@ -108,6 +108,9 @@ std::vector<FlagSpec> SpecFlags() {
       {"time_factor", FlagType::kDouble, "multiplies t first (Flux: 1000)"},
       {"repeat_only", FlagType::kBool, "every column equals t"},
       {"layout", FlagType::kString, "halves | interleaved"},
+      {"exponent_order", FlagType::kString,
+       "divide_last (default) | slope_first: the float32 order of "
+       "-ln(P) * i / (H - shift) in the model's code"},
       {"precision", FlagType::kString, "fp32 | fp64"},
       {"dtype", FlagType::kString, "fp32 | fp16 | bf16 | fp64"},
       {"timestep_dtype", FlagType::kString,
@@ -140,6 +143,18 @@ absl::StatusOr<SpecRequest> SpecRequestFromArgs(const Args& args) {
     } else {
       return absl::InvalidArgumentError(absl::StrCat(
           "--layout must be halves or interleaved, got '", *layout, "'"));
+    }
+  }
+  if (auto order = args.String("exponent_order")) {
+    if (*order == "divide_last") {
+      request.exponent_order = ExponentOrder::kDivideLast;
+    } else if (*order == "slope_first") {
+      request.exponent_order = ExponentOrder::kSlopeFirst;
+    } else {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--exponent_order must be divide_last or slope_first, "
+                       "got '",
+                       *order, "'"));
     }
   }
   if (auto precision = args.String("precision")) {

@@ -69,6 +69,9 @@ std::string DescribeSpec(const v1::EmbeddingSpec& spec) {
   } else {
     absl::StrAppendFormat(&out, " shift=%g P=%g", spec.downscale_freq_shift(),
                           spec.has_max_period() ? spec.max_period() : 10000.0);
+    if (spec.exponent_order() == v1::EXPONENT_ORDER_SLOPE_FIRST) {
+      out += " slope_first";
+    }
   }
   if (spec.has_time_factor() && spec.time_factor() != 1) {
     absl::StrAppendFormat(&out, " time_factor=%g", spec.time_factor());

@@ -46,12 +46,17 @@ absl::string_view PrecisionName(Precision precision) {
   return precision == Precision::kFloat64 ? "fp64" : "fp32";
 }
 
+absl::string_view ExponentOrderName(ExponentOrder order) {
+  return order == ExponentOrder::kSlopeFirst ? "slope_first" : "divide_last";
+}
+
 bool operator==(const EmbeddingSpec& a, const EmbeddingSpec& b) {
   return a.dim == b.dim && a.max_period == b.max_period &&
          a.flip_sin_to_cos == b.flip_sin_to_cos &&
          a.downscale_freq_shift == b.downscale_freq_shift &&
          a.scale == b.scale && a.time_factor == b.time_factor &&
-         a.repeat_only == b.repeat_only && a.layout == b.layout &&
+         a.repeat_only == b.repeat_only &&
+         a.exponent_order == b.exponent_order && a.layout == b.layout &&
          a.dtype == b.dtype && a.precision == b.precision &&
          a.timestep_dtype == b.timestep_dtype &&
          (a.frequencies == b.frequencies ||
@@ -67,6 +72,10 @@ std::string SpecDebugString(const EmbeddingSpec& spec) {
       " scale=", FormatNumber(spec.scale),
       " time_factor=", FormatNumber(spec.time_factor),
       " repeat_only=", spec.repeat_only ? "true" : "false",
+      spec.exponent_order == ExponentOrder::kDivideLast
+          ? ""
+          : absl::StrCat(" exponent_order=",
+                         ExponentOrderName(spec.exponent_order)),
       " layout=", LayoutName(spec.layout), " dtype=", DTypeName(spec.dtype),
       " precision=", PrecisionName(spec.precision),
       spec.timestep_dtype == DType::kFloat32
@@ -158,7 +167,14 @@ absl::Status ValidateSpec(const EmbeddingSpec& spec, const Limits& limits) {
   // i = H - 1.  Negative, the frequencies decay and may underflow to tiny or
   // zero values: finite, and computed as PyTorch does.  Positive, they grow,
   // and past 88 the float32 exp overflows to infinity: refused.
-  const double max_exponent = -std::log(spec.max_period) * (half - 1) / divisor;
+  double max_exponent = -std::log(spec.max_period) * (half - 1) / divisor;
+  if (spec.exponent_order == ExponentOrder::kSlopeFirst) {
+    // The slope is rounded to float32 before it meets i.  It stays finite:
+    // a non-zero divisor is at least an ulp of H (2^-52 for H = 1), so
+    // |slope| <= ln(DBL_MAX) * 2^52 ~ 3e18.
+    max_exponent = static_cast<float>(-std::log(spec.max_period) / divisor) *
+                   static_cast<double>(half - 1);
+  }
   if (max_exponent > kMaxFloatExponent) {
     return InvalidArgument(absl::StrCat(
         "frequencies overflow: -ln(max_period) * (dim/2 - 1) / (dim/2 - "

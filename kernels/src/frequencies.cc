@@ -5,34 +5,50 @@
 namespace temb {
 namespace {
 
-// The two float32 constants of the exponent e_i = fl32(fl32(c * i) / d).
+// The float32 exponent e_i in the spec's op order (ExponentOrder):
+//   divide last:  e_i = fl32(fl32(c * i) / d),
+//                 c = fl32(-ln P), d = fl32(H - shift)
+//   slope first:  e_i = fl32(i * s),  s = fl32(-ln P / (H - shift))
 struct Float32Exponent {
   explicit Float32Exponent(const EmbeddingSpec& spec)
       // -math.log(P) is a Python double that PyTorch rounds to the tensor
-      // dtype; `half - shift` is computed on Python numbers, then rounded.
-      : neg_log_period(static_cast<float>(-std::log(spec.max_period))),
+      // dtype; `half - shift` is computed on Python numbers, then rounded;
+      // a slope computed first is a Python double as well.
+      : slope_first(spec.exponent_order == ExponentOrder::kSlopeFirst),
+        neg_log_period(static_cast<float>(-std::log(spec.max_period))),
         divisor(
-            static_cast<float>(spec.half_dim() - spec.downscale_freq_shift)) {}
+            static_cast<float>(spec.half_dim() - spec.downscale_freq_shift)),
+        slope(
+            static_cast<float>(-std::log(spec.max_period) /
+                               (spec.half_dim() - spec.downscale_freq_shift))) {
+  }
 
   float Frequency(int i) const {
-    const float exponent = (neg_log_period * static_cast<float>(i)) / divisor;
+    const float exponent =
+        slope_first ? static_cast<float>(i) * slope
+                    : (neg_log_period * static_cast<float>(i)) / divisor;
     // exp in double then one rounding: a correctly rounded expf.
     return static_cast<float>(std::exp(static_cast<double>(exponent)));
   }
 
+  bool slope_first;
   float neg_log_period;
   float divisor;
+  float slope;
 };
 
 struct Float64Exponent {
   explicit Float64Exponent(const EmbeddingSpec& spec)
-      : neg_log_period(-std::log(spec.max_period)),
+      : slope_first(spec.exponent_order == ExponentOrder::kSlopeFirst),
+        neg_log_period(-std::log(spec.max_period)),
         divisor(spec.half_dim() - spec.downscale_freq_shift) {}
 
   double Frequency(int i) const {
-    return std::exp(neg_log_period * i / divisor);
+    return std::exp(slope_first ? i * (neg_log_period / divisor)
+                                : neg_log_period * i / divisor);
   }
 
+  bool slope_first;
   double neg_log_period;
   double divisor;
 };

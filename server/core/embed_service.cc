@@ -23,6 +23,7 @@ absl::Status CheckNoConventionFields(const SpecRequest& request) {
       {request.time_factor.has_value(), "time_factor"},
       {request.repeat_only.has_value(), "repeat_only"},
       {request.layout.has_value(), "layout"},
+      {request.exponent_order.has_value(), "exponent_order"},
       {request.frequencies != nullptr, "frequencies"},
   };
   const char* field = nullptr;
@@ -102,6 +103,7 @@ absl::StatusOr<EmbeddingSpec> FromExplicitFields(const SpecRequest& request) {
   spec.time_factor = request.time_factor.value_or(spec.time_factor);
   spec.repeat_only = request.repeat_only.value_or(spec.repeat_only);
   spec.layout = request.layout.value_or(spec.layout);
+  spec.exponent_order = request.exponent_order.value_or(spec.exponent_order);
   spec.precision = request.precision.value_or(spec.precision);
   spec.dtype = request.dtype.value_or(spec.dtype);
   spec.timestep_dtype = request.timestep_dtype.value_or(spec.timestep_dtype);
@@ -115,11 +117,11 @@ absl::StatusOr<SpecRequest> PartSpecRequest(const SpecRequest& whole,
                                             absl::string_view name,
                                             const SpecRequest& part,
                                             const PresetCatalog& presets) {
-  const bool own_convention = !part.preset.empty() || part.dim ||
-                              part.max_period || part.flip_sin_to_cos ||
-                              part.downscale_freq_shift || part.scale ||
-                              part.time_factor || part.repeat_only ||
-                              part.layout || part.frequencies != nullptr;
+  const bool own_convention =
+      !part.preset.empty() || part.dim || part.max_period ||
+      part.flip_sin_to_cos || part.downscale_freq_shift || part.scale ||
+      part.time_factor || part.repeat_only || part.layout ||
+      part.exponent_order || part.frequencies != nullptr;
   SpecRequest resolved = whole;
   if (own_convention) {
     resolved = part;

@@ -64,6 +64,19 @@ absl::StatusOr<std::optional<Precision>> PrecisionFromProto(
   return BadEnum(field, value);
 }
 
+absl::StatusOr<std::optional<ExponentOrder>> ExponentOrderFromProto(
+    int value, absl::string_view field) {
+  switch (value) {
+    case v1::EXPONENT_ORDER_UNSPECIFIED:
+      return std::optional<ExponentOrder>();
+    case v1::EXPONENT_ORDER_DIVIDE_LAST:
+      return std::optional<ExponentOrder>(ExponentOrder::kDivideLast);
+    case v1::EXPONENT_ORDER_SLOPE_FIRST:
+      return std::optional<ExponentOrder>(ExponentOrder::kSlopeFirst);
+  }
+  return BadEnum(field, value);
+}
+
 v1::DType DTypeToProto(DType dtype) {
   switch (dtype) {
     case DType::kFloat32:
@@ -81,6 +94,11 @@ v1::DType DTypeToProto(DType dtype) {
 v1::Layout LayoutToProto(Layout layout) {
   return layout == Layout::kInterleaved ? v1::LAYOUT_INTERLEAVED
                                         : v1::LAYOUT_HALVES;
+}
+
+v1::ExponentOrder ExponentOrderToProto(ExponentOrder order) {
+  return order == ExponentOrder::kSlopeFirst ? v1::EXPONENT_ORDER_SLOPE_FIRST
+                                             : v1::EXPONENT_ORDER_DIVIDE_LAST;
 }
 
 v1::Precision PrecisionToProto(Precision precision) {
@@ -106,6 +124,10 @@ absl::StatusOr<SpecRequest> SpecRequestFromProto(absl::string_view preset,
   auto layout = LayoutFromProto(spec.layout(), "spec.layout");
   if (!layout.ok()) return layout.status();
   request.layout = *layout;
+  auto exponent_order =
+      ExponentOrderFromProto(spec.exponent_order(), "spec.exponent_order");
+  if (!exponent_order.ok()) return exponent_order.status();
+  request.exponent_order = *exponent_order;
   auto precision = PrecisionFromProto(spec.precision(), "spec.precision");
   if (!precision.ok()) return precision.status();
   request.precision = *precision;
@@ -158,6 +180,9 @@ void SpecRequestToProto(const SpecRequest& spec, v1::EmbedRequest* request) {
   if (spec.time_factor) out->set_time_factor(*spec.time_factor);
   if (spec.repeat_only) out->set_repeat_only(*spec.repeat_only);
   if (spec.layout) out->set_layout(LayoutToProto(*spec.layout));
+  if (spec.exponent_order) {
+    out->set_exponent_order(ExponentOrderToProto(*spec.exponent_order));
+  }
   if (spec.precision) out->set_precision(PrecisionToProto(*spec.precision));
   if (spec.timestep_dtype) {
     out->set_timestep_dtype(DTypeToProto(*spec.timestep_dtype));
@@ -178,6 +203,7 @@ void SpecToProto(const EmbeddingSpec& spec, v1::EmbeddingSpec* out) {
   out->set_time_factor(spec.time_factor);
   out->set_repeat_only(spec.repeat_only);
   out->set_layout(LayoutToProto(spec.layout));
+  out->set_exponent_order(ExponentOrderToProto(spec.exponent_order));
   out->set_precision(PrecisionToProto(spec.precision));
   out->set_timestep_dtype(DTypeToProto(spec.timestep_dtype));
   if (spec.frequencies != nullptr) {
@@ -223,6 +249,7 @@ absl::StatusOr<Preset> PresetFromProto(const v1::Preset& proto) {
   spec.time_factor = request->time_factor.value_or(spec.time_factor);
   spec.repeat_only = request->repeat_only.value_or(spec.repeat_only);
   spec.layout = request->layout.value_or(spec.layout);
+  spec.exponent_order = request->exponent_order.value_or(spec.exponent_order);
   spec.precision = request->precision.value_or(spec.precision);
   spec.dtype = request->dtype.value_or(spec.dtype);
   spec.timestep_dtype = request->timestep_dtype.value_or(spec.timestep_dtype);

@@ -178,17 +178,19 @@ TEST(SpecRequestFromArgsTest, UnsetFlagsStayUnset) {
   EXPECT_EQ(request->time_factor, std::nullopt);
   EXPECT_EQ(request->repeat_only, std::nullopt);
   EXPECT_EQ(request->layout, std::nullopt);
+  EXPECT_EQ(request->exponent_order, std::nullopt);
   EXPECT_EQ(request->precision, std::nullopt);
   EXPECT_EQ(request->dtype, std::nullopt);
   EXPECT_EQ(request->timestep_dtype, std::nullopt);
 }
 
 TEST(SpecRequestFromArgsTest, EveryFlagArrives) {
-  absl::StatusOr<SpecRequest> request = SpecRequestFromArgs(ParseOrDie(
-      {"--preset=sdxl", "--dim=64", "--max_period=100", "--noflip_sin_to_cos",
-       "--downscale_freq_shift=1", "--scale=2.5", "--time_factor=1000",
-       "--repeat_only=false", "--layout=interleaved", "--precision=fp64",
-       "--dtype=bf16", "--timestep_dtype=float16"}));
+  absl::StatusOr<SpecRequest> request = SpecRequestFromArgs(
+      ParseOrDie({"--preset=sdxl", "--dim=64", "--max_period=100",
+                  "--noflip_sin_to_cos", "--downscale_freq_shift=1",
+                  "--scale=2.5", "--time_factor=1000", "--repeat_only=false",
+                  "--layout=interleaved", "--precision=fp64", "--dtype=bf16",
+                  "--timestep_dtype=float16", "--exponent_order=slope_first"}));
   ASSERT_TRUE(request.ok()) << request.status();
   EXPECT_EQ(request->preset, "sdxl");
   EXPECT_EQ(request->dim, 64);
@@ -199,14 +201,17 @@ TEST(SpecRequestFromArgsTest, EveryFlagArrives) {
   EXPECT_EQ(request->time_factor, 1000.0);
   EXPECT_EQ(request->repeat_only, false);
   EXPECT_EQ(request->layout, Layout::kInterleaved);
+  EXPECT_EQ(request->exponent_order, ExponentOrder::kSlopeFirst);
   EXPECT_EQ(request->precision, Precision::kFloat64);
   EXPECT_EQ(request->dtype, DType::kBFloat16);
   EXPECT_EQ(request->timestep_dtype, DType::kFloat16);
 
   request = SpecRequestFromArgs(
-      ParseOrDie({"--layout=halves", "--precision=fp32", "--dtype=float64"}));
+      ParseOrDie({"--layout=halves", "--precision=fp32", "--dtype=float64",
+                  "--exponent_order=divide_last"}));
   ASSERT_TRUE(request.ok()) << request.status();
   EXPECT_EQ(request->layout, Layout::kHalves);
+  EXPECT_EQ(request->exponent_order, ExponentOrder::kDivideLast);
   EXPECT_EQ(request->precision, Precision::kFloat32);
   EXPECT_EQ(request->dtype, DType::kFloat64);
 }
@@ -220,6 +225,8 @@ TEST(SpecRequestFromArgsTest, BadEnumFlagsNameTheFlagAndValue) {
       {"--layout=interleave", "--layout must be halves or interleaved"},
       {"--layout=HALVES", "got 'HALVES'"},
       {"--precision=fp16", "--precision must be fp32 or fp64, got 'fp16'"},
+      {"--exponent_order=slope",
+       "--exponent_order must be divide_last or slope_first, got 'slope'"},
       {"--dtype=int8", "--dtype: "},
       {"--timestep_dtype=fp8", "--timestep_dtype: "},
   };

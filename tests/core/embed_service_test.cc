@@ -154,6 +154,8 @@ TEST_F(EmbedServiceTest, PresetRejectsConventionFieldsNamingFieldAndPreset) {
       {"time_factor", [](SpecRequest& r) { r.time_factor = 1000.0; }},
       {"repeat_only", [](SpecRequest& r) { r.repeat_only = false; }},
       {"layout", [](SpecRequest& r) { r.layout = Layout::kHalves; }},
+      {"exponent_order",
+       [](SpecRequest& r) { r.exponent_order = ExponentOrder::kDivideLast; }},
   };
   for (const auto& [field, set] : cases) {
     SpecRequest request = Named("flux");

@@ -27,10 +27,12 @@ struct Expected {
   Precision precision;
   double scale = 1.0;
   double max_period = 10000.0;
+  ExponentOrder exponent_order = ExponentOrder::kDivideLast;
 };
 
 constexpr Layout kH = Layout::kHalves;
 constexpr Precision kF32 = Precision::kFloat32;
+constexpr ExponentOrder kSlopeFirst = ExponentOrder::kSlopeFirst;
 
 TEST(PresetsTest, BuiltInCatalogueMatchesTheContract) {
   const Expected table[] = {
@@ -76,7 +78,8 @@ TEST(PresetsTest, BuiltInCatalogueMatchesTheContract) {
       {"bria", 256, false, true, 0, kH, 1, kF32},
       {"prx", 256, false, true, 0, kH, 1, kF32, 1000},
       {"ace-step", 256, false, true, 0, kH, 1000, kF32},
-      {"longcat-audio-dit", 256, false, false, 1, kH, 1000, kF32},
+      {"longcat-audio-dit", 256, false, false, 1, kH, 1000, kF32, 1, 10000,
+       kSlopeFirst},
       {"t5-film", 768, true, false, 1, kH, 2000, kF32, 1, 2000},
       // Its own (log-spaced) table; shift plays no part and stays 0.
       {"stable-audio-3", 256, false, true, 0, kH, 1, kF32, 6.283185307179586},
@@ -97,6 +100,7 @@ TEST(PresetsTest, BuiltInCatalogueMatchesTheContract) {
     EXPECT_EQ(preset->spec.precision, e.precision);
     EXPECT_EQ(preset->spec.max_period, e.max_period);
     EXPECT_EQ(preset->spec.scale, e.scale);
+    EXPECT_EQ(preset->spec.exponent_order, e.exponent_order);
     EXPECT_FALSE(preset->spec.repeat_only);
     EXPECT_EQ(preset->spec.dtype, DType::kFloat32);
     EXPECT_THAT(preset->description, HasSubstr("Source:"));

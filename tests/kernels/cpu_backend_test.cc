@@ -369,7 +369,8 @@ TEST_P(CpuEngineTest, RandomizedAccuracy) {
 }
 
 // PyTorch's float32 op order (docs/semantics.md section 2), re-derived here
-// from the guide's formula: the exponent, the frequency and the angle are
+// from the guide's formula: the exponent (in the spec's exponent_order), the
+// frequency and the angle are
 // rounded to float32 exactly where eager PyTorch rounds them; sin/cos of that
 // float32 angle are then evaluated in double.  SLEEF's u10 functions are within
 // one ulp of the exact sin/cos, so every engine must land within 1 ulp of this.
@@ -389,6 +390,8 @@ TEST_P(CpuEngineTest, FollowsPyTorchFloat32OrderWithinOneUlp) {
     spec.scale = c % 5 == 0 ? 1000.0 : c % 5 == 1 ? 0.3 : 1.0;
     spec.time_factor = c % 7 == 0 ? 1000.0 : 1.0;
     spec.flip_sin_to_cos = c % 2 == 0;
+    spec.exponent_order =
+        c % 3 == 2 ? ExponentOrder::kSlopeFirst : ExponentOrder::kDivideLast;
     std::vector<float> t(9);
     for (float& v : t) {
       v = static_cast<float>(
@@ -399,12 +402,18 @@ TEST_P(CpuEngineTest, FollowsPyTorchFloat32OrderWithinOneUlp) {
     const int half = spec.dim / 2;
     const float neg_log_period = static_cast<float>(-std::log(spec.max_period));
     const float divisor = static_cast<float>(half - spec.downscale_freq_shift);
+    // The slope-first order rounds the slope, taken in double, once.
+    const float slope = static_cast<float>(-std::log(spec.max_period) /
+                                           (half - spec.downscale_freq_shift));
     for (size_t n = 0; n < t.size(); ++n) {
       const float ts = spec.time_factor == 1.0
                            ? t[n]
                            : static_cast<float>(spec.time_factor) * t[n];
       for (int i = 0; i < half; ++i) {
-        const float exponent = neg_log_period * static_cast<float>(i) / divisor;
+        const float exponent =
+            spec.exponent_order == ExponentOrder::kSlopeFirst
+                ? static_cast<float>(i) * slope
+                : neg_log_period * static_cast<float>(i) / divisor;
         const float f =
             static_cast<float>(std::exp(static_cast<double>(exponent)));
         float a = ts * f;
@@ -428,6 +437,39 @@ TEST_P(CpuEngineTest, FollowsPyTorchFloat32OrderWithinOneUlp) {
       }
     }
   }
+}
+
+// LongCat-AudioDiT's table (H = 128, shift 1): the two exponent orders round
+// many of its frequencies differently, and the backend's table cache keeps
+// them apart.
+TEST_P(CpuEngineTest, ExponentOrdersGiveTheirOwnTables) {
+  EmbeddingSpec spec;
+  spec.dim = 256;
+  spec.flip_sin_to_cos = false;
+  spec.downscale_freq_shift = 1.0;
+  const std::vector<float> t = {999.0f};
+  const std::vector<float> divide_last_freqs = Float32Frequencies(spec);
+  const auto divide_last = MustRun(*backend_, spec, t);
+  spec.exponent_order = ExponentOrder::kSlopeFirst;
+  const std::vector<float> slope_first_freqs = Float32Frequencies(spec);
+  const auto slope_first = MustRun(*backend_, spec, t);
+  int different = 0;
+  for (int i = 0; i < 128; ++i) {
+    different += divide_last_freqs[i] != slope_first_freqs[i];
+    // Each is the correctly rounded exp of its own float32 exponent.
+    const float slope = static_cast<float>(-std::log(10000.0) / 127.0);
+    EXPECT_EQ(slope_first_freqs[i],
+              static_cast<float>(
+                  std::exp(static_cast<double>(static_cast<float>(i) * slope))))
+        << i;
+  }
+  EXPECT_GE(different, 20);
+  int columns = 0;
+  for (int j = 0; j < 256; ++j) {
+    columns += Element(divide_last, spec.dtype, j) !=
+               Element(slope_first, spec.dtype, j);
+  }
+  EXPECT_GE(columns, 20);
 }
 
 // GCC defines __SANITIZE_ADDRESS__ under -fsanitize=address; clang 14 only

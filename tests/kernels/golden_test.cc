@@ -52,6 +52,11 @@ std::vector<GoldenCase> LoadGolden() {
     g.spec.layout = s.at("layout").get<std::string>() == "interleaved"
                         ? Layout::kInterleaved
                         : Layout::kHalves;
+    // Written only where it is not the default (divide_last).
+    g.spec.exponent_order =
+        s.value("exponent_order", "divide_last") == "slope_first"
+            ? ExponentOrder::kSlopeFirst
+            : ExponentOrder::kDivideLast;
     for (double t : c.at("timesteps"))
       g.timesteps.push_back(static_cast<float>(t));
     g.expected = c.at("expected").get<std::vector<std::vector<double>>>();
@@ -69,7 +74,8 @@ TEST(GoldenTablesTest, CoverEveryFamilyAndEdgeCase) {
   const auto& cases = Golden();
   ASSERT_GE(cases.size(), 30u);
   bool odd = false, dim1 = false, interleaved = false, repeat = false,
-       time_factor = false, shift1 = false, zero_t = false, negative_t = false;
+       time_factor = false, shift1 = false, zero_t = false, negative_t = false,
+       slope_first = false;
   for (const GoldenCase& c : cases) {
     ASSERT_EQ(c.expected.size(), c.timesteps.size()) << c.name;
     for (const auto& row : c.expected)
@@ -80,13 +86,14 @@ TEST(GoldenTablesTest, CoverEveryFamilyAndEdgeCase) {
     repeat |= c.spec.repeat_only;
     time_factor |= c.spec.time_factor != 1.0;
     shift1 |= c.spec.downscale_freq_shift == 1.0;
+    slope_first |= c.spec.exponent_order == ExponentOrder::kSlopeFirst;
     for (float t : c.timesteps) {
       zero_t |= t == 0.0f;
       negative_t |= t < 0.0f;
     }
   }
   EXPECT_TRUE(odd && dim1 && interleaved && repeat && time_factor && shift1 &&
-              zero_t && negative_t);
+              zero_t && negative_t && slope_first);
 }
 
 class GoldenTest : public ::testing::TestWithParam<CpuIsa> {

@@ -8,13 +8,13 @@ flow-matching steps t = fl32(sigma * 1000), sigma in linspace(0, 1).
 What differs and why.  temb evaluates PyTorch's op order, so the two agree
 bit for bit except where
   * the frequency f_i = exp(x_i) rounds differently: temb's exp is
-    correctly rounded, PyTorch's (SLEEF, vectorised) is within 1 ulp and
-    rounds the other way for 2 of 128 frequencies at dim 256 and 3 of 160
-    at dim 320; those columns then differ by up to about one ulp of the
-    angle t * f_i;
+    correctly rounded, PyTorch's (oneMKL's vector exp in the x86 wheel,
+    within 0.56 ulp) rounds the other way for 2 of 128 frequencies at dim
+    256 and 3 of 160 at dim 320; those columns then differ by up to about
+    one ulp of the angle t * f_i;
   * sin/cos differ by an ulp of the output: temb's CPU sin/cos is
-    correctly rounded but for rare near-halfway cases, PyTorch's (SLEEF
-    u10) is 1 ulp off in about 5% of these angles.
+    correctly rounded but for rare near-halfway cases, PyTorch's (oneMKL,
+    within 0.60 ulp) is 1 ulp off in about 5% of these angles.
 Neither is more accurate: both stay far inside the README's bound
 1e-6 + 5e-7 |t| of float64, and each is the closer one about equally
 often.

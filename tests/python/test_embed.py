@@ -267,6 +267,35 @@ def test_preset_default_dtype_and_dim_override(client, info):
     assert_within_fp32_bound(got, want, [2.0])
 
 
+def test_exponent_order(client):
+    """slope_first evaluates the exponent as fl32(i * fl32(-ln P / (H -
+    shift))), LongCat-AudioDiT's and Ideogram 4's order; the default divides
+    last.  Recomputed here in numpy from the op order, not read back."""
+    t = np.float32([0.0, 0.25, 0.5, 0.999, 1.0])
+    convention = dict(dim=256, flip_sin_to_cos=False, downscale_freq_shift=1,
+                      time_factor=1000)
+    slope_first = client.embed(t, exponent_order="slope_first", **convention)
+    divide_last = client.embed(t, **convention)
+    assert not np.array_equal(slope_first, divide_last)
+    np.testing.assert_array_equal(
+        divide_last, client.embed(t, exponent_order="divide_last", **convention))
+    slope = np.float32(-np.log(10000.0) / 127)
+    exponents = np.arange(128, dtype=np.float32) * slope
+    freqs = np.exp(exponents.astype(np.float64)).astype(np.float32)
+    angles = (np.float32(1000) * t)[:, None] * freqs[None, :]
+    want = np.concatenate([np.sin(angles.astype(np.float64)),
+                           np.cos(angles.astype(np.float64))], axis=1)
+    # Equal angles: sin/cos within an ulp of the float64 values of the same
+    # float32 angle (not the looser bound of a different op order).
+    np.testing.assert_allclose(slope_first, want, rtol=0, atol=1.2e-7)
+    info = client.server_info()
+    longcat = info.preset("longcat-audio-dit")
+    if longcat is not None:
+        assert longcat.spec.exponent_order == "slope_first"
+        np.testing.assert_array_equal(
+            client.embed(t, preset="longcat-audio-dit"), slope_first)
+
+
 # --- inputs ----------------------------------------------------------------
 
 def test_timestep_input_types(client):
@@ -301,6 +330,8 @@ def test_bad_inputs_fail_before_sending(client):
         client.embed([1.0], dim=8, dtype="int8", **LDM)
     with pytest.raises(ValueError, match="layout"):
         client.embed([1.0], dim=8, layout="diagonal", **LDM)
+    with pytest.raises(ValueError, match="exponent_order"):
+        client.embed([1.0], dim=8, exponent_order="slope", **LDM)
     with pytest.raises(ValueError, match="return_tensors"):
         client.embed([1.0], dim=8, return_tensors="tf", **LDM)
 

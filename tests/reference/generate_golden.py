@@ -2,7 +2,7 @@
 """Writes the float64 golden tables the kernel tests compare against.
 
 Every family of docs/semantics.md (LDM, diffusers' general form, DDPM,
-Transformer PE, repeat_only, Flux's time_factor) is evaluated here on its own,
+Transformer PE, repeat_only, Flux's time_factor, the slope-first exponent) is evaluated here on its own,
 straight from its published formula, in float64 with Python's `math` only: no
 float32 op order, no shared code with the C++ backends.  Timesteps are first
 rounded to float32, because that is what the service receives.
@@ -71,6 +71,19 @@ def ddpm(t, dim):
     return row
 
 
+def slope_first(t, dim, time_factor=1000.0, max_period=10000.0):
+    """LongCat-AudioDiT / Ideogram 4: [sin, cos] of time_factor * t * f with
+    f_i = exp(i * -(ln(P) / (H - 1))), the slope computed first."""
+    half = dim // 2
+    slope = math.log(max_period) / (half - 1)
+    freqs = [math.exp(i * -slope) for i in range(half)]
+    angles = [time_factor * t * f for f in freqs]
+    row = [math.sin(a) for a in angles] + [math.cos(a) for a in angles]
+    if dim % 2:
+        row.append(0.0)
+    return row
+
+
 def transformer(pos, dim, base=10000.0):
     """Vaswani PE: sin(pos / base^(2i/d)) at 2i, cos at 2i + 1."""
     row = []
@@ -92,12 +105,16 @@ def repeat_only(t, dim):
 # --- The cases ---------------------------------------------------------------
 
 def spec(dim, max_period=10000.0, flip_sin_to_cos=True, shift=0.0, scale=1.0,
-         time_factor=1.0, repeat=False, layout="halves"):
-    return {
+         time_factor=1.0, repeat=False, layout="halves",
+         exponent_order="divide_last"):
+    out = {
         "dim": dim, "max_period": max_period, "flip_sin_to_cos": flip_sin_to_cos,
         "downscale_freq_shift": shift, "scale": scale, "time_factor": time_factor,
         "repeat_only": repeat, "layout": layout,
     }
+    if exponent_order != "divide_last":  # the key appears only when it matters
+        out["exponent_order"] = exponent_order
+    return out
 
 
 def cases():
@@ -164,6 +181,13 @@ def cases():
         spec(24, flip_sin_to_cos=False, shift=0.0, scale=0.5, time_factor=3.0),
         [0.0, 1.0, 333.0], lambda t: diffusers(3.0 * t, 24, False, 0.0, 0.5))
 
+    for dim, period in ((256, 10000.0), (33, 100.0)):
+        add(f"slope_first_d{dim}_p{period:g}", "slope_first",
+            spec(dim, max_period=period, flip_sin_to_cos=False, shift=1.0,
+                 time_factor=1000.0, exponent_order="slope_first"),
+            [0.0, 0.001, 0.25, 0.5, 0.999, 1.0],
+            lambda t, d=dim, p=period: slope_first(t, d, 1000.0, p))
+
     for dim in (1, 5, 64):
         add(f"repeat_only_d{dim}", "repeat_only", spec(dim, repeat=True),
             [0.0, -7.5, 123.25, 0.1, 65504.0], lambda t, d=dim: repeat_only(t, d))
@@ -209,6 +233,9 @@ def self_check():
             assert close(ldm(t, dim), diffusers(t, dim, True, 0.0), t), ("ldm", t, dim)
         for dim in (4, 7, 128):
             assert close(ddpm(t, dim), diffusers(t, dim, False, 1.0), t), ("ddpm", t, dim)
+        for dim in (4, 33, 256):
+            assert close(slope_first(t, dim, 1.0),
+                         diffusers(t, dim, False, 1.0), t), ("slope", t, dim)
         for dim in (2, 16, 512):
             assert close(transformer(t, dim),
                          interleave(diffusers(t, dim, False, 0.0)), t), ("pe", t, dim)

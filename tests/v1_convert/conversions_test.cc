@@ -34,6 +34,7 @@ void ExpectSameRequest(const SpecRequest& a, const SpecRequest& b) {
   EXPECT_EQ(a.time_factor, b.time_factor);
   EXPECT_EQ(a.repeat_only, b.repeat_only);
   EXPECT_EQ(a.layout, b.layout);
+  EXPECT_EQ(a.exponent_order, b.exponent_order);
   EXPECT_EQ(a.precision, b.precision);
   EXPECT_EQ(a.dtype, b.dtype);
   EXPECT_EQ(a.timestep_dtype, b.timestep_dtype);
@@ -56,6 +57,7 @@ TEST(ConversionsTest, EveryFieldRoundTrips) {
   request.time_factor = 1000.0;
   request.repeat_only = true;
   request.layout = Layout::kInterleaved;
+  request.exponent_order = ExponentOrder::kSlopeFirst;
   request.precision = Precision::kFloat64;
   request.dtype = DType::kBFloat16;
   request.timestep_dtype = DType::kFloat16;
@@ -72,6 +74,7 @@ TEST(ConversionsTest, EveryFieldRoundTrips) {
   EXPECT_EQ(proto.spec().time_factor(), 1000.0);
   EXPECT_TRUE(proto.spec().repeat_only());
   EXPECT_EQ(proto.spec().layout(), v1::LAYOUT_INTERLEAVED);
+  EXPECT_EQ(proto.spec().exponent_order(), v1::EXPONENT_ORDER_SLOPE_FIRST);
   EXPECT_EQ(proto.spec().precision(), v1::PRECISION_FP64);
   EXPECT_EQ(proto.spec().timestep_dtype(), v1::DTYPE_FP16);
   EXPECT_EQ(proto.dtype(), v1::DTYPE_BF16);
@@ -94,6 +97,7 @@ TEST(ConversionsTest, UnsetFieldsStayUnset) {
   EXPECT_FALSE(spec.has_time_factor());
   EXPECT_FALSE(spec.has_repeat_only());
   EXPECT_EQ(spec.layout(), v1::LAYOUT_UNSPECIFIED);
+  EXPECT_EQ(spec.exponent_order(), v1::EXPONENT_ORDER_UNSPECIFIED);
   EXPECT_EQ(spec.precision(), v1::PRECISION_UNSPECIFIED);
   EXPECT_EQ(spec.timestep_dtype(), v1::DTYPE_UNSPECIFIED);
   EXPECT_EQ(proto.dtype(), v1::DTYPE_UNSPECIFIED);
@@ -121,6 +125,8 @@ TEST(ConversionsTest, EachFieldAloneSurvivesAtItsZeroValue) {
       {"time_factor", [](SpecRequest* r) { r->time_factor = 0.0; }},
       {"repeat_only", [](SpecRequest* r) { r->repeat_only = false; }},
       {"layout", [](SpecRequest* r) { r->layout = Layout::kHalves; }},
+      {"exponent_order",
+       [](SpecRequest* r) { r->exponent_order = ExponentOrder::kDivideLast; }},
       {"precision", [](SpecRequest* r) { r->precision = Precision::kFloat32; }},
       {"dtype", [](SpecRequest* r) { r->dtype = DType::kFloat32; }},
       {"timestep_dtype",
@@ -148,6 +154,13 @@ TEST(ConversionsTest, EnumsMapBothWays) {
     ASSERT_TRUE(back.ok());
     EXPECT_EQ(*back, layout);
   }
+  for (ExponentOrder order :
+       {ExponentOrder::kDivideLast, ExponentOrder::kSlopeFirst}) {
+    auto back =
+        ExponentOrderFromProto(ExponentOrderToProto(order), "exponent_order");
+    ASSERT_TRUE(back.ok());
+    EXPECT_EQ(*back, order);
+  }
   for (Precision precision : {Precision::kFloat32, Precision::kFloat64}) {
     auto back = PrecisionFromProto(PrecisionToProto(precision), "precision");
     ASSERT_TRUE(back.ok());
@@ -168,6 +181,12 @@ TEST(ConversionsTest, EnumsMapBothWays) {
     auto layout = LayoutFromProto(value, "layout");
     ASSERT_TRUE(layout.ok()) << value;
     EXPECT_EQ(layout->has_value(), value != v1::LAYOUT_UNSPECIFIED);
+  }
+  for (int i = 0; i < v1::ExponentOrder_descriptor()->value_count(); ++i) {
+    const int value = v1::ExponentOrder_descriptor()->value(i)->number();
+    auto order = ExponentOrderFromProto(value, "exponent_order");
+    ASSERT_TRUE(order.ok()) << value;
+    EXPECT_EQ(order->has_value(), value != v1::EXPONENT_ORDER_UNSPECIFIED);
   }
   for (int i = 0; i < v1::Precision_descriptor()->value_count(); ++i) {
     const int value = v1::Precision_descriptor()->value(i)->number();
@@ -191,6 +210,11 @@ TEST(ConversionsTest, EnumValuesOutsideTheEnumNameTheField) {
          s->set_layout(static_cast<v1::Layout>(7));
        },
        7},
+      {"spec.exponent_order",
+       [](v1::EmbeddingSpec* s, int*) {
+         s->set_exponent_order(static_cast<v1::ExponentOrder>(3));
+       },
+       3},
       {"spec.precision",
        [](v1::EmbeddingSpec* s, int*) {
          s->set_precision(static_cast<v1::Precision>(-1));
@@ -240,6 +264,7 @@ TEST(ConversionsTest, SpecToProtoMarksEveryFieldPresent) {
   EXPECT_TRUE(out.has_time_factor());
   EXPECT_TRUE(out.has_repeat_only());
   EXPECT_EQ(out.layout(), v1::LAYOUT_HALVES);
+  EXPECT_EQ(out.exponent_order(), v1::EXPONENT_ORDER_DIVIDE_LAST);
   EXPECT_EQ(out.precision(), v1::PRECISION_FP32);
   EXPECT_EQ(out.timestep_dtype(), v1::DTYPE_FP32);
 
@@ -261,6 +286,7 @@ Preset CustomPreset() {
   preset.spec.time_factor = 1000;
   preset.spec.repeat_only = false;
   preset.spec.layout = Layout::kInterleaved;
+  preset.spec.exponent_order = ExponentOrder::kSlopeFirst;
   preset.spec.dtype = DType::kFloat16;
   preset.spec.precision = Precision::kFloat64;
   preset.spec.timestep_dtype = DType::kBFloat16;

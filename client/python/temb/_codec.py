@@ -32,13 +32,16 @@ _WIRE: Dict[int, np.dtype] = {pb.DTYPE_FP32: np.dtype("<f4"), pb.DTYPE_FP16: np.
 _NATIVE = {k: v.newbyteorder("=") for k, v in _WIRE.items()}
 _LAYOUTS = {"halves": pb.LAYOUT_HALVES, "interleaved": pb.LAYOUT_INTERLEAVED}
 _LAYOUT_NAMES = {v: k for k, v in _LAYOUTS.items()}
+_EXPONENT_ORDERS = {"divide_last": pb.EXPONENT_ORDER_DIVIDE_LAST,
+                    "slope_first": pb.EXPONENT_ORDER_SLOPE_FIRST}
+_EXPONENT_ORDER_NAMES = {v: k for k, v in _EXPONENT_ORDERS.items()}
 _PRECISIONS = {"fp32": pb.PRECISION_FP32, "float32": pb.PRECISION_FP32,
                "fp64": pb.PRECISION_FP64, "float64": pb.PRECISION_FP64}
 _PRECISION_NAMES = {pb.PRECISION_FP32: "fp32", pb.PRECISION_FP64: "fp64"}
 # timestep_dtype takes the dtype names; the server refuses fp64 with a
 # message saying why.
 _ENUMS = {"dtype": _DTYPES, "timestep_dtype": _DTYPES, "layout": _LAYOUTS,
-          "precision": _PRECISIONS}
+          "exponent_order": _EXPONENT_ORDERS, "precision": _PRECISIONS}
 _BF16_FORMATS = ("auto", "float32", "bits", "ml_dtypes")
 _RETURN_TENSORS = ("np", "pt")
 
@@ -162,8 +165,8 @@ def frequencies_list(frequencies: Any) -> list:
 
 
 def enum_value(field: str, name: Any) -> Any:
-    """The temb.v1 enum number of a "dtype", "timestep_dtype", "layout" or
-    "precision" name; the dtypes also take torch and numpy dtypes."""
+    """The temb.v1 enum number of a "dtype", "timestep_dtype", "layout",
+    "exponent_order" or "precision" name; the dtypes also take torch and numpy dtypes."""
     if field in ("dtype", "timestep_dtype"):
         name = _dtype_name(name)
     return _choice(field, name, _ENUMS[field])
@@ -261,6 +264,7 @@ def _spec_from_proto(spec: pb.EmbeddingSpec) -> Spec:
            if spec.HasField("log_spaced_frequencies") else None)
     return Spec(**values,
                 layout=_LAYOUT_NAMES.get(spec.layout),
+                exponent_order=_EXPONENT_ORDER_NAMES.get(spec.exponent_order),
                 precision=_PRECISION_NAMES.get(spec.precision),
                 timestep_dtype=_DTYPE_NAMES.get(spec.timestep_dtype),
                 frequencies=tuple(spec.frequencies) or None,

@@ -145,8 +145,9 @@ class EmbedCall(NamedTuple):
 
 # The keyword arguments that fill an EmbeddingSpec (embed()'s and a part's).
 SPEC_KEYWORDS = ("dim", "max_period", "flip_sin_to_cos", "downscale_freq_shift",
-                 "scale", "time_factor", "repeat_only", "layout", "precision",
-                 "timestep_dtype", "frequencies", "log_spaced_frequencies")
+                 "scale", "time_factor", "repeat_only", "layout",
+                 "exponent_order", "precision", "timestep_dtype", "frequencies",
+                 "log_spaced_frequencies")
 # What a part given as a mapping may hold.
 PART_KEYWORDS = frozenset(("timesteps", "preset", "dtype") + SPEC_KEYWORDS)
 
@@ -159,6 +160,7 @@ def fill_spec(spec: pb.EmbeddingSpec, *, dim: Optional[int] = None,
               time_factor: Optional[float] = None,
               repeat_only: Optional[bool] = None,
               layout: Optional[str] = None,
+              exponent_order: Optional[str] = None,
               precision: Optional[str] = None,
               timestep_dtype: Any = None,
               frequencies: Optional[Sequence[float]] = None,
@@ -174,7 +176,8 @@ def fill_spec(spec: pb.EmbeddingSpec, *, dim: Optional[int] = None,
                         ("repeat_only", repeat_only)):
         if value is not None:
             setattr(spec, name, value)
-    for name, value in (("layout", layout), ("precision", precision),
+    for name, value in (("layout", layout), ("exponent_order", exponent_order),
+                        ("precision", precision),
                         ("timestep_dtype", timestep_dtype)):
         if value is not None:
             setattr(spec, name, _codec.enum_value(name, value))
@@ -218,6 +221,7 @@ def embed_call(timesteps: Any = None, dim: Optional[int] = None,
                time_factor: Optional[float] = None,
                repeat_only: Optional[bool] = None,
                layout: Optional[str] = None,
+               exponent_order: Optional[str] = None,
                precision: Optional[str] = None,
                timestep_dtype: Any = None,
                frequencies: Optional[Sequence[float]] = None,
@@ -237,6 +241,7 @@ def embed_call(timesteps: Any = None, dim: Optional[int] = None,
               flip_sin_to_cos=flip_sin_to_cos,
               downscale_freq_shift=downscale_freq_shift, scale=scale,
               time_factor=time_factor, repeat_only=repeat_only, layout=layout,
+        exponent_order=exponent_order,
               precision=precision, timestep_dtype=timestep_dtype,
               frequencies=frequencies,
               log_spaced_frequencies=log_spaced_frequencies)
@@ -268,6 +273,7 @@ def embed_parts_call(parts: Mapping[str, Any], preset: Optional[str] = None,
                      time_factor: Optional[float] = None,
                      repeat_only: Optional[bool] = None,
                      layout: Optional[str] = None,
+                     exponent_order: Optional[str] = None,
                      precision: Optional[str] = None,
                      timestep_dtype: Any = None,
                      frequencies: Optional[Sequence[float]] = None,
@@ -283,6 +289,7 @@ def embed_parts_call(parts: Mapping[str, Any], preset: Optional[str] = None,
         flip_sin_to_cos=flip_sin_to_cos,
         downscale_freq_shift=downscale_freq_shift, scale=scale,
         time_factor=time_factor, repeat_only=repeat_only, layout=layout,
+        exponent_order=exponent_order,
         precision=precision, timestep_dtype=timestep_dtype,
         frequencies=frequencies, log_spaced_frequencies=log_spaced_frequencies,
         parts=parts, request_id=request_id, timeout=timeout,

@@ -104,6 +104,9 @@ class Client(_request.ClientBase):
           frequencies: dim/2 frequencies replacing the formula's (learned
             ones); log_spaced_frequencies: (min, max) of a log-spaced table.
           layout: "halves" | "interleaved".  precision: "fp32" | "fp64".
+          exponent_order: "divide_last" (default) | "slope_first": the
+            float32 order of -ln(P) * i / (H - shift) in the model's code
+            (``arange(half) * -(ln P / (half - 1))`` is slope_first).
           parts: several named embeddings in one call, as in
             :meth:`embed_parts` (timesteps must then be None); the result
             is then a dict.

@@ -9,7 +9,8 @@
 //         t' = rnd(fl32(rnd(t)) * fl32(time_factor)), rnd rounding to
 //         timestep_dtype (PipelineTimesteps below)
 //   f_i = exp(-ln(P) * i / (H - downscale_freq_shift)),   i in [0, H)
-//         (or the spec's own table of H frequencies)
+//         with the exponent's float32 steps in the model's order
+//         (ExponentOrder), or the spec's own table of H frequencies
 //   a_i = scale * (t' * f_i)
 //   halves layout:       [sin(a), cos(a)], or [cos(a), sin(a)] when
 //                        flip_sin_to_cos; an odd D appends one 0 at D-1.
@@ -61,6 +62,17 @@ enum class Layout : uint8_t {
   kInterleaved = 1,  // pairs at (2i, 2i+1)
 };
 
+// The order in which float32 code evaluates the exponent of f_i; the two
+// orders round differently, by up to ~2^-20 relative in f_i.
+enum class ExponentOrder : uint8_t {
+  // fl32(fl32(-ln P) * i) / fl32(H - shift): diffusers'
+  // get_timestep_embedding and most model code.
+  kDivideLast = 0,
+  // fl32(i * fl32(-ln P / (H - shift))), the slope taken in double first:
+  // LongCat-AudioDiT, Ideogram 4 (`torch.arange(half) * -(ln P / (H - 1))`).
+  kSlopeFirst = 1,
+};
+
 enum class Precision : uint8_t {
   kFloat32 = 0,  // PyTorch float32 op order (default)
   kFloat64 = 1,  // double angles, rounded once to the output dtype
@@ -68,6 +80,8 @@ enum class Precision : uint8_t {
 
 absl::string_view LayoutName(Layout layout);  // "halves" | "interleaved"
 absl::string_view PrecisionName(Precision precision);  // "fp32" | "fp64"
+// "divide_last" | "slope_first"
+absl::string_view ExponentOrderName(ExponentOrder order);
 
 // A plain value type; copy freely.  Defaults are the LDM convention that
 // almost every modern diffusion model uses; the service makes callers choose
@@ -80,6 +94,7 @@ struct EmbeddingSpec {
   double scale = 1.0;
   double time_factor = 1.0;
   bool repeat_only = false;
+  ExponentOrder exponent_order = ExponentOrder::kDivideLast;
   Layout layout = Layout::kHalves;
   DType dtype = DType::kFloat32;
   Precision precision = Precision::kFloat32;

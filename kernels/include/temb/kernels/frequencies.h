@@ -1,13 +1,18 @@
 // The frequency table shared by every backend, so that CPU and CUDA agree on
 // f_i by construction (the table is computed here, on the host, and uploaded).
 //
-// Float32 precision reproduces eager PyTorch's op order:
-//   e_i = fl32( fl32( fl32(-ln P) * i ) / fl32(H - shift) )
-//   f_i = exp(e_i) rounded once to float32 (a correctly rounded expf: within
-//         half an ulp, so within one ulp of both torch CPU's SLEEF expf and
-//         CUDA's expf).
-// Reordering (e.g. a precomputed slope times i) would move results by ~3e-5 at
-// t ~ 1000 unless H is a power of two, which is why the order is kept.
+// Float32 precision reproduces eager PyTorch's op order, in the order the
+// model's code writes the exponent (EmbeddingSpec::exponent_order):
+//   divide last:  e_i = fl32( fl32( fl32(-ln P) * i ) / fl32(H - shift) )
+//   slope first:  e_i = fl32( i * fl32(-ln P / (H - shift)) )
+//   f_i = exp(e_i) rounded once to float32: a correctly rounded expf.
+// PyTorch's own exp is not correctly rounded, and differs by platform: on
+// x86 CPUs it is oneMKL's vector exp (measured with torch 2.15: at most 0.56
+// ulp from exact, and a different rounding in 0.56% of float32 exponents in
+// [-10, 0]); CUDA's expf is documented within 2 ulp.  A correctly rounded
+// exp is the one choice within an ulp of all of them.  The two exponent
+// orders round differently (by up to ~2^-20 relative in f_i for H = 128), so
+// the order is kept as the model writes it.
 #ifndef TEMB_KERNELS_FREQUENCIES_H_
 #define TEMB_KERNELS_FREQUENCIES_H_
 
@@ -25,12 +30,13 @@ struct FrequencyKey {
   int half_dim = 0;
   double max_period = 0;
   double shift = 0;
+  ExponentOrder exponent_order = ExponentOrder::kDivideLast;
   Precision precision = Precision::kFloat32;
   std::shared_ptr<const std::vector<double>> table;  // the spec's own
 
   static FrequencyKey Of(const EmbeddingSpec& spec) {
-    return {spec.half_dim(), spec.max_period, spec.downscale_freq_shift,
-            spec.precision, spec.frequencies};
+    return {spec.half_dim(),     spec.max_period, spec.downscale_freq_shift,
+            spec.exponent_order, spec.precision,  spec.frequencies};
   }
   bool operator==(const FrequencyKey& other) const {
     // Tables compare by content (the same preset's table is one object, so
@@ -39,7 +45,8 @@ struct FrequencyKey {
         table == other.table ||
         (table != nullptr && other.table != nullptr && *table == *other.table);
     return half_dim == other.half_dim && max_period == other.max_period &&
-           shift == other.shift && precision == other.precision && same_table;
+           shift == other.shift && exponent_order == other.exponent_order &&
+           precision == other.precision && same_table;
   }
 };
 
@@ -47,7 +54,8 @@ struct FrequencyKey {
 // to float32).  Requires a valid spec.
 std::vector<float> Float32Frequencies(const EmbeddingSpec& spec);
 
-// H frequencies evaluated in double: exp(-ln(P) * i / (H - shift)).
+// H frequencies evaluated in double: exp(-ln(P) * i / (H - shift)), or
+// exp(i * (-ln(P) / (H - shift))) when the slope comes first.
 std::vector<double> Float64Frequencies(const EmbeddingSpec& spec);
 
 // The largest magnitude of each table, without building it (validation

@@ -51,6 +51,7 @@ struct SpecRequest {
   std::optional<double> time_factor;
   std::optional<bool> repeat_only;
   std::optional<Layout> layout;
+  std::optional<ExponentOrder> exponent_order;
   std::optional<Precision> precision;
   std::optional<DType> dtype;
   // fp32 | fp16 | bf16: see EmbeddingSpec::timestep_dtype.
@@ -62,9 +63,10 @@ struct SpecRequest {
 // The request one part of a multi-part call resolves with: `part` itself when
 // it names a preset or sets a convention field (dim, max_period,
 // flip_sin_to_cos, downscale_freq_shift, scale, time_factor, repeat_only,
-// layout); else the part called `name` of `whole`'s preset (Preset::parts);
-// else `whole`.  dtype, precision and timestep_dtype that the part leaves
-// unset come from `whole`.  NOT_FOUND for an unknown preset of `whole`.
+// layout, exponent_order); else the part called `name` of `whole`'s preset
+// (Preset::parts); else `whole`.  dtype, precision and timestep_dtype that the
+// part leaves unset come from `whole`.  NOT_FOUND for an unknown preset of
+// `whole`.
 absl::StatusOr<SpecRequest> PartSpecRequest(const SpecRequest& whole,
                                             absl::string_view name,
                                             const SpecRequest& part,

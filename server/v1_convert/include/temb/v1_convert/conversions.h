@@ -26,10 +26,13 @@ absl::StatusOr<std::optional<Layout>> LayoutFromProto(int value,
                                                       absl::string_view field);
 absl::StatusOr<std::optional<Precision>> PrecisionFromProto(
     int value, absl::string_view field);
+absl::StatusOr<std::optional<ExponentOrder>> ExponentOrderFromProto(
+    int value, absl::string_view field);
 
 v1::DType DTypeToProto(DType dtype);
 v1::Layout LayoutToProto(Layout layout);
 v1::Precision PrecisionToProto(Precision precision);
+v1::ExponentOrder ExponentOrderToProto(ExponentOrder order);
 
 // Copies the fields present in `spec` (and the preset name and dtype) into a
 // SpecRequest.  Only enum values can be invalid here; the semantic rules are
