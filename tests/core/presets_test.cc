@@ -83,6 +83,20 @@ TEST(PresetsTest, BuiltInCatalogueMatchesTheContract) {
       {"t5-film", 768, true, false, 1, kH, 2000, kF32, 1, 2000},
       // Its own (log-spaced) table; shift plays no part and stays 0.
       {"stable-audio-3", 256, false, true, 0, kH, 1, kF32, 6.283185307179586},
+      {"flux3", 256, false, true, 0, kH, 1000, kF32},
+      {"ideogram4", 4608, false, false, 1, kH, 10000, kF32, 1, 10000,
+       kSlopeFirst},
+      {"stable-cascade", 64, false, false, 1, kH, 10000, kF32, 1, 10000,
+       kSlopeFirst},
+      {"rfd4-proteina", 256, false, false, 1, kH, 2000, kF32, 1, 2000,
+       kSlopeFirst},
+      {"cogview4", 2560, true, true, 0, kH, 1, kF32},
+      {"glm-image", 512, false, true, 0, kH, 1, kF32},
+      {"nucleusmoe-image", 2048, false, true, 0, kH, 1, kF32, 1000},
+      {"cosmos3", 256, false, true, 0, kH, 0.001, kF32},
+      {"krea2", 256, false, true, 0, kH, 1000, kF32},
+      {"qwen-image-2.1", 256, false, true, 0, kH, 1000, kF32},
+      {"bria-fibo2", 256, false, true, 0, kH, 1000, kF32},
   };
   const PresetCatalog& catalog = BuiltInPresetCatalog();
   EXPECT_EQ(catalog.presets().size(), std::size(table));

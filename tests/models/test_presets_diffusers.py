@@ -206,6 +206,113 @@ def _t5_film():
     return lambda t: E.get_timestep_embedding(t * 2000.0, 768, max_period=2000.0)
 
 
+
+def _embedding_fed_to(module, layer):
+    """f(t): `module`'s own forward on t, returning what its MLP's first
+    `layer` receives: the model's embedding, computed by its own code.  The
+    MLP is replaced by identities first (it holds the only weights)."""
+    for name in ("mlp_in", "mlp_out", "linear_1", "linear_2"):
+        if hasattr(module, name):
+            setattr(module, name, torch.nn.Identity())
+    fed = []
+    getattr(module, layer).register_forward_pre_hook(
+        lambda _, args: fed.append(args[0]))
+
+    def run(t, *args):
+        fed.clear()
+        module(t, *args)
+        return fed[0]
+    return run
+
+
+def _ideogram4():
+    cfg = _defaults(_module("transformers.transformer_ideogram4",
+                            "Ideogram4Transformer2DModel"))
+    hidden = cfg["attention_head_dim"] * cfg["num_attention_heads"]
+    with torch.device("meta"):  # the MLP's weights are never used
+        # transformer_ideogram4.py: Ideogram4EmbedScalar(hidden_size, (0.0, 1.0))
+        module = _module("transformers.transformer_ideogram4",
+                         "Ideogram4EmbedScalar")(hidden, input_range=(0.0, 1.0))
+    return _embedding_fed_to(module, "mlp_in")
+
+
+def _stable_cascade():
+    import types
+    cls = _module("unets.unet_stable_cascade", "StableCascadeUNet")
+    width = _defaults(cls)["timestep_ratio_embedding_dim"]
+    # get_timestep_ratio_embedding reads only the config's width.
+    owner = types.SimpleNamespace(
+        config=types.SimpleNamespace(timestep_ratio_embedding_dim=width))
+    return lambda t: cls.get_timestep_ratio_embedding(owner, t)
+
+
+def _rfd4():
+    module = _module("transformers.transformer_rfd4_proteina")
+    width = _defaults(module.RFD4ProteinaTransformer)["t_emb_dim"]
+    return lambda t: module.get_rfd4_time_embedding(t, width)
+
+
+def _cogview4():
+    cfg = _defaults(_module("transformers.transformer_cogview4",
+                            "CogView4Transformer2DModel"))
+    inner = cfg["num_attention_heads"] * cfg["attention_head_dim"]
+    # transformer_cogview4.py:681: timesteps_dim=inner_dim
+    return E.CogView3CombinedTimestepSizeEmbeddings(
+        32, cfg["condition_dim"], 6 * cfg["condition_dim"], inner).time_proj
+
+
+def _glm_image():
+    module = _module("transformers.transformer_glm_image")
+    cfg = _defaults(module.GlmImageTransformer2DModel)
+    # transformer_glm_image.py:576: timesteps_dim=time_embed_dim
+    return module.GlmImageCombinedTimestepSizeEmbeddings(
+        32, cfg["condition_dim"], 4 * cfg["condition_dim"],
+        cfg["time_embed_dim"]).time_proj
+
+
+def _nucleusmoe():
+    module = _module("transformers.transformer_nucleusmoe_image")
+    cfg = _defaults(module.NucleusMoEImageTransformer2DModel)
+    inner = cfg["num_attention_heads"] * cfg["attention_head_dim"]
+    return module.NucleusMoETimestepProjEmbeddings(inner).time_proj
+
+
+def _cosmos3():
+    module = _module("transformers.transformer_cosmos3")
+    scale = _defaults(module.Cosmos3OmniTransformer)["timestep_scale"]
+    # transformer_cosmos3.py: time_proj(timesteps * timestep_scale)
+    return _fn(E.Timesteps(num_channels=256, flip_sin_to_cos=True,
+                           downscale_freq_shift=0), scale)
+
+
+def _flux3():
+    cfg = _defaults(_module("transformers.transformer_flux3",
+                            "Flux3Transformer2DModel"))
+    return _fn(E.Timesteps(cfg["timestep_channels"], True, 0), 1000.0)
+
+
+def _krea2():
+    module = _module("transformers.transformer_krea2")
+    width = _defaults(module.Krea2Transformer2DModel)["timestep_embed_dim"]
+    embed = _embedding_fed_to(module.Krea2TimestepEmbedding(width, 8), "linear_1")
+    # Its forward gives [B, 1, width] (one row per sample, broadcast later).
+    return lambda t: embed(t, torch.float32)[:, 0, :]
+
+
+def _qwen_image_21():
+    return _module("transformers.transformer_qwenimage21",
+                   "QwenImage21TemporalTimesteps")(timestep_dim=256)
+
+
+def _bria_fibo2():
+    module = _module("transformers.transformer_bria_fibo2")
+    t_scale = _defaults(module.BriaFibo2Transformer2DModel)["t_scale"]
+    embedder = module.TimestepEmbedder(32)
+    # transformer_bria_fibo2.py:538: t_embedder(timestep * t_scale)
+    return lambda t: embedder.timestep_embedding(
+        t * t_scale, embedder.frequency_embedding_size)
+
+
 CASES = {
     "sd15": Case("UNet2DConditionModel.time_proj", _unet_time_proj),
     "sd21": Case("UNet2DConditionModel.time_proj", _unet_time_proj),
@@ -327,6 +434,26 @@ CASES = {
         lambda: _module("transformers.transformer_stable_audio3",
                         "StableAudio3ExpoFourierFeatures")(256),
         sigma=True),
+    "flux3": Case("Flux3Transformer2DModel.time_proj(t * 1000)", _flux3, sigma=True),
+    "ideogram4": Case("Ideogram4EmbedScalar(hidden, (0, 1)): 1e4 * t, "
+                      "_sinusoidal_embedding (slope first)", _ideogram4, sigma=True),
+    "stable-cascade": Case("StableCascadeUNet.get_timestep_ratio_embedding "
+                           "(ratio * 1e4, slope first)", _stable_cascade, sigma=True),
+    "rfd4-proteina": Case("get_rfd4_time_embedding(t, t_emb_dim) (x2000, slope first)",
+                          _rfd4, sigma=True),
+    "cogview4": Case("CogView3CombinedTimestepSizeEmbeddings(timesteps_dim=inner_dim)"
+                     ".time_proj", _cogview4),
+    "glm-image": Case("GlmImageCombinedTimestepSizeEmbeddings(timesteps_dim="
+                      "time_embed_dim).time_proj", _glm_image),
+    "nucleusmoe-image": Case("NucleusMoETimestepProjEmbeddings(inner_dim).time_proj "
+                             "(scale 1000)", _nucleusmoe, sigma=True),
+    "cosmos3": Case("Timesteps(256, True, 0)(t * timestep_scale)", _cosmos3),
+    "krea2": Case("Krea2TimestepEmbedding: (t * 1e3) * freqs, cos|sin", _krea2,
+                  sigma=True),
+    "qwen-image-2.1": Case("QwenImage21TemporalTimesteps(256) (1000 * t)",
+                           _qwen_image_21, sigma=True),
+    "bria-fibo2": Case("TimestepEmbedder.timestep_embedding(t * t_scale, 256)",
+                       _bria_fibo2, sigma=True),
 }
 
 # Presets the lead's own tests cover (their frequency tables come from a
@@ -433,6 +560,8 @@ PIPELINE_DTYPES = [
     ("auraflow", torch.float16, "t / 1000 .to(latents.dtype) (fp16)"),
     ("hunyuan-video-1.5", torch.bfloat16, "t.to(latent dtype)"),
     ("ernie-image", torch.bfloat16, "torch.full(..., dtype=transformer.dtype)"),
+    ("flux3", torch.bfloat16, "timestep.to(dtype) * 1000"),
+    ("stable-cascade", torch.bfloat16, "timestep_ratio.to(dtype) * 10000"),
 ]
 
 
