@@ -100,6 +100,11 @@ std::vector<EmbeddingSpec> Conventions(int dim) {
         spec.flip_sin_to_cos = flip;
         spec.downscale_freq_shift = shift;
         specs.push_back(spec);
+        // LongCat's family: the same convention with the slope first.
+        if (layout == Layout::kHalves && !flip && shift == 1.0) {
+          spec.exponent_order = ExponentOrder::kSlopeFirst;
+          specs.push_back(spec);
+        }
       }
     }
   }
@@ -307,9 +312,9 @@ TEST_P(BackendParityTest, Fp32AllShapesLayoutsOrdersAndShifts) {
       }
     }
   }
-  // 34 conventions over the dims (invalid shift combinations left out), for
+  // 39 conventions over the dims (invalid shift combinations left out), for
   // each of the 4 batches: proof that the loops above really ran.
-  EXPECT_EQ(cases_, 136);
+  EXPECT_EQ(cases_, 156);
 }
 
 TEST_P(BackendParityTest, EveryDTypeAndPrecision) {
