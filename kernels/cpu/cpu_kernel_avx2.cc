@@ -39,7 +39,15 @@ struct Isa {
     return _mm256_movemask_ps(_mm256_cmp_ps(magnitude, _mm256_set1_ps(limit),
                                             _CMP_LT_OQ)) == 0xff;
   }
-  static I ToInt(V a) { return _mm256_cvtps_epi32(a); }
+  static I QuadrantBits(D low, D high) {
+    // The low halves of the 64-bit lanes, as l0 l1 h0 h1 | l2 l3 h2 h3;
+    // then the 64-bit pairs put in order.
+    const __m256 pairs =
+        _mm256_shuffle_ps(_mm256_castpd_ps(low), _mm256_castpd_ps(high),
+                          _MM_SHUFFLE(2, 0, 2, 0));
+    return _mm256_permute4x64_epi64(_mm256_castps_si256(pairs),
+                                    _MM_SHUFFLE(3, 1, 2, 0));
+  }
   static V SelectOdd(I q, V odd, V even) {
     // blendv picks by each lane's sign bit: move bit 0 there.
     return _mm256_blendv_ps(even, odd,

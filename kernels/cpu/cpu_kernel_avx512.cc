@@ -42,7 +42,11 @@ struct Isa {
     return _mm512_cmp_ps_mask(_mm512_abs_ps(a), _mm512_set1_ps(limit),
                               _CMP_LT_OQ) == 0xffff;
   }
-  static I ToInt(V a) { return _mm512_cvtps_epi32(a); }
+  static I QuadrantBits(D low, D high) {
+    const __m256i l = _mm512_cvtepi64_epi32(_mm512_castpd_si512(low));
+    const __m256i h = _mm512_cvtepi64_epi32(_mm512_castpd_si512(high));
+    return _mm512_inserti64x4(_mm512_castsi256_si512(l), h, 1);
+  }
   static V SelectOdd(I q, V odd, V even) {
     return _mm512_mask_blend_ps(_mm512_test_epi32_mask(q, _mm512_set1_epi32(1)),
                                 even, odd);

@@ -75,21 +75,30 @@ void Rows(const Float32RowJob& job, const float* timesteps, int64_t rows,
   using V = typename Isa::V;
   constexpr int kW = Isa::kLanes;
   constexpr int kBytes = Store<Isa, kDType>::kBytes;
+  // The job's fields as locals: stores through `out` (bytes, which may
+  // alias anything) would otherwise make the compiler reload them on every
+  // vector.
   const int half = job.half_dim;
+  const float* const freqs = job.freqs;
+  const bool apply_time_factor = job.apply_time_factor;
+  const float time_factor = job.time_factor;
+  const bool apply_scale = job.apply_scale;
+  const bool flip_sin_to_cos = job.flip_sin_to_cos;
+  const bool odd_dim = job.dim & 1;
   const int64_t row_bytes = static_cast<int64_t>(job.dim) * kBytes;
   const V scale = Isa::Set1(job.scale);
   for (int64_t n = 0; n < rows; ++n) {
     uint8_t* row = out + n * row_bytes;
     const float t =
-        job.apply_time_factor ? job.time_factor * timesteps[n] : timesteps[n];
+        apply_time_factor ? time_factor * timesteps[n] : timesteps[n];
     const V tv = Isa::Set1(t);
     for (int i = 0; i < half; i += kW) {
-      V angle = Isa::Mul(tv, Isa::Load(job.freqs + i));
-      if (job.apply_scale) angle = Isa::Mul(scale, angle);
+      V angle = Isa::Mul(tv, Isa::Load(freqs + i));
+      if (apply_scale) angle = Isa::Mul(scale, angle);
       V s, c;
       Isa::SinCos(angle, &s, &c);
-      const V first = job.flip_sin_to_cos ? c : s;
-      const V second = job.flip_sin_to_cos ? s : c;
+      const V first = flip_sin_to_cos ? c : s;
+      const V second = flip_sin_to_cos ? s : c;
       const int count = half - i < kW ? half - i : kW;
       if (kLayout == Layout::kHalves) {
         StorePartial<Isa, kDType>(first, count, row + i * kBytes);
@@ -106,7 +115,7 @@ void Rows(const Float32RowJob& job, const float* timesteps, int64_t rows,
       }
     }
     // Odd dim: the last column is +0 in every dtype (all bits clear).
-    if (job.dim & 1) std::memset(row + (job.dim - 1) * kBytes, 0, kBytes);
+    if (odd_dim) std::memset(row + (row_bytes - kBytes), 0, kBytes);
   }
 }
 

@@ -36,7 +36,9 @@
 //   DSet1(double), DMul(D, D), DFma(a, b, c) = a * b + c (fused),
 //   DFnma(a, b, c) = c - a * b (fused), DSub(D, D)
 //   AllBelow(V, float limit)   every lane has |a| < limit (false for NaN)
-//   I, ToInt(V)                int32 lanes of integral floats (exact)
+//   I, QuadrantBits(D low, D high) -> I
+//                              the low 32 bits of each 64-bit lane, as the
+//                              int32 lanes of one float vector's order
 //   SelectOdd(I q, V odd, V even)   per lane: q odd ? odd : even
 //   NegateWhereBit1(I q, V v)  -v in lanes where q & 2
 //   AddOne(I q)
@@ -54,14 +56,17 @@ constexpr float kDoublePathLimit = 1048576.0f;  // 2^20
 
 template <typename Isa>
 inline void SinCosHalf(typename Isa::D a, typename Isa::D* sin_r,
-                       typename Isa::D* cos_r, typename Isa::D* quadrant) {
+                       typename Isa::D* cos_r, typename Isa::D* shifted_q) {
   using D = typename Isa::D;
-  // Adding 1.5 * 2^52 rounds a * 2/pi to an integer (ties to even);
-  // subtracting it again leaves q exactly, and +0 for a = -0, so that
-  // r = a - q * C1 keeps the sign of a zero angle (sin -0 = -0).
+  // Adding 1.5 * 2^52 rounds a * 2/pi to an integer q (ties to even), held
+  // in the low bits of the sum's significand: its low 32 bits are q as a
+  // two's complement int32 (|q| < 2^51 keeps the exponent), which is how the
+  // caller reads the quadrant without a conversion.  Subtracting it again
+  // leaves q exactly, and +0 for a = -0, so that r = a - q * C1 keeps the
+  // sign of a zero angle (sin -0 = -0).
   const D magic = Isa::DSet1(6755399441055744.0);
-  const D quadrant_q =
-      Isa::DSub(Isa::DFma(a, Isa::DSet1(0.63661977236758134), magic), magic);
+  const D shifted = Isa::DFma(a, Isa::DSet1(0.63661977236758134), magic);
+  const D quadrant_q = Isa::DSub(shifted, magic);
   D r = Isa::DFnma(quadrant_q, Isa::DSet1(1.5707963267948966), a);
   r = Isa::DFnma(quadrant_q, Isa::DSet1(6.123233995736766e-17), r);
   const D r2 = Isa::DMul(r, r);
@@ -83,7 +88,7 @@ inline void SinCosHalf(typename Isa::D a, typename Isa::D* sin_r,
                                   Isa::DSet1(0.04166666661763299)));
   *sin_r = Isa::DMul(r, Isa::DFma(r2, p, Isa::DSet1(1.0)));
   *cos_r = Isa::DFma(r4, q, Isa::DFma(r2, Isa::DSet1(-0.5), Isa::DSet1(1.0)));
-  *quadrant = quadrant_q;
+  *shifted_q = shifted;
 }
 
 template <typename Isa>
@@ -100,8 +105,7 @@ inline void SinCosViaDouble(typename Isa::V a, typename Isa::V* sin_a,
   SinCosHalf<Isa>(Isa::WidenHigh(a), &s_high, &c_high, &q_high);
   const V s = Isa::Narrow(s_low, s_high);
   const V c = Isa::Narrow(c_low, c_high);
-  // |q| < 2^20 * 2/pi: exact as float32 and as int32.
-  const auto q = Isa::ToInt(Isa::Narrow(q_low, q_high));
+  const auto q = Isa::QuadrantBits(q_low, q_high);
   // a = q * pi/2 + r:  sin a = (q odd ? cos r : sin r), negated when q & 2;
   //                    cos a = (q odd ? sin r : cos r), negated when
   //                    (q + 1) & 2.
