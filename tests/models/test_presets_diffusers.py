@@ -698,3 +698,53 @@ def test_multi_part_presets(client, info, references):
                 preset.name, name)
             checked += 1
     assert checked >= 20
+
+
+# --- a denoising step's embeddings in one call -------------------------------
+
+def _step_bound(t):
+    """ULPS ulp of the largest angle: a frequency exp may round differently."""
+    return ULPS * float(np.spacing(np.float32(max(1.0, float(np.abs(t).max())))))
+
+
+def test_cogview4_step_in_one_call(client):
+    """CogView4's timestep and its six size scalars, one call, against
+    CogView3CombinedTimestepSizeEmbeddings' own projections."""
+    cfg = _defaults(_module("transformers.transformer_cogview4",
+                            "CogView4Transformer2DModel"))
+    inner = cfg["num_attention_heads"] * cfg["attention_head_dim"]
+    module = E.CogView3CombinedTimestepSizeEmbeddings(
+        32, cfg["condition_dim"], 6 * cfg["condition_dim"], inner)
+    t = torch.tensor([999.0, 421.0])
+    sizes = {"original_size": torch.tensor([[1024.0, 1024.0], [768.0, 1360.0]]),
+             "crop_coords": torch.tensor([[0.0, 0.0], [16.0, 32.0]]),
+             "target_size": torch.tensor([[1024.0, 1024.0], [768.0, 1360.0]])}
+    got = client.embed_parts({"timestep": t, **sizes}, preset="cogview4",
+                             return_tensors="pt")
+    with torch.no_grad():
+        want = {"timestep": module.time_proj(t)}
+        for name, value in sizes.items():  # the model's flatten + view
+            want[name] = module.condition_proj(value.flatten()).view(2, -1)
+    assert got.keys() == want.keys()
+    for name, value in want.items():
+        np.testing.assert_allclose(
+            got[name].reshape(2, -1).numpy(), value.numpy(), rtol=0,
+            atol=_step_bound(t.numpy() if name == "timestep" else 1360.0),
+            err_msg=name)
+
+
+def test_stable_cascade_step_in_one_call(client):
+    """Stable Cascade's ratio, sca and crp embeddings, one call, against the
+    concatenation StableCascadeUNet.forward builds."""
+    ratio_embedding = _stable_cascade()
+    r = torch.tensor([0.9, 0.25])
+    sca = torch.tensor([0.5, 0.0])
+    crp = torch.tensor([0.0, 0.75])
+    got = client.embed_parts({"timestep_ratio": r, "sca": sca, "crp": crp},
+                             preset="stable-cascade", return_tensors="pt")
+    with torch.no_grad():
+        want = torch.cat([ratio_embedding(r), ratio_embedding(sca),
+                          ratio_embedding(crp)], dim=1)
+    joined = torch.cat([got["timestep_ratio"], got["sca"], got["crp"]], dim=1)
+    np.testing.assert_allclose(joined.numpy(), want.numpy(), rtol=0,
+                               atol=_step_bound(np.float32([1e4 * 0.9])))
