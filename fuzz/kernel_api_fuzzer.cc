@@ -7,6 +7,7 @@
 //                  bit 2 interleaved layout, bit 3 fp64 precision,
 //                  bits 4-5 dtype (DType value), bits 6-7 CPU engine
 //                  (index into SupportedCpuIsas(), modulo its size)
+//   uint8   more flags: bit 0 slope-first exponent order
 //   double  max_period, downscale_freq_shift, scale, time_factor
 //   float   timesteps[] (the rest; a trailing partial float is ignored)
 //
@@ -28,7 +29,7 @@
 namespace temb::fuzz {
 namespace {
 
-constexpr size_t kHeaderBytes = 2 + 1 + 4 * 8;
+constexpr size_t kHeaderBytes = 2 + 1 + 1 + 4 * 8;
 
 class Reader {
  public:
@@ -88,6 +89,9 @@ void Run(const uint8_t* data, size_t size) {
   spec.layout = (flags & 4) ? Layout::kInterleaved : Layout::kHalves;
   spec.precision = (flags & 8) ? Precision::kFloat64 : Precision::kFloat32;
   spec.dtype = static_cast<DType>((flags >> 4) & 3);
+  const uint8_t more_flags = in.Next<uint8_t>();
+  spec.exponent_order = (more_flags & 1) ? ExponentOrder::kSlopeFirst
+                                         : ExponentOrder::kDivideLast;
   spec.max_period = in.Next<double>();
   spec.downscale_freq_shift = in.Next<double>();
   spec.scale = in.Next<double>();

@@ -16,11 +16,12 @@ DTYPES = {"fp32": 0, "fp16": 1, "bf16": 2, "fp64": 3}
 
 def seed(dim, timesteps, *, flip=True, repeat_only=False, interleaved=False,
          fp64_precision=False, dtype="fp32", engine=0, max_period=10000.0,
-         shift=0.0, scale=1.0, time_factor=1.0):
+         shift=0.0, scale=1.0, time_factor=1.0, slope_first=False):
     flags = (int(flip) | int(repeat_only) << 1 | int(interleaved) << 2 |
              int(fp64_precision) << 3 | DTYPES[dtype] << 4 | engine << 6)
-    header = struct.pack("<hB4d", dim, flags, max_period, shift, scale,
-                         time_factor)
+    more_flags = int(slope_first)
+    header = struct.pack("<hBB4d", dim, flags, more_flags, max_period, shift,
+                         scale, time_factor)
     return header + struct.pack(f"<{len(timesteps)}f", *timesteps)
 
 
@@ -40,6 +41,12 @@ SEEDS = {
     "empty_batch": seed(16, []),
     "scaled_shifted": seed(32, [0.25, 7.0], scale=2.5, shift=0.5, engine=1),
     "large_batch": seed(256, [float(t) for t in range(600)], engine=2),
+    "longcat_slope_first": seed(256, [0.0, 0.25, 0.999], flip=False,
+                                shift=1.0, time_factor=1000.0,
+                                slope_first=True, dtype="bf16", engine=1),
+    "slope_first_fp64": seed(33, [1.0, 999.0], flip=False, shift=1.0,
+                             slope_first=True, fp64_precision=True,
+                             dtype="fp64", engine=3),
     "reject_zero_divisor": seed(2, [1.0], shift=1.0),
     "reject_nan_timestep": seed(8, [1.0, math.nan]),
     "reject_dim_limit": seed(8192, [1.0]),

@@ -37,8 +37,8 @@
 //   DFnma(a, b, c) = c - a * b (fused), DSub(D, D)
 //   AllBelow(V, float limit)   every lane has |a| < limit (false for NaN)
 //   I, QuadrantBits(D low, D high) -> I
-//                              the low 32 bits of each 64-bit lane, as the
-//                              int32 lanes of one float vector's order
+//                              the low 32 bits of each 64-bit lane: low's
+//                              lanes then high's, in Narrow(low, high)'s order
 //   SelectOdd(I q, V odd, V even)   per lane: q odd ? odd : even
 //   NegateWhereBit1(I q, V v)  -v in lanes where q & 2
 //   AddOne(I q)
@@ -100,12 +100,12 @@ inline void SinCosViaDouble(typename Isa::V a, typename Isa::V* sin_a,
     Isa::SleefSinCos(a, sin_a, cos_a);
     return;
   }
-  D s_low, c_low, q_low, s_high, c_high, q_high;
-  SinCosHalf<Isa>(Isa::WidenLow(a), &s_low, &c_low, &q_low);
-  SinCosHalf<Isa>(Isa::WidenHigh(a), &s_high, &c_high, &q_high);
+  D s_low, c_low, shifted_low, s_high, c_high, shifted_high;
+  SinCosHalf<Isa>(Isa::WidenLow(a), &s_low, &c_low, &shifted_low);
+  SinCosHalf<Isa>(Isa::WidenHigh(a), &s_high, &c_high, &shifted_high);
   const V s = Isa::Narrow(s_low, s_high);
   const V c = Isa::Narrow(c_low, c_high);
-  const auto q = Isa::QuadrantBits(q_low, q_high);
+  const auto q = Isa::QuadrantBits(shifted_low, shifted_high);
   // a = q * pi/2 + r:  sin a = (q odd ? cos r : sin r), negated when q & 2;
   //                    cos a = (q odd ? sin r : cos r), negated when
   //                    (q + 1) & 2.

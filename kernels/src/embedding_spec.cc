@@ -170,8 +170,9 @@ absl::Status ValidateSpec(const EmbeddingSpec& spec, const Limits& limits) {
   double max_exponent = -std::log(spec.max_period) * (half - 1) / divisor;
   if (spec.exponent_order == ExponentOrder::kSlopeFirst) {
     // The slope is rounded to float32 before it meets i.  It stays finite:
-    // a non-zero divisor is at least an ulp of H (2^-52 for H = 1), so
-    // |slope| <= ln(DBL_MAX) * 2^52 ~ 3e18.
+    // a non-zero divisor H - shift is at least 2^-53 in magnitude (H is an
+    // integer), and |ln P| <= 745 for any positive double P, so |slope| <=
+    // 745 * 2^53 ~ 7e18.
     max_exponent = static_cast<float>(-std::log(spec.max_period) / divisor) *
                    static_cast<double>(half - 1);
   }

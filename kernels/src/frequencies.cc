@@ -103,9 +103,9 @@ double Float64LargestFrequency(const EmbeddingSpec& spec) {
 }
 
 std::vector<double> LogSpacedFrequencies(int count, double min, double max) {
-  // torch.linspace(0, 1, count) in float32 (its CPU kernel): step first,
-  // then start + step * i below the halfway index and end - step * (count -
-  // 1 - i) from it on, so both ends are exact.
+  // torch.linspace(0, 1, count) in float32 by its element formula: step
+  // first, then start + step * i below the halfway index and end - step *
+  // (count - 1 - i) from it on, so both ends are exact.
   const float step = count > 1 ? 1.0f / static_cast<float>(count - 1) : 0.0f;
   const int halfway = count / 2;
   // The Python scalars, rounded to float32 by the tensor ops.

@@ -43,10 +43,10 @@ ulp-of-angle difference is 1/8 of an fp16 ulp and flips about one element
 in eight of its two columns: 99.81-99.89%); Stable Audio 3 (angles up to
 2*pi*10^4 rad, whose ulp exceeds half a bf16 ulp, and a frequency table
 that differs from PyTorch's CPU one in 11 of 128 entries: exp roundings,
-and ramp values where torch.linspace's vectorised CPU kernel rounds
-differently from the element formula start + step * i that temb follows).  These floors are what a
-correctly rounded exp gives against oneMKL's; the exceptions are not
-reachable without reproducing that closed-source library's roundings.
+and ramp values where torch.linspace's vectorised x86 CPU kernel rounds
+differently from the element formula that temb follows).  The exp part of
+these floors is what a correctly rounded exp gives against oneMKL's, and
+is not reachable without reproducing that closed-source library.
 
 Timesteps: {0, 1, 17.5, 250, 999, 1000} and 16 random ones in [0, 1000];
 families whose t is a sigma in [0, 1] also get {0, 0.001, 0.0175, 0.25,
@@ -252,13 +252,30 @@ def _rfd4():
     return lambda t: module.get_rfd4_time_embedding(t, width)
 
 
-def _cogview4():
-    cfg = _defaults(_module("transformers.transformer_cogview4",
-                            "CogView4Transformer2DModel"))
-    inner = cfg["num_attention_heads"] * cfg["attention_head_dim"]
-    # transformer_cogview4.py:681: timesteps_dim=inner_dim
+# CogView4-6B's transformer: 32 heads of 128 (its released config; the
+# class's own defaults, 64 x 40, are CogView3-Plus's width).
+COGVIEW4_6B_INNER_DIM = 32 * 128
+
+
+def _cogview_embeddings(model_class, inner_dim=None):
+    cfg = _defaults(_module(*model_class))
+    inner = inner_dim or cfg["num_attention_heads"] * cfg["attention_head_dim"]
+    # transformer_cogview4.py:681 / transformer_cogview3plus.py:196:
+    # timesteps_dim=inner_dim, condition_dim from the config.
     return E.CogView3CombinedTimestepSizeEmbeddings(
-        32, cfg["condition_dim"], 6 * cfg["condition_dim"], inner).time_proj
+        32, cfg["condition_dim"], 6 * cfg["condition_dim"], inner)
+
+
+def _cogview4():
+    return _cogview_embeddings(
+        ("transformers.transformer_cogview4", "CogView4Transformer2DModel"),
+        COGVIEW4_6B_INNER_DIM).time_proj
+
+
+def _cogview3_plus():
+    return _cogview_embeddings(
+        ("transformers.transformer_cogview3plus",
+         "CogView3PlusTransformer2DModel")).time_proj
 
 
 def _glm_image():
@@ -441,8 +458,10 @@ CASES = {
                            "(ratio * 1e4, slope first)", _stable_cascade, sigma=True),
     "rfd4-proteina": Case("get_rfd4_time_embedding(t, t_emb_dim) (x2000, slope first)",
                           _rfd4, sigma=True),
-    "cogview4": Case("CogView3CombinedTimestepSizeEmbeddings(timesteps_dim=inner_dim)"
-                     ".time_proj", _cogview4),
+    "cogview4": Case("CogView3CombinedTimestepSizeEmbeddings(timesteps_dim=inner_dim "
+                     "of CogView4-6B).time_proj", _cogview4),
+    "cogview3-plus": Case("CogView3CombinedTimestepSizeEmbeddings(timesteps_dim="
+                          "inner_dim).time_proj", _cogview3_plus),
     "glm-image": Case("GlmImageCombinedTimestepSizeEmbeddings(timesteps_dim="
                       "time_embed_dim).time_proj", _glm_image),
     "nucleusmoe-image": Case("NucleusMoETimestepProjEmbeddings(inner_dim).time_proj "
@@ -710,11 +729,9 @@ def _step_bound(t):
 def test_cogview4_step_in_one_call(client):
     """CogView4's timestep and its six size scalars, one call, against
     CogView3CombinedTimestepSizeEmbeddings' own projections."""
-    cfg = _defaults(_module("transformers.transformer_cogview4",
-                            "CogView4Transformer2DModel"))
-    inner = cfg["num_attention_heads"] * cfg["attention_head_dim"]
-    module = E.CogView3CombinedTimestepSizeEmbeddings(
-        32, cfg["condition_dim"], 6 * cfg["condition_dim"], inner)
+    module = _cogview_embeddings(
+        ("transformers.transformer_cogview4", "CogView4Transformer2DModel"),
+        COGVIEW4_6B_INNER_DIM)
     t = torch.tensor([999.0, 421.0])
     sizes = {"original_size": torch.tensor([[1024.0, 1024.0], [768.0, 1360.0]]),
              "crop_coords": torch.tensor([[0.0, 0.0], [16.0, 32.0]]),

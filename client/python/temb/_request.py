@@ -241,7 +241,7 @@ def embed_call(timesteps: Any = None, dim: Optional[int] = None,
               flip_sin_to_cos=flip_sin_to_cos,
               downscale_freq_shift=downscale_freq_shift, scale=scale,
               time_factor=time_factor, repeat_only=repeat_only, layout=layout,
-        exponent_order=exponent_order,
+              exponent_order=exponent_order,
               precision=precision, timestep_dtype=timestep_dtype,
               frequencies=frequencies,
               log_spaced_frequencies=log_spaced_frequencies)

@@ -53,9 +53,6 @@ class Spec:
     time_factor: Optional[float] = None
     repeat_only: Optional[bool] = None
     layout: Optional[str] = None  # "halves" | "interleaved"
-    # "divide_last" | "slope_first": the float32 order of the exponent
-    # -ln(P) * i / (H - shift) in the model's code.
-    exponent_order: Optional[str] = None
     precision: Optional[str] = None  # "fp32" | "fp64"
     # "fp32" | "fp16" | "bf16": the dtype t is rounded to (and time_factor
     # applied in) before the embedding; None: fp32.
@@ -64,6 +61,9 @@ class Spec:
     # (min_frequency, max_frequency) of a log-spaced one.
     frequencies: Optional[Tuple[float, ...]] = None
     log_spaced_frequencies: Optional[Tuple[float, float]] = None
+    # "divide_last" | "slope_first": the float32 order of the exponent
+    # -ln(P) * i / (H - shift) in the model's code.
+    exponent_order: Optional[str] = None
 
 
 @dataclasses.dataclass(frozen=True)

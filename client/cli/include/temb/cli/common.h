@@ -34,7 +34,8 @@ absl::StatusOr<ClientOptions> ClientOptionsFromArgs(const Args& args);
 std::vector<FlagSpec> SpecFlags();
 
 // The spec flags as the service core's request; unset flags stay unset.
-// INVALID_ARGUMENT for an unparsable --layout, --precision or --dtype.
+// INVALID_ARGUMENT for an unparsable --layout, --exponent_order, --precision,
+// --dtype or --timestep_dtype.
 absl::StatusOr<SpecRequest> SpecRequestFromArgs(const Args& args);
 
 // The same request in temb.v1 form, with the given timesteps.
