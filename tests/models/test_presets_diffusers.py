@@ -5,9 +5,11 @@ with the arguments diffusers' model passes, never re-implemented here.
 
 What each preset is compared with, on the timesteps temb receives:
 the family's sinusoid module applied to what the model feeds it.  For
-presets with time_factor (flux, flux2, chroma, z-image, ace-step, longcat,
-t5-film) that is the module on ``t * time_factor`` computed in float32 (what
-the model does; bf16 pipelines are covered with timestep_dtype below).
+presets with time_factor (flux, chroma, z-image, longcat, t5-film, cosmos3
+and the like) that is the module on ``t * time_factor`` computed in float32
+(what the model does; bf16 pipelines are covered with timestep_dtype
+below); where the model scales t itself (Ideogram 4, Stable Cascade, RFD4,
+Krea 2, Qwen-Image 2.1) its own code does.
 
 Tolerances (float32 results).  temb's fp32 path follows PyTorch's op order
 (``fl32(fl32(-ln P) * i) / fl32(H - shift)``, or ``fl32(i * fl32(-ln P /
