@@ -42,9 +42,8 @@ struct Isa {
   static I QuadrantBits(D low, D high) {
     // The low halves of the 64-bit lanes, as l0 l1 h0 h1 | l2 l3 h2 h3;
     // then the 64-bit pairs put in order.
-    const __m256 pairs =
-        _mm256_shuffle_ps(_mm256_castpd_ps(low), _mm256_castpd_ps(high),
-                          _MM_SHUFFLE(2, 0, 2, 0));
+    const __m256 pairs = _mm256_shuffle_ps(
+        _mm256_castpd_ps(low), _mm256_castpd_ps(high), _MM_SHUFFLE(2, 0, 2, 0));
     return _mm256_permute4x64_epi64(_mm256_castps_si256(pairs),
                                     _MM_SHUFFLE(3, 1, 2, 0));
   }

@@ -125,7 +125,8 @@ void Rows(const Float32RowJob& job, const float* timesteps, int64_t rows,
     int i = 0;
     // Two vectors per step: their sin/cos dependency chains are independent
     // and the core overlaps them (5-10% faster on Zen 4 than one at a
-    // time; four at a time spill registers and are slower).  Each vector is computed exactly as it would be alone.
+    // time; four at a time spill registers and are slower).  Each vector is
+    // computed exactly as it would be alone.
     for (; i + 2 * kW <= half; i += 2 * kW) {
       V s0, c0, s1, c1;
       Isa::SinCos(angles_at(i), &s0, &c0);
