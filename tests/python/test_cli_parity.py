@@ -22,6 +22,9 @@ CASES = {
                         layout="interleaved"),
     "fp64-precision": dict(dim=32, flip_sin_to_cos=True, downscale_freq_shift=0.0,
                            precision="fp64"),
+    "slope-first": dict(dim=256, flip_sin_to_cos=False, downscale_freq_shift=1.0,
+                        time_factor=1000.0, exponent_order="slope_first"),
+    "longcat": dict(preset="longcat-audio-dit"),
 }
 
 
