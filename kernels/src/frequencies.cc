@@ -11,17 +11,19 @@ namespace {
 //   slope first:  e_i = fl32(i * s),  s = fl32(-ln P / (H - shift))
 struct Float32Exponent {
   explicit Float32Exponent(const EmbeddingSpec& spec)
-      // -math.log(P) is a Python double that PyTorch rounds to the tensor
-      // dtype; `half - shift` is computed on Python numbers, then rounded;
-      // a slope computed first is a Python double as well.
-      : slope_first(spec.exponent_order == ExponentOrder::kSlopeFirst),
-        neg_log_period(static_cast<float>(-std::log(spec.max_period))),
-        divisor(
-            static_cast<float>(spec.half_dim() - spec.downscale_freq_shift)),
-        slope(
-            static_cast<float>(-std::log(spec.max_period) /
-                               (spec.half_dim() - spec.downscale_freq_shift))) {
-  }
+      : Float32Exponent(spec.exponent_order == ExponentOrder::kSlopeFirst,
+                        -std::log(spec.max_period),
+                        spec.half_dim() - spec.downscale_freq_shift) {}
+
+  // -math.log(P) is a Python double that PyTorch rounds to the tensor
+  // dtype; `half - shift` is computed on Python numbers, then rounded; a
+  // slope computed first is a Python double as well.  (One log per table
+  // or per request's validation.)
+  Float32Exponent(bool slope_first_order, double neg_log_p, double shifted_half)
+      : slope_first(slope_first_order),
+        neg_log_period(static_cast<float>(neg_log_p)),
+        divisor(static_cast<float>(shifted_half)),
+        slope(static_cast<float>(neg_log_p / shifted_half)) {}
 
   float Frequency(int i) const {
     const float exponent =
