@@ -387,6 +387,36 @@ def test_torch_timesteps_module_on_the_local_engine(client, local):
         assert torch.equal(compiled(t), want)
 
 
+def test_torch_module_direct_calls_on_the_local_engine(client, local):
+    """A plain eager call of 1-D float32 CPU timesteps on an engine computes
+    from a plan the module made once: the numbers are the server's through
+    the registered op; a negated view, a new preset catalogue or core
+    (configure) and changed attributes are all honoured."""
+    torch = pytest.importorskip("torch")
+    import temb.torch as ttorch
+    engine = local.Engine(backend="cpu")
+    module = ttorch.Timesteps(64, True, 0.0, client=engine)
+    served = ttorch.Timesteps(64, True, 0.0, client=client)
+    t = torch.tensor([1.0, 500.0, 999.0, 0.25])
+    assert torch.equal(module(t), served(t))
+    assert module._direct[1] is not None
+    negated = torch._neg_view(-t)
+    assert negated.is_neg() and torch.equal(module(negated), served(t))
+    assert torch.equal(served(negated), served(t))
+    assert torch.equal(local.embed(negated, dim=64, flip_sin_to_cos=True,
+                                   downscale_freq_shift=0.0,
+                                   return_tensors="pt"), served(t))
+    module.num_channels = 33
+    served.num_channels = 33
+    assert torch.equal(module(t), served(t))
+    old_core = engine._get_core()
+    engine._reset(dict(engine._arguments, cpu_threads=1))
+    assert torch.equal(module(t), served(t))
+    assert engine._core is not None and engine._core is not old_core
+    with pytest.raises(temb.InvalidArgumentError, match="timestep"):
+        module(torch.tensor([float("nan")]))
+
+
 def test_torch_patch_with_the_local_engine(client, local):
     pytest.importorskip("torch")
     embeddings = pytest.importorskip("diffusers.models.embeddings")

@@ -100,7 +100,9 @@ def timesteps_array(timesteps: Any) -> np.ndarray:
         array = timesteps  # the common case, checked for rank below
     elif _is_torch_tensor(timesteps):
         import torch
-        tensor = timesteps.detach()
+        # A lazily negated view (torch._neg_view) holds -t in its memory,
+        # which numpy() would refuse: make the values real first.
+        tensor = timesteps.detach().resolve_neg()
         if tensor.dtype == torch.float32 and tensor.device.type == "cpu":
             array = tensor.numpy()  # the common case: shares the memory
         elif tensor.is_complex() or tensor.dtype == torch.bool:

@@ -238,16 +238,25 @@ class Engine:
         None) and uses it; parts and request ids take the general path."""
         if kwargs.get("parts") is not None or kwargs.get("request_id"):
             return self._answer(_request.embed_call(timesteps, *rest, **kwargs))
-        call = _request.embed_call(
-            None if timesteps is None else _NO_TIMESTEPS, *rest, **kwargs)
-        plan = self._get_core().plan(call.request.SerializeToString())
-        finish = _codec.finisher(call.decoder.decoding, plan.dtype == "bf16")
+        plan, finish = self._plan(timesteps is not None, rest, kwargs)
         if key is not None:
             if len(self._plans) >= _MAX_PLANS:
                 self._plans.clear()
             self._plans[key] = (plan, finish)
         out = _compute(plan, timesteps)
         return out if finish is None else finish(out)
+
+    def _plan(self, with_timesteps: bool, rest: Tuple[Any, ...],
+              kwargs: Dict[str, Any]) -> Tuple[Any, Any]:
+        """The plan for embed()'s arguments after the timesteps (checked and
+        encoded as temb.Client does), and the function that finishes its
+        array (None: the array itself); without timesteps, the client's
+        error for that."""
+        call = _request.embed_call(
+            _NO_TIMESTEPS if with_timesteps else None, *rest, **kwargs)
+        plan = self._get_core().plan(call.request.SerializeToString())
+        return plan, _codec.finisher(call.decoder.decoding,
+                                     plan.dtype == "bf16")
 
     def _answer(self, call: _request.EmbedCall) -> Any:
         """A whole request, parts included, answered as the server does."""

@@ -166,26 +166,41 @@ def _direct_call(client: Any, num_channels: int, flip_sin_to_cos: bool,
                  precision: str, timeout: Optional[float]
                  ) -> Optional[Callable[[torch.Tensor], torch.Tensor]]:
     """What a module's plain eager call of 1-D float32 CPU timesteps does on
-    a client with the native transport (None for any other client): the
-    same request as _embed's, its head encoded once here, and the answer's
+    a temb.local engine or a client with the native transport (None for any
+    other client): the same request as _embed's, resolved once here (the
+    engine's plan, or the request head encoded once), and the answer's
     array wrapped as a tensor.  Inside a denoising loop every Python step
     between two calls costs several times what it does in a tight loop, so
     this leaves out embed()'s argument handling as well as the op."""
+    arguments = dict(dim=num_channels, flip_sin_to_cos=flip_sin_to_cos,
+                     downscale_freq_shift=downscale_freq_shift, scale=scale,
+                     max_period=max_period, precision=precision, dtype="fp32",
+                     return_tensors="pt")
+    if getattr(client, "_temb_local_engine", None) is not None:
+        plan, finish = client._plan(True, (), arguments)
+        core = client._core
+
+        def local(timesteps: torch.Tensor) -> torch.Tensor:
+            nonlocal plan, finish, core
+            if timesteps.is_neg():  # a lazily negated view: its memory is -t
+                return client.embed(timesteps, **arguments)
+            if client._core is not core:  # temb.local.configure() since
+                plan, finish = client._plan(True, (), arguments)
+                core = client._core
+            out = plan.raw(timesteps.data_ptr(), timesteps.shape, False)
+            return out if finish is None else finish(out)
+
+        return local
     native = getattr(client, "_native", None)
     if native is None:
         return None
-    call = _request.embed_call(
-        np.zeros(0, np.float32), dim=num_channels,
-        flip_sin_to_cos=flip_sin_to_cos,
-        downscale_freq_shift=downscale_freq_shift, scale=scale,
-        max_period=max_period, precision=precision, dtype="fp32",
-        return_tensors="pt")
+    call = _request.embed_call(np.zeros(0, np.float32), **arguments)
     head = _request.request_head(call.request)
     decoding = call.decoder.decoding
     deadline = client._timeout if timeout is None else timeout
 
     def direct(timesteps: torch.Tensor) -> torch.Tensor:
-        array = timesteps.detach().numpy()
+        array = timesteps.detach().resolve_neg().numpy()
         code, message, data = native.embed(head, "", array, False, deadline)
         if code:
             raise error_from_code(code, message, "")
