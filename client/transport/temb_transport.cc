@@ -21,6 +21,15 @@
 // register temb.proto twice in libprotobuf's descriptor pool.  Their
 // numbers are exported (FIELDS) and checked against the .proto by the
 // Python tests.
+//
+// fork(): gRPC's C++ library does not survive it here (Debian builds it
+// without fork support), and a child calling through its parent's channel,
+// or through a new one (which reuses the parent's pooled connection),
+// writes HTTP/2 frames on the parent's socket: the child gets its answer
+// and the parent's next call hangs.  So a channel never calls in a process
+// other than the one that created it, and is leaked there rather than
+// destroyed (destruction would shut the shared socket down); the Python
+// client moves its calls to grpcio in such a child.
 #include <google/protobuf/io/coded_stream.h>
 #include <google/protobuf/io/zero_copy_stream_impl_lite.h>
 #include <google/protobuf/wire_format_lite.h>
@@ -32,10 +41,12 @@
 #include <grpcpp/security/credentials.h>
 #include <grpcpp/support/byte_buffer.h>
 #include <grpcpp/support/channel_arguments.h>
+#include <pthread.h>
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstring>
 #include <memory>
@@ -232,6 +243,14 @@ py::object ToArray(const TensorView& tensor) {
 
 using ChannelOption = std::pair<std::string, std::variant<int, std::string>>;
 
+// How many fork()s separate this process from the one that loaded the
+// module: a channel remembers the count it was created under.
+std::atomic<int> forks_since_load{0};
+
+void NoteForkInChild() {
+  forks_since_load.fetch_add(1, std::memory_order_relaxed);
+}
+
 class Channel {
  public:
   // root_certificates/private_key/certificate_chain: PEM; `tls` false means
@@ -242,7 +261,8 @@ class Channel {
           const std::string& certificate_chain,
           const std::vector<ChannelOption>& options,
           std::vector<std::pair<std::string, std::string>> metadata)
-      : metadata_(std::move(metadata)) {
+      : metadata_(std::move(metadata)),
+        created_after_forks_(forks_since_load.load(std::memory_order_relaxed)) {
     grpc::ChannelArguments arguments;
     for (const auto& [name, value] : options) {
       if (const int* number = std::get_if<int>(&value)) {
@@ -264,6 +284,20 @@ class Channel {
     channel_ = grpc::CreateCustomChannel(target, credentials, arguments);
   }
 
+  Channel(const Channel&) = delete;
+  Channel& operator=(const Channel&) = delete;
+
+  ~Channel() {
+    // In a forked child the connection is the parent's: leak it.
+    if (Inherited()) new std::shared_ptr<grpc::Channel>(std::move(channel_));
+  }
+
+  // Whether this process was forked from the one that created the channel.
+  bool Inherited() const {
+    return created_after_forks_ !=
+           forks_since_load.load(std::memory_order_relaxed);
+  }
+
   // One Embed call: `head` (a serialized EmbedRequest), then, when
   // `timesteps` is not None, `request_id` and the timesteps (float32 or
   // int64, C order; timesteps_shape sent when `shaped`) appended as fields.
@@ -272,6 +306,14 @@ class Channel {
   py::tuple Embed(const py::bytes& head, const std::string& request_id,
                   const std::optional<py::array>& timesteps, bool shaped,
                   std::optional<double> timeout) {
+    if (Inherited()) {
+      return py::make_tuple(
+          static_cast<int>(grpc::StatusCode::FAILED_PRECONDITION),
+          std::string("this native channel was created before fork() in the "
+                      "parent process, and gRPC's C++ library cannot call "
+                      "from the child: use a client created in this process"),
+          py::none());
+    }
     std::string request = head;
     if (timesteps.has_value()) {
       const bool floats = timesteps->dtype().equal(py::dtype::of<float>());
@@ -338,6 +380,7 @@ class Channel {
 
   std::shared_ptr<grpc::Channel> channel_;
   const std::vector<std::pair<std::string, std::string>> metadata_;
+  const int created_after_forks_;
 };
 
 }  // namespace
@@ -346,6 +389,7 @@ class Channel {
 PYBIND11_MODULE(_temb_transport, m) {
   m.doc() = "temb.Client's Embed calls through gRPC's C++ library";
   m.attr("grpc_version") = grpc_version_string();
+  pthread_atfork(nullptr, nullptr, temb::NoteForkInChild);
   py::class_<temb::Channel>(m, "Channel")
       .def(py::init<const std::string&, bool, const std::string&,
                     const std::string&, const std::string&,
@@ -354,6 +398,7 @@ PYBIND11_MODULE(_temb_transport, m) {
            py::arg("target"), py::arg("tls"), py::arg("root_certificates"),
            py::arg("private_key"), py::arg("certificate_chain"),
            py::arg("options"), py::arg("metadata"))
+      .def_property_readonly("inherited", &temb::Channel::Inherited)
       .def("embed", &temb::Channel::Embed, py::arg("head"),
            py::arg("request_id"), py::arg("timesteps"), py::arg("shaped"),
            py::arg("timeout"));

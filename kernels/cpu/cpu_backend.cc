@@ -1,7 +1,10 @@
 #include "temb/kernels/cpu_backend.h"
 
+#include <pthread.h>
+
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -200,13 +203,34 @@ void ComputeOncePerRepeat(const float* t, int64_t rows, int64_t row_bytes,
   }
 }
 
+// GNU OpenMP does not survive fork(): the child of a process that has
+// started a team waits forever for the parent's pool threads, which it does
+// not have.  Such a child (say a data-loader worker forked from a pipeline
+// that computed in process) computes on the calling thread instead.
+std::atomic<bool> team_started{false};
+std::atomic<bool> forked_after_team{false};
+
+void NoteForkInChild() {
+  if (team_started.load(std::memory_order_relaxed)) {
+    forked_after_team.store(true, std::memory_order_relaxed);
+  }
+}
+
+void NoteTeamStart() {
+  static const bool registered =
+      pthread_atfork(nullptr, nullptr, NoteForkInChild) == 0;
+  (void)registered;
+  team_started.store(true, std::memory_order_relaxed);
+}
+
 // Calls fn(begin, end) over disjoint row ranges covering [0, rows), on up to
 // `threads` OpenMP threads when the request is large enough to benefit.
 template <typename Fn>
 void ForEachRowRange(int64_t rows, int dim, int threads, const Fn& fn) {
   const int64_t elements = rows * dim;
   int64_t ranges = 1;
-  if (elements > kMinParallelElements) {
+  if (elements > kMinParallelElements &&
+      !forked_after_team.load(std::memory_order_relaxed)) {
     ranges =
         std::min<int64_t>({threads, rows, elements / kMinElementsPerThread});
   }
@@ -214,6 +238,7 @@ void ForEachRowRange(int64_t rows, int dim, int threads, const Fn& fn) {
     fn(int64_t{0}, rows);
     return;
   }
+  NoteTeamStart();
 #pragma omp parallel for num_threads(static_cast <int>(ranges)) \
     schedule(static, 1)
   for (int64_t r = 0; r < ranges; ++r) {

@@ -3,7 +3,12 @@
 // with the scalar one, and thread-count independence.
 #include "temb/kernels/cpu_backend.h"
 
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -682,6 +687,39 @@ INSTANTIATE_TEST_SUITE_P(Engines, EngineParityTest,
                          ::testing::Values(CpuIsa::kSse2, CpuIsa::kAvx2,
                                            CpuIsa::kAvx512),
                          testing::IsaTestName);
+
+// GNU OpenMP's thread pool does not survive fork(): a child of a process
+// that has run a team must compute on its own thread, not wait for the
+// parent's pool (a data-loader worker forked from a pipeline that computed
+// in process).
+TEST(CpuBackendForkTest, ChildOfAThreadedProcessComputes) {
+  auto backend = CreateCpuBackend(2);
+  const EmbeddingSpec spec = Spec(1280);
+  std::vector<float> t(1024);
+  for (size_t n = 0; n < t.size(); ++n) t[n] = static_cast<float>(n) * 0.75f;
+  const std::vector<uint8_t> want = MustRun(*backend, spec, t);  // a team
+  const pid_t child = fork();
+  ASSERT_NE(child, -1);
+  if (child == 0) {
+    const auto out = RunRequest(*backend, spec, t);
+    _exit(out.ok() && *out == want ? 0 : 1);
+  }
+  // A child stuck on the parent's pool never exits: give it 60 s.
+  int status = 0;
+  pid_t done = 0;
+  for (int wait = 0; wait < 600 && done == 0; ++wait) {
+    done = waitpid(child, &status, WNOHANG);
+    if (done == 0) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  if (done == 0) {
+    kill(child, SIGKILL);
+    waitpid(child, &status, 0);
+    FAIL() << "the forked child did not finish its computation in 60 s";
+  }
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 0) << "the child's result differs";
+  EXPECT_EQ(MustRun(*backend, spec, t), want);  // the parent's team is fine
+}
 
 TEST(CpuIsaTest, SupportedLevelsAndDefault) {
   const auto isas = SupportedCpuIsas();

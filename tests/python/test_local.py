@@ -399,7 +399,7 @@ def test_torch_module_direct_calls_on_the_local_engine(client, local):
     served = ttorch.Timesteps(64, True, 0.0, client=client)
     t = torch.tensor([1.0, 500.0, 999.0, 0.25])
     assert torch.equal(module(t), served(t))
-    assert module._direct[1] is not None
+    assert module._direct[2] is not None
     negated = torch._neg_view(-t)
     assert negated.is_neg() and torch.equal(module(negated), served(t))
     assert torch.equal(served(negated), served(t))
@@ -430,6 +430,46 @@ def test_torch_patch_with_the_local_engine(client, local):
     served = torch.nn.Sequential(embeddings.Timesteps(256, True, 0))
     temb.torch.patch(served, client=client)
     assert torch.equal(model[0](t), served[0](t))
+
+
+# --- fork -----------------------------------------------------------------------------
+
+_FORK_SCRIPT = r"""
+import os, sys, time
+import numpy as np
+import temb.local
+
+engine = temb.local.Engine(backend="cpu", cpu_threads=2)
+t = np.arange(1024, dtype=np.float32) * 0.75
+spec = dict(dim=1280, flip_sin_to_cos=True, downscale_freq_shift=0.0)
+want = engine.embed(t, **spec)  # large enough for a team of threads
+pid = os.fork()
+if pid == 0:
+    got = engine.embed(t, **spec)
+    os._exit(0 if got.tobytes() == want.tobytes() else 3)
+for _ in range(600):  # a child stuck on the parent's threads never ends
+    done, status = os.waitpid(pid, os.WNOHANG)
+    if done:
+        break
+    time.sleep(0.1)
+else:
+    os.kill(pid, 9)
+    raise SystemExit("the forked child did not finish in 60 s")
+assert os.waitstatus_to_exitcode(status) == 0, status
+assert engine.embed(t, **spec).tobytes() == want.tobytes()
+print("ok")
+"""
+
+
+def test_a_forked_child_computes(local, client_dir):
+    """A child forked after a multi-threaded call (a data-loader worker)
+    computes, on its own thread, the same numbers; the parent keeps its
+    threads."""
+    env = dict(os.environ, PYTHONPATH=str(client_dir))
+    result = subprocess.run([sys.executable, "-c", _FORK_SCRIPT], env=env,
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0 and result.stdout.strip() == "ok", \
+        result.stdout + result.stderr
 
 
 # --- without the extension ------------------------------------------------------------

@@ -349,7 +349,7 @@ def test_direct_calls_equal_the_op_and_follow_changes(client):
     t = torch.tensor([1.0, 500.0, 999.0])
     want = op(t, 64)
     assert torch.equal(module(t), want)
-    assert (module._direct[1] is not None) == (client.transport == "native")
+    assert (module._direct[2] is not None) == (client.transport == "native")
     # The general path: a scalar, 2-D, bf16 and strided timesteps.
     assert torch.equal(module(torch.tensor(500.0)), want[1:2])
     assert torch.equal(module(t.reshape(3, 1)), want.reshape(3, 1, 64))

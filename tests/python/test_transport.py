@@ -7,7 +7,10 @@ The native tests skip when the build has no Python extensions (sanitized
 builds, TEMB_BUILD_PYTHON_EXTENSION=OFF).
 """
 
+import os
 import socket
+import subprocess
+import sys
 import threading
 
 import grpc
@@ -255,3 +258,69 @@ def test_native_without_the_extension_says_how_to_build_it(monkeypatch,
         temb.Client(server.target, transport="native")
     with temb.Client(server.target) as c:  # "auto" falls back
         assert c.transport == "grpcio"
+
+
+# A forked child of a process that used the native transport (a data-loader
+# worker, a multiprocessing pool with the fork start method).  Run in a
+# process of its own so that pytest's process is not the one forked.
+_FORK_SCRIPT = r"""
+import os, sys, time
+import numpy as np
+import temb
+
+target = sys.argv[1]
+client = temb.Client(target, timeout=30, transport="native")
+want = client.embed([1.0, 500.0], preset="sdxl")
+module = None
+try:
+    import torch
+    import temb.torch
+    module = temb.torch.Timesteps(64, True, 0.0, client=client)
+    module_want = module(torch.tensor([3.0, 700.0]))
+except ImportError:
+    pass
+
+pid = os.fork()
+if pid == 0:
+    # The child: the inherited client answers through grpcio, the same
+    # bytes; a new client is grpcio too; "native" says why not.
+    assert client.transport == "grpcio", client.transport
+    for _ in range(3):
+        got = client.embed([1.0, 500.0], preset="sdxl")
+        assert got.tobytes() == want.tobytes()
+    if module is not None:
+        assert torch.equal(module(torch.tensor([3.0, 700.0])), module_want)
+    with temb.Client(target, timeout=30) as fresh:
+        assert fresh.transport == "grpcio"
+        assert fresh.embed([1.0, 500.0], preset="sdxl").tobytes() == want.tobytes()
+    try:
+        temb.Client(target, transport="native")
+    except ValueError as error:
+        assert "fork" in str(error), error
+    else:
+        raise AssertionError("native was allowed in the forked child")
+    del client, module  # destroyed in the child: must not close the parent's
+    import gc
+    gc.collect()
+    sys.exit(0)  # a normal exit: finalizers run
+_, status = os.waitpid(pid, 0)
+assert os.waitstatus_to_exitcode(status) == 0, status
+# The parent's native connection still works.
+assert client.transport == "native"
+for _ in range(5):
+    assert client.embed([1.0, 500.0], preset="sdxl", timeout=10).tobytes() == want.tobytes()
+if module is not None:
+    assert torch.equal(module(torch.tensor([3.0, 700.0])), module_want)
+print("ok")
+"""
+
+
+@needs_native
+def test_fork_moves_the_child_to_grpcio_and_keeps_the_parent(server,
+                                                            client_dir):
+    env = dict(os.environ, PYTHONPATH=str(client_dir))
+    result = subprocess.run(
+        [sys.executable, "-c", _FORK_SCRIPT, server.target], env=env,
+        capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0 and result.stdout.strip() == "ok", \
+        result.stdout + result.stderr

@@ -11,11 +11,17 @@ Two transports carry the same bytes:
 client's settings can be expressed to it (TLS as True or a TlsConfig, not
 ready-made grpc.ChannelCredentials; integer or string channel options),
 else grpcio.  ``$TEMB_TRANSPORT`` overrides "auto" (grpcio or native).
+
+After fork(), gRPC's C++ library is unusable in the child of a process that
+has used it (the extension says why), while grpcio's own copy of gRPC
+handles fork: in such a child every native client moves its embed calls to
+grpcio, and new clients are made with grpcio ("native" raises).
 """
 
 from __future__ import annotations
 
 import os
+import weakref
 from typing import Any, Optional, Sequence, Tuple
 
 import grpc
@@ -28,6 +34,29 @@ TRANSPORT_VARIABLE = "TEMB_TRANSPORT"
 _EXTENSION = "_temb_transport"
 
 _module: Any = None
+# Set in a child forked from a process that had loaded the extension.
+_forked_from_user = False
+# The clients with a native channel, told when this process is a forked
+# child.
+_native_clients: "weakref.WeakSet[Any]" = weakref.WeakSet()
+
+
+def _after_fork_in_child() -> None:
+    global _forked_from_user
+    if _module is None:
+        return
+    _forked_from_user = True
+    for client in list(_native_clients):
+        client._native = None  # the channel leaks its parent's connection
+    _native_clients.clear()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+def track(client: Any) -> None:
+    """Registers a client holding a native channel (see fork above)."""
+    _native_clients.add(client)
 
 
 def _extension() -> Any:
@@ -70,7 +99,9 @@ def native_channel(transport: str, target: str, tls: _channel.TlsOption,
                              f"{TRANSPORTS}, got {transport!r}")
     if transport == "grpcio":
         return None
-    why = _why_not(tls, options)
+    why = ("this process was forked from one that used gRPC's C++ library, "
+           "which does not survive fork()" if _forked_from_user
+           else _why_not(tls, options))
     if why is not None:
         if transport == "native":
             raise ValueError(f'transport="native" cannot be used: {why}')

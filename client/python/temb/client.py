@@ -50,6 +50,8 @@ class Client(_request.ClientBase):
         self._native = _transport.native_channel(
             transport, self._target, self._arguments["tls"], options,
             self._metadata)
+        if self._native is not None:
+            _transport.track(self)
         # grpcio's path for serialized requests (no serializer: bytes pass).
         self._embed_bytes = self._channel.unary_unary(
             self._EMBED_METHOD, request_serializer=None,

@@ -286,8 +286,10 @@ class Timesteps(torch.nn.Module):
         self.max_period = max_period
         self.precision = precision
         self.timeout = timeout
-        # (client, _direct_call for it): rebuilt for another client (one
-        # re-opened after close()) and after a _CALL_ATTRIBUTES change.
+        # (client, its native channel, _direct_call for them): rebuilt for
+        # another client (one re-opened after close()), in a forked child
+        # (where the client has left its native channel) and after a
+        # _CALL_ATTRIBUTES change.
         self._direct: Optional[Tuple[Any, Any]] = None
         if client is not None:
             client = _as_client(client)
@@ -340,11 +342,13 @@ class Timesteps(torch.nn.Module):
             if client is None:
                 client = _client_for(self._client_key)
             direct = self._direct
-            if direct is None or direct[0] is not client:
+            native = getattr(client, "_native", None)
+            if direct is None or direct[0] is not client \
+                    or direct[1] is not native:
                 direct = self._direct = (
-                    client, _direct_call(client, *self._arguments()))
-            if direct[1] is not None:
-                return direct[1](timesteps)
+                    client, native, _direct_call(client, *self._arguments()))
+            if direct[2] is not None:
+                return direct[2](timesteps)
         return _embed(timesteps, self._client_key, *self._arguments())
 
     def close(self) -> None:
