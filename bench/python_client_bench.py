@@ -9,9 +9,15 @@ In each round, one after the other:
   - Python, temb.Client(transport="native"): the same through gRPC's C++
     library (client/transport);
   - Python, temb.torch.Timesteps with that native client: the module call
-    on a torch tensor, p50.
-The ratios are Python p50 / C++ p50 of the same round; the report gives
-the medians over rounds.  Goal: native within 1.3x.
+    on a torch tensor, p50;
+  - Python, temb.aio.Client: awaited calls one after the other in an event
+    loop, p50, through grpc.aio and through the native transport (the call
+    started in C++, its result handed to the loop by gRPC's thread);
+  - over a unix domain socket (a second temb-server on
+    --address=unix:PATH): the C++ client, the native Python client and the
+    module again.
+The ratios are Python p50 / C++ p50 of the same round and socket kind; the
+report gives the medians over rounds.  Goal: native within 1.3x.
 
 Usage: bench/python_client_bench.py [--rounds 5] [--seconds 3]
     (from a checkout after building; TEMB_BIN_DIR=<build>/bin when the build
@@ -19,6 +25,7 @@ Usage: bench/python_client_bench.py [--rounds 5] [--seconds 3]
 Prints one JSON object.
 """
 import argparse
+import asyncio
 import json
 import os
 import statistics
@@ -37,6 +44,7 @@ os.environ.setdefault("TEMB_LOCAL_EXTENSION_DIR", str(BIN.parent / "python"))
 import numpy as np  # noqa: E402
 
 import temb  # noqa: E402
+import temb.aio  # noqa: E402
 from temb_testing import TembServer  # noqa: E402
 
 
@@ -50,6 +58,51 @@ def python_p50_us(call, seconds):
         call()
         latencies.append(time.perf_counter() - start)
     return statistics.median(latencies) * 1e6
+
+
+def aio_p50_us(target, transport, t, seconds):
+    async def measure():
+        async with temb.aio.Client(target, transport=transport) as client:
+            assert client.transport == transport
+            for _ in range(200):
+                await client.embed(t, preset="sdxl")
+            latencies = []
+            deadline = time.perf_counter() + seconds
+            while time.perf_counter() < deadline:
+                start = time.perf_counter()
+                await client.embed(t, preset="sdxl")
+                latencies.append(time.perf_counter() - start)
+            return statistics.median(latencies) * 1e6
+    return asyncio.run(measure())
+
+
+class UnixServer:
+    """temb-server on a unix domain socket, serving once it answers."""
+
+    def __init__(self, directory):
+        self.target = f"unix:{directory}/temb.sock"
+        self.log = open(Path(directory) / "unix-server.log", "w")
+        self.process = subprocess.Popen(
+            [str(BIN / "temb-server"), f"--address={self.target}",
+             "--metrics_address=", "--backend=cpu"],
+            stdout=self.log, stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + 30
+        with temb.Client(self.target, timeout=1, transport="grpcio") as c:
+            while True:
+                try:
+                    c.health()
+                    break
+                except temb.TembError:
+                    if (time.monotonic() > deadline
+                            or self.process.poll() is not None):
+                        raise RuntimeError("the unix-socket server did not "
+                                           "start") from None
+                    time.sleep(0.1)
+
+    def stop(self):
+        self.process.terminate()
+        self.process.wait(timeout=15)
+        self.log.close()
 
 
 def cpp_p50_us(target, seconds):
@@ -70,6 +123,7 @@ def main():
     import temb.torch  # pylint: disable=import-outside-toplevel
     with tempfile.TemporaryDirectory() as tmp:
         server = TembServer(BIN / "temb-server", Path(tmp), "--backend=cpu")
+        unix = UnixServer(tmp)
         try:
             t = np.array([500.0], np.float32)
             tt = torch.tensor([500.0])
@@ -88,15 +142,29 @@ def main():
                                 320, True, 0.0, client=client)
                             row["timesteps_module"] = python_p50_us(
                                 lambda m=module: m(tt), args.seconds)
+                for transport in ("grpcio", "native"):
+                    row[f"aio_{transport}"] = aio_p50_us(
+                        server.target, transport, t, args.seconds)
+                row["unix_cpp"] = cpp_p50_us(unix.target, args.seconds)
+                with temb.Client(unix.target, transport="native") as client:
+                    row["unix_native"] = python_p50_us(
+                        lambda c=client: c.embed(t, preset="sdxl"),
+                        args.seconds)
+                    module = temb.torch.Timesteps(320, True, 0.0,
+                                                  client=client)
+                    row["unix_timesteps_module"] = python_p50_us(
+                        lambda m=module: m(tt), args.seconds)
                 rounds.append(row)
         finally:
             server.stop(timeout=15)
+            unix.stop()
     result = {"rounds": rounds, "medians_us": {}, "ratio_to_cpp": {}}
     for key in rounds[0]:
         result["medians_us"][key] = statistics.median(r[key] for r in rounds)
-        if key != "cpp":
+        if key not in ("cpp", "unix_cpp"):
+            base = "unix_cpp" if key.startswith("unix_") else "cpp"
             result["ratio_to_cpp"][key] = statistics.median(
-                r[key] / r["cpp"] for r in rounds)
+                r[key] / r[base] for r in rounds)
     print(json.dumps(result, indent=1))
 
 

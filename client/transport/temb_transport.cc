@@ -37,6 +37,7 @@
 #include <grpcpp/channel.h>
 #include <grpcpp/client_context.h>
 #include <grpcpp/create_channel.h>
+#include <grpcpp/impl/codegen/client_callback.h>
 #include <grpcpp/impl/codegen/client_unary_call.h>
 #include <grpcpp/security/credentials.h>
 #include <grpcpp/support/byte_buffer.h>
@@ -251,6 +252,8 @@ void NoteForkInChild() {
   forks_since_load.fetch_add(1, std::memory_order_relaxed);
 }
 
+class PendingEmbed;
+
 class Channel {
  public:
   // root_certificates/private_key/certificate_chain: PEM; `tls` false means
@@ -306,14 +309,85 @@ class Channel {
   py::tuple Embed(const py::bytes& head, const std::string& request_id,
                   const std::optional<py::array>& timesteps, bool shaped,
                   std::optional<double> timeout) {
-    if (Inherited()) {
-      return py::make_tuple(
-          static_cast<int>(grpc::StatusCode::FAILED_PRECONDITION),
-          std::string("this native channel was created before fork() in the "
-                      "parent process, and gRPC's C++ library cannot call "
-                      "from the child: use a client created in this process"),
-          py::none());
+    if (Inherited()) return InheritedFailure();
+    std::string request = Request(head, request_id, timesteps, shaped);
+    grpc::ByteBuffer response;
+    grpc::Status status;
+    {
+      // Without the GIL: other Python threads go on meanwhile.
+      py::gil_scoped_release release;
+      grpc::Slice slice(std::move(request));
+      grpc::ByteBuffer request_buffer(&slice, 1);
+      grpc::ClientContext context;
+      Configure(timeout, &context);
+      // What the generated synchronous stubs call, with ByteBuffer as the
+      // message type: gRPC passes the bytes through unparsed.
+      status = grpc::internal::BlockingUnaryCall(
+          channel_.get(), EmbedMethod(), &context, request_buffer, &response);
     }
+    return Result(status, &response);
+  }
+
+  // embed() for asyncio: starts the same call and returns at once.  When
+  // it ends, `done` is called with embed()'s (code, message, result), on
+  // one of gRPC's threads, holding the GIL (so it must be quick: the
+  // asyncio client hands the tuple to its loop).  The returned call's
+  // cancel() ends it early (done then gets CANCELLED).
+  std::shared_ptr<PendingEmbed> EmbedAsync(
+      const py::bytes& head, const std::string& request_id,
+      const std::optional<py::array>& timesteps, bool shaped,
+      std::optional<double> timeout, py::object done);
+
+  // (code, message, result) for a finished call; takes the GIL's holder.
+  static py::tuple Result(const grpc::Status& status,
+                          grpc::ByteBuffer* response) {
+    if (!status.ok()) return Failure(status);
+    std::string bytes;
+    if (!Flatten(response, &bytes)) {
+      return Failure(
+          grpc::Status(grpc::StatusCode::DATA_LOSS, "unreadable response"));
+    }
+    TensorView tensor;
+    if (ReadEmbedding(bytes, &tensor)) {
+      py::object array = ToArray(tensor);
+      if (!array.is_none()) return py::make_tuple(0, std::string(), array);
+    }
+    return py::make_tuple(0, std::string(), py::bytes(bytes));
+  }
+
+  static py::tuple InheritedFailure() {
+    return py::make_tuple(
+        static_cast<int>(grpc::StatusCode::FAILED_PRECONDITION),
+        std::string("this native channel was created before fork() in the "
+                    "parent process, and gRPC's C++ library cannot call "
+                    "from the child: use a client created in this process"),
+        py::none());
+  }
+
+  static grpc::internal::RpcMethod EmbedMethod() {
+    return grpc::internal::RpcMethod(kEmbedMethod,
+                                     grpc::internal::RpcMethod::NORMAL_RPC);
+  }
+
+  grpc::Channel* channel() const { return channel_.get(); }
+
+  // Metadata and deadline of one call.
+  void Configure(std::optional<double> timeout,
+                 grpc::ClientContext* context) const {
+    for (const auto& [key, value] : metadata_) context->AddMetadata(key, value);
+    if (timeout.has_value()) {
+      context->set_deadline(
+          std::chrono::system_clock::now() +
+          std::chrono::duration_cast<std::chrono::system_clock::duration>(
+              std::chrono::duration<double>(*timeout)));
+    }
+  }
+
+  // The request: `head` with the timesteps appended (see Embed).
+  static std::string Request(const py::bytes& head,
+                             const std::string& request_id,
+                             const std::optional<py::array>& timesteps,
+                             bool shaped) {
     std::string request = head;
     if (timesteps.has_value()) {
       const bool floats = timesteps->dtype().equal(py::dtype::of<float>());
@@ -325,15 +399,7 @@ class Channel {
       }
       AppendTimesteps(request_id, *timesteps, floats, shaped, &request);
     }
-    std::string response;
-    const grpc::Status status = Call(std::move(request), timeout, &response);
-    if (!status.ok()) return Failure(status);
-    TensorView tensor;
-    if (ReadEmbedding(response, &tensor)) {
-      py::object array = ToArray(tensor);
-      if (!array.is_none()) return py::make_tuple(0, std::string(), array);
-    }
-    return py::make_tuple(0, std::string(), py::bytes(response));
+    return request;
   }
 
  private:
@@ -342,46 +408,66 @@ class Channel {
                           status.error_message(), py::none());
   }
 
-  // The blocking call, without the GIL: other Python threads go on
-  // meanwhile.  `response` receives the response bytes.
-  grpc::Status Call(std::string request, std::optional<double> timeout,
-                    std::string* response) {
-    py::gil_scoped_release release;
-    grpc::Slice slice(std::move(request));
-    grpc::ByteBuffer request_buffer(&slice, 1);
-    grpc::ByteBuffer response_buffer;
-    grpc::ClientContext context;
-    for (const auto& [key, value] : metadata_) context.AddMetadata(key, value);
-    if (timeout.has_value()) {
-      context.set_deadline(
-          std::chrono::system_clock::now() +
-          std::chrono::duration_cast<std::chrono::system_clock::duration>(
-              std::chrono::duration<double>(*timeout)));
+  // The response's bytes in one piece, for the parser.
+  static bool Flatten(grpc::ByteBuffer* response, std::string* bytes) {
+    std::vector<grpc::Slice> slices;
+    if (!response->Dump(&slices).ok()) return false;
+    bytes->reserve(response->Length());
+    for (const grpc::Slice& s : slices) {
+      bytes->append(reinterpret_cast<const char*>(s.begin()), s.size());
     }
-    // What the generated synchronous stubs call, with ByteBuffer as the
-    // message type: gRPC passes the bytes through unparsed.
-    grpc::Status status = grpc::internal::BlockingUnaryCall(
-        channel_.get(),
-        grpc::internal::RpcMethod(kEmbedMethod,
-                                  grpc::internal::RpcMethod::NORMAL_RPC),
-        &context, request_buffer, &response_buffer);
-    if (status.ok()) {
-      std::vector<grpc::Slice> slices;
-      if (!response_buffer.Dump(&slices).ok()) {
-        return grpc::Status(grpc::StatusCode::DATA_LOSS, "unreadable response");
-      }
-      response->reserve(response_buffer.Length());
-      for (const grpc::Slice& s : slices) {
-        response->append(reinterpret_cast<const char*>(s.begin()), s.size());
-      }
-    }
-    return status;
+    return true;
   }
 
   std::shared_ptr<grpc::Channel> channel_;
   const std::vector<std::pair<std::string, std::string>> metadata_;
   const int created_after_forks_;
 };
+
+// One call started by Channel::EmbedAsync: it owns what gRPC uses until
+// the call ends, and `done` until then.
+class PendingEmbed {
+ public:
+  void Cancel() { context_.TryCancel(); }
+
+ private:
+  friend class Channel;
+  grpc::ClientContext context_;
+  grpc::ByteBuffer request_;
+  grpc::ByteBuffer response_;
+  py::object done_;
+};
+
+std::shared_ptr<PendingEmbed> Channel::EmbedAsync(
+    const py::bytes& head, const std::string& request_id,
+    const std::optional<py::array>& timesteps, bool shaped,
+    std::optional<double> timeout, py::object done) {
+  auto call = std::make_shared<PendingEmbed>();
+  call->done_ = std::move(done);
+  if (Inherited()) {
+    call->done_(InheritedFailure());
+    call->done_ = py::none();
+    return call;
+  }
+  grpc::Slice slice(Request(head, request_id, timesteps, shaped));
+  call->request_ = grpc::ByteBuffer(&slice, 1);
+  Configure(timeout, &call->context_);
+  // gRPC holds the call (through the lambda) until the callback has run;
+  // the Python side holds it for cancel().
+  grpc::internal::CallbackUnaryCall(
+      channel(), EmbedMethod(), &call->context_, &call->request_,
+      &call->response_, [call](grpc::Status status) {
+        py::gil_scoped_acquire gil;
+        try {
+          call->done_(Result(status, &call->response_));
+        } catch (py::error_already_set& error) {
+          error.discard_as_unraisable("temb native embed callback");
+        }
+        // Dropped here, with the GIL, not wherever the call is freed.
+        call->done_ = py::none();
+      });
+  return call;
+}
 
 }  // namespace
 }  // namespace temb
@@ -401,7 +487,13 @@ PYBIND11_MODULE(_temb_transport, m) {
       .def_property_readonly("inherited", &temb::Channel::Inherited)
       .def("embed", &temb::Channel::Embed, py::arg("head"),
            py::arg("request_id"), py::arg("timesteps"), py::arg("shaped"),
-           py::arg("timeout"));
+           py::arg("timeout"))
+      .def("embed_async", &temb::Channel::EmbedAsync, py::arg("head"),
+           py::arg("request_id"), py::arg("timesteps"), py::arg("shaped"),
+           py::arg("timeout"), py::arg("done"));
+  py::class_<temb::PendingEmbed, std::shared_ptr<temb::PendingEmbed>>(
+      m, "PendingEmbed")
+      .def("cancel", &temb::PendingEmbed::Cancel);
   // The temb.v1 field numbers this module encodes and parses (the Python
   // tests compare them with the .proto's descriptors).
   py::dict fields;

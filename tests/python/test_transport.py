@@ -7,6 +7,7 @@ The native tests skip when the build has no Python extensions (sanitized
 builds, TEMB_BUILD_PYTHON_EXTENSION=OFF).
 """
 
+import asyncio
 import os
 import socket
 import subprocess
@@ -244,9 +245,98 @@ def test_transport_choice(server, monkeypatch):
         temb.Client(server.target, tls=credentials, transport="native")
 
 
-def test_asyncio_client_refuses_native(server):
-    with pytest.raises(ValueError, match="temb.aio.Client"):
-        temb.aio.Client(server.target, transport="native")
+# --- the asyncio client's two transports ---------------------------------------
+
+class _Blocking:
+    """A temb.aio.Client driven from synchronous test code, on one loop (its
+    channel belongs to the loop that created it)."""
+
+    def __init__(self, loop, target, **kwargs):
+        self.loop = loop
+
+        async def make():
+            return temb.aio.Client(target, timeout=60, **kwargs)
+        self.client = loop.run_until_complete(make())
+        self.transport = self.client.transport
+
+    def embed(self, *args, **kwargs):
+        return self.loop.run_until_complete(self.client.embed(*args, **kwargs))
+
+    def embed_parts(self, *args, **kwargs):
+        return self.loop.run_until_complete(
+            self.client.embed_parts(*args, **kwargs))
+
+    def close(self):
+        self.loop.run_until_complete(self.client.close())
+
+
+@pytest.fixture(scope="module")
+def aio_clients(server):
+    if not _native_available():
+        pytest.skip("no _temb_transport extension built")
+    loop = asyncio.new_event_loop()
+    both = (_Blocking(loop, server.target, transport="grpcio"),
+            _Blocking(loop, server.target, transport="native"))
+    assert [c.transport for c in both] == ["grpcio", "native"]
+    yield both
+    for client in both:
+        client.close()
+    loop.close()
+
+
+@pytest.mark.parametrize("name", sorted(CALLS))
+def test_asyncio_transports_give_the_sync_clients_bytes(clients, aio_clients,
+                                                        name):
+    call = CALLS[name]
+    want = call(clients[0])
+    for client in aio_clients:
+        _same(want, call(client))
+        _same(want, call(client))  # prepared
+
+
+@pytest.mark.parametrize("name", sorted(ERRORS))
+def test_asyncio_transports_raise_the_sync_clients_errors(clients,
+                                                          aio_clients, name):
+    call, error = ERRORS[name]
+    with pytest.raises(error) as e:
+        call(clients[0])
+    want = (type(e.value), e.value.code, e.value.details)
+    for client in aio_clients:
+        for _ in range(2):
+            with pytest.raises(error) as e:
+                call(client)
+            assert (type(e.value), e.value.code, e.value.details) == want
+
+
+def test_asyncio_native_calls_run_concurrently_and_cancel(server):
+    """Many calls in flight on one native client each get their own answer;
+    a cancelled call is cancelled (the server's gate is not needed: the
+    cancel comes before the answer is read) and the client goes on; an
+    expired deadline raises DeadlineExceededError."""
+    if not _native_available():
+        pytest.skip("no _temb_transport extension built")
+
+    async def run():
+        async with temb.aio.Client(server.target, transport="native") as c:
+            sync = temb.Client(server.target, transport="grpcio")
+            ts = [[float(i), float(i) * 3.5] for i in range(64)]
+            results = await asyncio.gather(
+                *(c.embed(t, preset="sdxl") for t in ts))
+            for t, got in zip(ts, results):
+                _same(sync.embed(t, preset="sdxl"), got)
+            big = np.arange(4096, dtype=np.float32)
+            task = asyncio.ensure_future(c.embed(big, dim=4096, **LDM))
+            await asyncio.sleep(0)
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+            with pytest.raises(temb.DeadlineExceededError):
+                await c.embed(big, dim=4096, timeout=1e-6, **LDM)
+            _same(sync.embed([7.0], preset="sdxl"),
+                  await c.embed([7.0], preset="sdxl"))
+            sync.close()
+
+    asyncio.run(run())
 
 
 @needs_native

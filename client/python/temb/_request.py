@@ -331,6 +331,15 @@ class PreparedEmbed(NamedTuple):
         return self.head + tail.SerializeToString()
 
 
+def decode_embed_result(call: PreparedEmbed, data: Any) -> Embedding:
+    """What embed() returns for `call` from the transport's answer: the
+    response bytes, or the native transport's array of a single-tensor
+    response."""
+    if isinstance(data, bytes):
+        return call.decoder.decode(pb.EmbedResponse.FromString(data))
+    return call.decoder.decode_array(data)
+
+
 def request_head(request: pb.EmbedRequest) -> bytes:
     """`request` serialized without its timesteps and request_id: what
     calls with the same arguments share (PreparedEmbed.head)."""

@@ -2,20 +2,26 @@
 
 Create it inside the event loop that uses it (grpc.aio channels belong to
 one loop), preferably as ``async with temb.aio.Client(target) as client:``.
+
+``embed()`` travels as :class:`temb.Client`'s does (``transport=``): through
+gRPC's C++ library where the ``_temb_transport`` extension is built, which
+starts the call and hands its result to the loop from gRPC's own thread,
+else through grpc.aio.  The other methods always use grpc.aio.
 """
 
 from __future__ import annotations
 
+import asyncio
 import collections.abc
 from typing import (Any, AsyncIterable, AsyncIterator, Dict, Iterable,
                     Iterator, Mapping, Optional, Union)
 
 import grpc.aio
 
-from temb import _codec, _request
+from temb import _channel, _codec, _request, _transport
 from temb._proto.temb.v1 import temb_pb2 as pb
 from temb._request import Embedding
-from temb.errors import TembError
+from temb.errors import TembError, error_from_code
 from temb.types import HealthStatus, ServerInfo
 
 __all__ = ["Client"]
@@ -25,15 +31,54 @@ class Client(_request.ClientBase):
     """See :class:`temb.Client`; the arguments and semantics are the same."""
 
     _grpc = grpc.aio
+    _TRANSPORTS = _transport.TRANSPORTS
+    _EMBED_METHOD = f"/{_channel.SERVICE}/Embed"  # grpc.aio's, for bytes
+
+    def _open_transport(self, transport: str, options: Any) -> None:
+        self._native = _transport.native_channel(
+            transport, self._target, self._arguments["tls"], options,
+            self._metadata)
+        if self._native is not None:
+            _transport.track(self)
+        self._embed_bytes = self._channel.unary_unary(
+            self._EMBED_METHOD, request_serializer=None,
+            response_deserializer=None)
+        self._plans = _request.EmbedPlans()
+
+    @property
+    def transport(self) -> str:
+        """"native" or "grpcio": what this client's embed calls use."""
+        return "grpcio" if self._native is None else "native"
 
     @_request.takes_embed_arguments
     async def embed(self, *args: Any, **kwargs: Any) -> Embedding:
         """See :meth:`temb.Client.embed`."""
-        call = _request.embed_call(*args, **kwargs)
-        with _request.rpc_errors(call.request.request_id):
-            response = await self._stub.Embed(
-                call.request, **self._call_options(call.timeout))
-        return call.decoder.decode(response)
+        call = self._plans.prepare(args, kwargs)
+        timeout = self._timeout if call.timeout is None else call.timeout
+        native = self._native
+        if native is None:
+            with _request.rpc_errors(call.request_id):
+                data = await self._embed_bytes(
+                    call.request_bytes(), timeout=timeout,
+                    metadata=self._metadata)
+            return _request.decode_embed_result(call, data)
+        loop = asyncio.get_running_loop()
+        result = loop.create_future()
+
+        def done(outcome: Any) -> None:  # on a gRPC thread
+            loop.call_soon_threadsafe(_settle, result, outcome)
+
+        shaped = call.timesteps is not None and call.timesteps.ndim > 1
+        pending = native.embed_async(call.head, call.request_id,
+                                     call.timesteps, shaped, timeout, done)
+        try:
+            code, message, data = await result
+        except asyncio.CancelledError:
+            pending.cancel()
+            raise
+        if code:
+            raise error_from_code(code, message, call.request_id)
+        return _request.decode_embed_result(call, data)
 
     @_request.takes_embed_parts_arguments
     async def embed_parts(self, *args: Any, **kwargs: Any
@@ -101,3 +146,8 @@ class Client(_request.ClientBase):
 
     def __repr__(self) -> str:
         return f"temb.aio.Client({self.target!r})"
+
+
+def _settle(result: "asyncio.Future[Any]", outcome: Any) -> None:
+    if not result.done():  # not cancelled meanwhile
+        result.set_result(outcome)

@@ -76,9 +76,7 @@ class Client(_request.ClientBase):
                 call.head, call.request_id, call.timesteps, shaped, timeout)
             if code:
                 raise error_from_code(code, message, call.request_id)
-        if isinstance(data, bytes):
-            return call.decoder.decode(pb.EmbedResponse.FromString(data))
-        return call.decoder.decode_array(data)
+        return _request.decode_embed_result(call, data)
 
     @_request.takes_embed_arguments
     def embed(self, *args: Any, **kwargs: Any) -> Embedding:
