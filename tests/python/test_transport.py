@@ -335,6 +335,18 @@ def test_asyncio_native_calls_run_concurrently_and_cancel(server):
             _same(sync.embed([7.0], preset="sdxl"),
                   await c.embed([7.0], preset="sdxl"))
             sync.close()
+        # Closing a client cancels what it has in flight.
+        c = temb.aio.Client(server.target, transport="native")
+        tasks = [asyncio.ensure_future(c.embed(big, dim=4096, **LDM))
+                 for _ in range(4)]
+        await asyncio.sleep(0)
+        await c.close()
+        for task in tasks:
+            try:
+                await asyncio.wait_for(task, 30)
+            except temb.TembError as error:
+                # Cancelled in flight; an answer that came first is fine.
+                assert error.code == grpc.StatusCode.CANCELLED, error
 
     asyncio.run(run())
 

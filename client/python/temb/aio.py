@@ -4,9 +4,10 @@ Create it inside the event loop that uses it (grpc.aio channels belong to
 one loop), preferably as ``async with temb.aio.Client(target) as client:``.
 
 ``embed()`` travels as :class:`temb.Client`'s does (``transport=``): through
-gRPC's C++ library where the ``_temb_transport`` extension is built, which
-starts the call and hands its result to the loop from gRPC's own thread,
-else through grpc.aio.  The other methods always use grpc.aio.
+gRPC's C++ library where the ``_temb_transport`` extension is built (the
+call is started in C++; gRPC's thread queues its result and signals an
+eventfd the loop watches), else through grpc.aio.  The other methods always
+use grpc.aio.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import collections.abc
 from typing import (Any, AsyncIterable, AsyncIterator, Dict, Iterable,
-                    Iterator, Mapping, Optional, Union)
+                    Iterator, Mapping, Optional, Tuple, Union)
 
 import grpc.aio
 
@@ -25,6 +26,8 @@ from temb.errors import TembError, error_from_code
 from temb.types import HealthStatus, ServerInfo
 
 __all__ = ["Client"]
+
+_CANCELLED = grpc.StatusCode.CANCELLED.value[0]
 
 
 class Client(_request.ClientBase):
@@ -44,6 +47,33 @@ class Client(_request.ClientBase):
             self._EMBED_METHOD, request_serializer=None,
             response_deserializer=None)
         self._plans = _request.EmbedPlans()
+        # The native calls in flight by token (their futures and calls),
+        # and where they end (made on the first call, in the client's loop).
+        self._waiting: Dict[int, Tuple["asyncio.Future[Any]", Any]] = {}
+        self._next_token = 0
+        self._completions: Any = None
+        self._loop: Optional[asyncio.AbstractEventLoop] = None
+
+    def _watch_completions(self) -> Any:
+        loop = asyncio.get_running_loop()
+        if self._completions is None:
+            self._completions = self._native_module().Completions()
+            self._loop = loop
+            loop.add_reader(self._completions.fd, self._drain)
+        elif loop is not self._loop:
+            raise RuntimeError("this temb.aio.Client belongs to another event "
+                               "loop: create it in the loop that uses it")
+        return self._completions
+
+    @staticmethod
+    def _native_module() -> Any:
+        return _transport._extension()
+
+    def _drain(self) -> None:
+        for token, outcome in self._completions.drain():
+            waiting = self._waiting.pop(token, None)
+            if waiting is not None and not waiting[0].done():
+                waiting[0].set_result(outcome)
 
     @property
     def transport(self) -> str:
@@ -62,18 +92,18 @@ class Client(_request.ClientBase):
                     call.request_bytes(), timeout=timeout,
                     metadata=self._metadata)
             return _request.decode_embed_result(call, data)
-        loop = asyncio.get_running_loop()
-        result = loop.create_future()
-
-        def done(outcome: Any) -> None:  # on a gRPC thread
-            loop.call_soon_threadsafe(_settle, result, outcome)
-
+        completions = self._watch_completions()
+        token = self._next_token = self._next_token + 1
+        result = self._loop.create_future()
         shaped = call.timesteps is not None and call.timesteps.ndim > 1
         pending = native.embed_async(call.head, call.request_id,
-                                     call.timesteps, shaped, timeout, done)
+                                     call.timesteps, shaped, timeout,
+                                     completions, token)
+        self._waiting[token] = (result, pending)
         try:
             code, message, data = await result
         except asyncio.CancelledError:
+            self._waiting.pop(token, None)
             pending.cancel()
             raise
         if code:
@@ -136,6 +166,17 @@ class Client(_request.ClientBase):
         return HealthStatus(_codec.decode_health_response(data))
 
     async def close(self) -> None:
+        """Closes the channel; calls in flight are cancelled (they raise a
+        TembError with code CANCELLED)."""
+        if self._completions is not None:
+            if not self._loop.is_closed():
+                self._loop.remove_reader(self._completions.fd)
+            waiting, self._waiting = self._waiting, {}
+            for result, pending in waiting.values():
+                pending.cancel()
+                if not result.done():
+                    result.set_result((_CANCELLED, "the client was closed",
+                                       None))
         await self._channel.close(grace=None)
 
     async def __aenter__(self) -> "Client":
@@ -146,8 +187,3 @@ class Client(_request.ClientBase):
 
     def __repr__(self) -> str:
         return f"temb.aio.Client({self.target!r})"
-
-
-def _settle(result: "asyncio.Future[Any]", outcome: Any) -> None:
-    if not result.done():  # not cancelled meanwhile
-        result.set_result(outcome)
