@@ -315,7 +315,7 @@ class Channel {
   py::tuple Embed(const py::bytes& head, const std::string& request_id,
                   const std::optional<py::array>& timesteps, bool shaped,
                   std::optional<double> timeout) {
-    if (Inherited()) return InheritedFailure();
+    if (Inherited()) return Failure(InheritedStatus());
     std::string request = Request(head, request_id, timesteps, shaped);
     grpc::ByteBuffer response;
     grpc::Status status;
@@ -360,13 +360,13 @@ class Channel {
     return py::make_tuple(0, std::string(), py::bytes(bytes));
   }
 
-  static py::tuple InheritedFailure() {
-    return py::make_tuple(
-        static_cast<int>(grpc::StatusCode::FAILED_PRECONDITION),
-        std::string("this native channel was created before fork() in the "
-                    "parent process, and gRPC's C++ library cannot call "
-                    "from the child: use a client created in this process"),
-        py::none());
+  // Why a channel refuses calls in a forked child.
+  static grpc::Status InheritedStatus() {
+    return grpc::Status(
+        grpc::StatusCode::FAILED_PRECONDITION,
+        "this native channel was created before fork() in the parent "
+        "process, and gRPC's C++ library cannot call from the child: use a "
+        "client created in this process");
   }
 
   static grpc::internal::RpcMethod EmbedMethod() {
@@ -431,19 +431,43 @@ class Channel {
 
 // One call started by Channel::EmbedAsync: what gRPC uses until the call
 // ends.  No Python object lives here: gRPC's threads, which may free it,
-// never hold the GIL.
+// never hold the GIL.  In a forked child the call is the parent's: it is
+// neither cancelled nor freed there (see fork() above).
 class PendingEmbed {
  public:
-  void Cancel() { context_.TryCancel(); }
+  explicit PendingEmbed(uint64_t token)
+      : token_(token),
+        state_(std::make_unique<State>()),
+        created_after_forks_(forks_since_load.load(std::memory_order_relaxed)) {
+  }
+  ~PendingEmbed() {
+    if (Inherited()) state_.release();  // leaked on purpose
+  }
+  PendingEmbed(const PendingEmbed&) = delete;
+  PendingEmbed& operator=(const PendingEmbed&) = delete;
+
+  void Cancel() {
+    if (!Inherited()) state_->context.TryCancel();
+  }
 
  private:
   friend class Channel;
   friend class Completions;
-  uint64_t token_ = 0;
-  grpc::ClientContext context_;
-  grpc::ByteBuffer request_;
-  grpc::ByteBuffer response_;
-  grpc::Status status_;
+  struct State {
+    grpc::ClientContext context;
+    grpc::ByteBuffer request;
+    grpc::ByteBuffer response;
+    grpc::Status status;
+  };
+
+  bool Inherited() const {
+    return created_after_forks_ !=
+           forks_since_load.load(std::memory_order_relaxed);
+  }
+
+  const uint64_t token_;
+  std::unique_ptr<State> state_;
+  const int created_after_forks_;
 };
 
 // Where an asyncio client's calls end: gRPC's thread queues the finished
@@ -488,7 +512,8 @@ class Completions {
     py::list results;
     for (const auto& call : finished) {
       results.append(py::make_tuple(
-          call->token_, Channel::Result(call->status_, &call->response_)));
+          call->token_,
+          Channel::Result(call->state_->status, &call->state_->response)));
     }
     return results;
   }
@@ -504,25 +529,22 @@ std::shared_ptr<PendingEmbed> Channel::EmbedAsync(
     const std::optional<py::array>& timesteps, bool shaped,
     std::optional<double> timeout,
     const std::shared_ptr<Completions>& completions, uint64_t token) {
-  auto call = std::make_shared<PendingEmbed>();
-  call->token_ = token;
+  auto call = std::make_shared<PendingEmbed>(token);
+  PendingEmbed::State& state = *call->state_;
   if (Inherited()) {
-    const py::tuple failure = InheritedFailure();
-    call->status_ =
-        grpc::Status(static_cast<grpc::StatusCode>(failure[0].cast<int>()),
-                     failure[1].cast<std::string>());
+    state.status = InheritedStatus();
     completions->Push(call);
     return call;
   }
   grpc::Slice slice(Request(head, request_id, timesteps, shaped));
-  call->request_ = grpc::ByteBuffer(&slice, 1);
-  Configure(timeout, &call->context_);
+  state.request = grpc::ByteBuffer(&slice, 1);
+  Configure(timeout, &state.context);
   // gRPC holds the call (through the lambda) until the callback has run;
   // the Python side holds it for cancel().
-  grpc::internal::CallbackUnaryCall(channel(), EmbedMethod(), &call->context_,
-                                    &call->request_, &call->response_,
+  grpc::internal::CallbackUnaryCall(channel(), EmbedMethod(), &state.context,
+                                    &state.request, &state.response,
                                     [call, completions](grpc::Status status) {
-                                      call->status_ = std::move(status);
+                                      call->state_->status = std::move(status);
                                       completions->Push(call);
                                     });
   return call;

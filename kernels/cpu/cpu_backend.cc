@@ -203,24 +203,20 @@ void ComputeOncePerRepeat(const float* t, int64_t rows, int64_t row_bytes,
   }
 }
 
-// GNU OpenMP does not survive fork(): the child of a process that has
-// started a team waits forever for the parent's pool threads, which it does
-// not have.  Such a child (say a data-loader worker forked from a pipeline
-// that computed in process) computes on the calling thread instead.
-std::atomic<bool> team_started{false};
-std::atomic<bool> forked_after_team{false};
+// GNU OpenMP does not survive fork(): the child of a process whose thread
+// has run a team waits forever for the parent's pool threads, which it does
+// not have.  The team may be another library's sharing the runtime (PyTorch
+// ships the same libgomp), so a process forked after a CPU backend was made
+// (say a data-loader worker forked from a pipeline that computes in
+// process) computes on the calling thread.
+std::atomic<bool> forked_child{false};
 
-void NoteForkInChild() {
-  if (team_started.load(std::memory_order_relaxed)) {
-    forked_after_team.store(true, std::memory_order_relaxed);
-  }
-}
+void NoteForkInChild() { forked_child.store(true, std::memory_order_relaxed); }
 
-void NoteTeamStart() {
+void WatchForFork() {
   static const bool registered =
       pthread_atfork(nullptr, nullptr, NoteForkInChild) == 0;
   (void)registered;
-  team_started.store(true, std::memory_order_relaxed);
 }
 
 // Calls fn(begin, end) over disjoint row ranges covering [0, rows), on up to
@@ -230,7 +226,7 @@ void ForEachRowRange(int64_t rows, int dim, int threads, const Fn& fn) {
   const int64_t elements = rows * dim;
   int64_t ranges = 1;
   if (elements > kMinParallelElements &&
-      !forked_after_team.load(std::memory_order_relaxed)) {
+      !forked_child.load(std::memory_order_relaxed)) {
     ranges =
         std::min<int64_t>({threads, rows, elements / kMinElementsPerThread});
   }
@@ -238,7 +234,6 @@ void ForEachRowRange(int64_t rows, int dim, int threads, const Fn& fn) {
     fn(int64_t{0}, rows);
     return;
   }
-  NoteTeamStart();
 #pragma omp parallel for num_threads(static_cast <int>(ranges)) \
     schedule(static, 1)
   for (int64_t r = 0; r < ranges; ++r) {
@@ -253,7 +248,9 @@ class CpuBackend final : public Backend {
         engine_(EngineFor(isa).rows),
         threads_(threads > 0 ? threads
                              : static_cast<int>(std::max(
-                                   1u, std::thread::hardware_concurrency()))) {}
+                                   1u, std::thread::hardware_concurrency()))) {
+    WatchForFork();
+  }
 
   BackendKind kind() const override { return BackendKind::kCpu; }
 

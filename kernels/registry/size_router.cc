@@ -1,5 +1,8 @@
 #include "temb/kernels/size_router.h"
 
+#include <pthread.h>
+
+#include <atomic>
 #include <string>
 #include <utility>
 
@@ -8,13 +11,31 @@
 namespace temb {
 namespace {
 
+// How many fork()s separate this process from the one that made the first
+// router.  CUDA does not survive fork(): in a child of the process that
+// made a router (a data-loader worker forked from a pipeline computing in
+// process), the router sends everything to its small backend, the CPU.
+std::atomic<int> forks_since_first_router{0};
+
+void NoteForkInChild() {
+  forks_since_first_router.fetch_add(1, std::memory_order_relaxed);
+}
+
+int ForksNow() {
+  static const bool registered =
+      pthread_atfork(nullptr, nullptr, NoteForkInChild) == 0;
+  (void)registered;
+  return forks_since_first_router.load(std::memory_order_relaxed);
+}
+
 class SizeRouter final : public Backend {
  public:
   SizeRouter(std::unique_ptr<Backend> small, std::unique_ptr<Backend> large,
              int64_t large_min_bytes)
       : small_(std::move(small)),
         large_(std::move(large)),
-        large_min_bytes_(large_min_bytes) {}
+        large_min_bytes_(large_min_bytes),
+        created_after_forks_(ForksNow()) {}
 
   BackendKind kind() const override { return large_->kind(); }
 
@@ -40,12 +61,15 @@ class SizeRouter final : public Backend {
 
  private:
   Backend& Pick(int64_t output_bytes) const {
-    return output_bytes >= large_min_bytes_ ? *large_ : *small_;
+    const bool forked = forks_since_first_router.load(
+                            std::memory_order_relaxed) != created_after_forks_;
+    return output_bytes >= large_min_bytes_ && !forked ? *large_ : *small_;
   }
 
   const std::unique_ptr<Backend> small_;
   const std::unique_ptr<Backend> large_;
   const int64_t large_min_bytes_;
+  const int created_after_forks_;
 };
 
 }  // namespace

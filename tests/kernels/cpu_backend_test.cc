@@ -691,7 +691,8 @@ INSTANTIATE_TEST_SUITE_P(Engines, EngineParityTest,
 // GNU OpenMP's thread pool does not survive fork(): a child of a process
 // that has run a team must compute on its own thread, not wait for the
 // parent's pool (a data-loader worker forked from a pipeline that computed
-// in process).
+// in process).  The parent's team needs two threads for the test to
+// matter: OMP_THREAD_LIMIT=1 would make it pass either way.
 TEST(CpuBackendForkTest, ChildOfAThreadedProcessComputes) {
   auto backend = CreateCpuBackend(2);
   const EmbeddingSpec spec = Spec(1280);

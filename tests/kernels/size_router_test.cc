@@ -2,6 +2,9 @@
 // backend computed it; results are those of the backend it picked.
 #include "temb/kernels/size_router.h"
 
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -88,6 +91,28 @@ TEST_F(SizeRouterTest, KindForNamesTheBackendThatComputes) {
 TEST_F(SizeRouterTest, DescribesBothDevicesAndServesAsTheLargeOne) {
   EXPECT_EQ(router_->kind(), BackendKind::kCuda);
   EXPECT_EQ(router_->device(), "gpu0; outputs under 4096 bytes on cpu: cpu0");
+}
+
+// CUDA does not survive fork(): a child of the process that made the
+// router computes everything on the small backend (the CPU); the parent
+// goes on as before.
+TEST_F(SizeRouterTest, AForkedChildUsesOnlyTheSmallBackend) {
+  EXPECT_EQ(ComputeRows(1000), 0x22);
+  const pid_t child = fork();
+  ASSERT_NE(child, -1);
+  if (child == 0) {
+    const bool small_only =
+        ComputeRows(1000) == 0x11 &&
+        router_->KindFor(int64_t{1} << 30) == BackendKind::kCpu &&
+        large_calls_ == 1;
+    _exit(small_only ? 0 : 1);
+  }
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 0) << "the child used the large backend";
+  EXPECT_EQ(ComputeRows(1000), 0x22);
+  EXPECT_EQ(router_->KindFor(int64_t{1} << 30), BackendKind::kCuda);
 }
 
 }  // namespace

@@ -330,6 +330,7 @@ def test_asyncio_native_calls_run_concurrently_and_cancel(server):
             task.cancel()
             with pytest.raises(asyncio.CancelledError):
                 await task
+            assert c._waiting == {}  # the call was cancelled, not abandoned
             with pytest.raises(temb.DeadlineExceededError):
                 await c.embed(big, dim=4096, timeout=1e-6, **LDM)
             _same(sync.embed([7.0], preset="sdxl"),
@@ -347,6 +348,10 @@ def test_asyncio_native_calls_run_concurrently_and_cancel(server):
             except temb.TembError as error:
                 # Cancelled in flight; an answer that came first is fine.
                 assert error.code == grpc.StatusCode.CANCELLED, error
+        # A call on the closed client fails at once rather than waiting.
+        with pytest.raises(Exception) as closed:
+            await asyncio.wait_for(c.embed([1.0], preset="sdxl"), 30)
+        assert not isinstance(closed.value, asyncio.TimeoutError)
 
     asyncio.run(run())
 
@@ -373,6 +378,9 @@ import temb
 target = sys.argv[1]
 client = temb.Client(target, timeout=30, transport="native")
 want = client.embed([1.0, 500.0], preset="sdxl")
+# The parent uses the client's grpcio channel too (the other methods).
+version = client.server_info().version
+assert client.health() == temb.HealthStatus.SERVING
 module = None
 try:
     import torch
@@ -392,6 +400,8 @@ if pid == 0:
         assert got.tobytes() == want.tobytes()
     if module is not None:
         assert torch.equal(module(torch.tensor([3.0, 700.0])), module_want)
+    assert client.server_info().version == version
+    assert client.health() == temb.HealthStatus.SERVING
     with temb.Client(target, timeout=30) as fresh:
         assert fresh.transport == "grpcio"
         assert fresh.embed([1.0, 500.0], preset="sdxl").tobytes() == want.tobytes()
@@ -411,6 +421,7 @@ assert os.waitstatus_to_exitcode(status) == 0, status
 assert client.transport == "native"
 for _ in range(5):
     assert client.embed([1.0, 500.0], preset="sdxl", timeout=10).tobytes() == want.tobytes()
+assert client.server_info().version == version
 if module is not None:
     assert torch.equal(module(torch.tensor([3.0, 700.0])), module_want)
 print("ok")

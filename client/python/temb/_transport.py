@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import os
 import weakref
-from typing import Any, Optional, Sequence, Tuple
+from typing import Any, List, Optional, Sequence, Tuple
 
 import grpc
 
@@ -39,6 +39,9 @@ _forked_from_user = False
 # The clients with a native channel, told when this process is a forked
 # child.
 _native_clients: "weakref.WeakSet[Any]" = weakref.WeakSet()
+# What those clients held, in such a child: the parent's channels and
+# calls, kept here for good (the extension would not close them anyway).
+_inherited: List[Any] = []
 
 
 def _after_fork_in_child() -> None:
@@ -47,7 +50,7 @@ def _after_fork_in_child() -> None:
         return
     _forked_from_user = True
     for client in list(_native_clients):
-        client._native = None  # the channel leaks its parent's connection
+        _inherited.append(client._forget_native())
     _native_clients.clear()
 
 
@@ -55,7 +58,9 @@ os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def track(client: Any) -> None:
-    """Registers a client holding a native channel (see fork above)."""
+    """Registers a client holding a native channel (see fork above): in a
+    forked child, its ``_forget_native()`` is called, which must stop its
+    native calls and return what it held."""
     _native_clients.add(client)
 
 

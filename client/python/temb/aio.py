@@ -69,6 +69,13 @@ class Client(_request.ClientBase):
     def _native_module() -> Any:
         return _transport._extension()
 
+    def _forget_native(self) -> Any:
+        """In a forked child: embed calls move to grpc.aio
+        (temb._transport); the parent's calls in flight are left alone."""
+        held = (self._native, self._completions, self._waiting)
+        self._native, self._completions, self._waiting = None, None, {}
+        return held
+
     def _drain(self) -> None:
         for token, outcome in self._completions.drain():
             waiting = self._waiting.pop(token, None)
@@ -168,13 +175,16 @@ class Client(_request.ClientBase):
     async def close(self) -> None:
         """Closes the channel; calls in flight are cancelled (they raise a
         TembError with code CANCELLED)."""
-        if self._completions is not None:
-            if not self._loop.is_closed():
-                self._loop.remove_reader(self._completions.fd)
+        completions, self._completions = self._completions, None
+        self._native = None  # later calls fail on the closed grpc.aio channel
+        if completions is not None:
+            loop_open = not self._loop.is_closed()
+            if loop_open:
+                self._loop.remove_reader(completions.fd)
             waiting, self._waiting = self._waiting, {}
             for result, pending in waiting.values():
                 pending.cancel()
-                if not result.done():
+                if loop_open and not result.done():
                     result.set_result((_CANCELLED, "the client was closed",
                                        None))
         await self._channel.close(grace=None)

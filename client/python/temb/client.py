@@ -58,6 +58,11 @@ class Client(_request.ClientBase):
             response_deserializer=None)
         self._plans = _request.EmbedPlans()
 
+    def _forget_native(self) -> Any:
+        """In a forked child: embed calls move to grpcio (temb._transport)."""
+        native, self._native = self._native, None
+        return native
+
     @property
     def transport(self) -> str:
         """"native" or "grpcio": what this client's embed calls use."""

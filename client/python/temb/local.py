@@ -238,7 +238,7 @@ class Engine:
         None) and uses it; parts and request ids take the general path."""
         if kwargs.get("parts") is not None or kwargs.get("request_id"):
             return self._answer(_request.embed_call(timesteps, *rest, **kwargs))
-        plan, finish = self._plan(timesteps is not None, rest, kwargs)
+        plan, finish, _ = self._plan(timesteps is not None, rest, kwargs)
         if key is not None:
             if len(self._plans) >= _MAX_PLANS:
                 self._plans.clear()
@@ -247,16 +247,17 @@ class Engine:
         return out if finish is None else finish(out)
 
     def _plan(self, with_timesteps: bool, rest: Tuple[Any, ...],
-              kwargs: Dict[str, Any]) -> Tuple[Any, Any]:
+              kwargs: Dict[str, Any]) -> Tuple[Any, Any, Any]:
         """The plan for embed()'s arguments after the timesteps (checked and
-        encoded as temb.Client does), and the function that finishes its
-        array (None: the array itself); without timesteps, the client's
-        error for that."""
+        encoded as temb.Client does), the function that finishes its array
+        (None: the array itself) and the core that made the plan; without
+        timesteps, the client's error for that."""
         call = _request.embed_call(
             _NO_TIMESTEPS if with_timesteps else None, *rest, **kwargs)
-        plan = self._get_core().plan(call.request.SerializeToString())
+        core = self._get_core()
+        plan = core.plan(call.request.SerializeToString())
         return plan, _codec.finisher(call.decoder.decoding,
-                                     plan.dtype == "bf16")
+                                     plan.dtype == "bf16"), core
 
     def _answer(self, call: _request.EmbedCall) -> Any:
         """A whole request, parts included, answered as the server does."""

@@ -177,16 +177,14 @@ def _direct_call(client: Any, num_channels: int, flip_sin_to_cos: bool,
                      max_period=max_period, precision=precision, dtype="fp32",
                      return_tensors="pt")
     if getattr(client, "_temb_local_engine", None) is not None:
-        plan, finish = client._plan(True, (), arguments)
-        core = client._core
+        plan, finish, core = client._plan(True, (), arguments)
 
         def local(timesteps: torch.Tensor) -> torch.Tensor:
             nonlocal plan, finish, core
             if timesteps.is_neg():  # a lazily negated view: its memory is -t
                 return client.embed(timesteps, **arguments)
             if client._core is not core:  # temb.local.configure() since
-                plan, finish = client._plan(True, (), arguments)
-                core = client._core
+                plan, finish, core = client._plan(True, (), arguments)
             out = plan.raw(timesteps.data_ptr(), timesteps.shape, False)
             return out if finish is None else finish(out)
 

@@ -16,7 +16,9 @@ namespace temb {
 
 // Outputs of at least `large_min_bytes` go to `large`, the others to
 // `small`.  kind() is the large backend's (the device the process serves
-// with); KindFor() says which one a given request runs on.
+// with); KindFor() says which one a given request runs on.  In a process
+// forked from the one that made the router, every request goes to `small`
+// (CUDA does not survive fork()).
 std::unique_ptr<Backend> RouteBySize(std::unique_ptr<Backend> small,
                                      std::unique_ptr<Backend> large,
                                      int64_t large_min_bytes);
