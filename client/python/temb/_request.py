@@ -18,7 +18,7 @@ from typing import (TYPE_CHECKING, Any, AsyncIterable, AsyncIterator,
 import grpc
 import numpy as np
 
-from temb import _channel, _codec
+from temb import _channel, _codec, _transport
 from temb._proto.temb.v1 import temb_pb2 as pb
 from temb._proto.temb.v1 import temb_pb2_grpc as pb_grpc
 from temb.errors import TembError, error_from_code, error_from_rpc
@@ -42,7 +42,8 @@ class ClientBase:
     # arguments.
     _grpc: Any
     # The transports a client takes (temb._transport).
-    _TRANSPORTS: Tuple[str, ...] = ("auto", "grpcio")
+    _TRANSPORTS: Tuple[str, ...] = _transport.TRANSPORTS
+    _EMBED_METHOD = f"/{_channel.SERVICE}/Embed"
 
     def __init__(self, target: str, *, timeout: Optional[float] = None,
                  retries: int = _channel.DEFAULT_RETRIES,
@@ -81,8 +82,29 @@ class ClientBase:
             response_deserializer=None)
 
     def _open_transport(self, transport: str, options: Any) -> None:
-        """Sets up what calls travel on besides the channel (the asyncio
-        client: nothing, all its calls go through grpc.aio)."""
+        """Sets up what embed calls travel on: the native channel when the
+        transport and the settings allow it, and the gRPC channel's method
+        for serialized requests (no serializer: bytes pass)."""
+        self._native = _transport.native_channel(
+            transport, self._target, self._arguments["tls"], options,
+            self._metadata)
+        if self._native is not None:
+            _transport.track(self)
+        self._embed_bytes = self._channel.unary_unary(
+            self._EMBED_METHOD, request_serializer=None,
+            response_deserializer=None)
+        self._plans = EmbedPlans()
+
+    def _forget_native(self) -> Any:
+        """In a forked child: embed calls move to grpcio (temb._transport);
+        returns what the client held."""
+        native, self._native = self._native, None
+        return native
+
+    @property
+    def transport(self) -> str:
+        """"native" or "grpcio": what this client's embed calls use."""
+        return "grpcio" if self._native is None else "native"
 
     @property
     def target(self) -> str:

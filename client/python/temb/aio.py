@@ -19,7 +19,7 @@ from typing import (Any, AsyncIterable, AsyncIterator, Dict, Iterable,
 
 import grpc.aio
 
-from temb import _channel, _codec, _request, _transport
+from temb import _codec, _request, _transport
 from temb._proto.temb.v1 import temb_pb2 as pb
 from temb._request import Embedding
 from temb.errors import TembError, error_from_code
@@ -34,19 +34,9 @@ class Client(_request.ClientBase):
     """See :class:`temb.Client`; the arguments and semantics are the same."""
 
     _grpc = grpc.aio
-    _TRANSPORTS = _transport.TRANSPORTS
-    _EMBED_METHOD = f"/{_channel.SERVICE}/Embed"  # grpc.aio's, for bytes
 
     def _open_transport(self, transport: str, options: Any) -> None:
-        self._native = _transport.native_channel(
-            transport, self._target, self._arguments["tls"], options,
-            self._metadata)
-        if self._native is not None:
-            _transport.track(self)
-        self._embed_bytes = self._channel.unary_unary(
-            self._EMBED_METHOD, request_serializer=None,
-            response_deserializer=None)
-        self._plans = _request.EmbedPlans()
+        super()._open_transport(transport, options)
         # The native calls in flight by token (their futures and calls),
         # and where they end (made on the first call, in the client's loop).
         self._waiting: Dict[int, Tuple["asyncio.Future[Any]", Any]] = {}
@@ -81,11 +71,6 @@ class Client(_request.ClientBase):
             waiting = self._waiting.pop(token, None)
             if waiting is not None and not waiting[0].done():
                 waiting[0].set_result(outcome)
-
-    @property
-    def transport(self) -> str:
-        """"native" or "grpcio": what this client's embed calls use."""
-        return "grpcio" if self._native is None else "native"
 
     @_request.takes_embed_arguments
     async def embed(self, *args: Any, **kwargs: Any) -> Embedding:

@@ -11,7 +11,7 @@ from typing import Any, Dict, Iterable, Iterator, Mapping, Optional, Union
 
 import grpc
 
-from temb import _channel, _codec, _request, _transport
+from temb import _codec, _request
 from temb._proto.temb.v1 import temb_pb2 as pb
 from temb._request import Embedding
 from temb.errors import TembError, error_from_code
@@ -43,30 +43,6 @@ class Client(_request.ClientBase):
     """
 
     _grpc = grpc
-    _TRANSPORTS = _transport.TRANSPORTS
-    _EMBED_METHOD = f"/{_channel.SERVICE}/Embed"  # grpcio's, for bytes
-
-    def _open_transport(self, transport: str, options: Any) -> None:
-        self._native = _transport.native_channel(
-            transport, self._target, self._arguments["tls"], options,
-            self._metadata)
-        if self._native is not None:
-            _transport.track(self)
-        # grpcio's path for serialized requests (no serializer: bytes pass).
-        self._embed_bytes = self._channel.unary_unary(
-            self._EMBED_METHOD, request_serializer=None,
-            response_deserializer=None)
-        self._plans = _request.EmbedPlans()
-
-    def _forget_native(self) -> Any:
-        """In a forked child: embed calls move to grpcio (temb._transport)."""
-        native, self._native = self._native, None
-        return native
-
-    @property
-    def transport(self) -> str:
-        """"native" or "grpcio": what this client's embed calls use."""
-        return "grpcio" if self._native is None else "native"
 
     def _embed_rpc(self, call: _request.PreparedEmbed) -> Embedding:
         """One Embed call on this client's transport, decoded."""
