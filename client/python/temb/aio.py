@@ -3,11 +3,11 @@
 Create it inside the event loop that uses it (grpc.aio channels belong to
 one loop), preferably as ``async with temb.aio.Client(target) as client:``.
 
-``embed()`` travels as :class:`temb.Client`'s does (``transport=``): through
-gRPC's C++ library where the ``_temb_transport`` extension is built (the
-call is started in C++; gRPC's thread queues its result and signals an
-eventfd the loop watches), else through grpc.aio.  The other methods always
-use grpc.aio.
+``embed()`` and ``embed_parts()`` travel as :class:`temb.Client`'s do
+(``transport=``): through gRPC's C++ library where the ``_temb_transport``
+extension is built (the call is started in C++; gRPC's thread queues its
+result and signals an eventfd the loop watches), else through grpc.aio.
+The other methods always use grpc.aio.
 """
 
 from __future__ import annotations
@@ -75,7 +75,19 @@ class Client(_request.ClientBase):
     @_request.takes_embed_arguments
     async def embed(self, *args: Any, **kwargs: Any) -> Embedding:
         """See :meth:`temb.Client.embed`."""
-        call = self._plans.prepare(args, kwargs)
+        return await self._embed_rpc(self._plans.prepare(args, kwargs))
+
+    @_request.takes_embed_parts_arguments
+    async def embed_parts(self, *args: Any, **kwargs: Any
+                          ) -> Dict[str, Embedding]:
+        """See :meth:`temb.Client.embed_parts`."""
+        call = _request.embed_parts_call(*args, **kwargs)
+        return await self._embed_rpc(_request.PreparedEmbed(
+            call.request.SerializeToString(), call.request.request_id, None,
+            call.decoder, call.timeout))
+
+    async def _embed_rpc(self, call: _request.PreparedEmbed) -> Embedding:
+        """One Embed call on this client's transport, decoded."""
         timeout = self._timeout if call.timeout is None else call.timeout
         native = self._native
         if native is None:
@@ -101,16 +113,6 @@ class Client(_request.ClientBase):
         if code:
             raise error_from_code(code, message, call.request_id)
         return _request.decode_embed_result(call, data)
-
-    @_request.takes_embed_parts_arguments
-    async def embed_parts(self, *args: Any, **kwargs: Any
-                          ) -> Dict[str, Embedding]:
-        """See :meth:`temb.Client.embed_parts`."""
-        call = _request.embed_parts_call(*args, **kwargs)
-        with _request.rpc_errors(call.request.request_id):
-            response = await self._stub.Embed(
-                call.request, **self._call_options(call.timeout))
-        return call.decoder.decode(response)
 
     async def embed_stream(
             self,
