@@ -1,7 +1,8 @@
-"""How temb.Client makes its Embed calls.
+"""How temb.Client and temb.aio.Client make their Embed calls.
 
 Two transports carry the same bytes:
-  * "grpcio": the grpc package's stub (always there);
+  * "grpcio": the grpc package's channel (grpc.aio's for temb.aio; always
+    there);
   * "native": gRPC's C++ library through the ``_temb_transport`` extension,
     with the GIL released for the whole call.  At batch 1 most of a grpcio
     call is Python-side machinery; the native call leaves only building
@@ -15,7 +16,7 @@ else grpcio.  ``$TEMB_TRANSPORT`` overrides "auto" (grpcio or native).
 After fork(), gRPC's C++ library is unusable in the child of a process that
 has used it (the extension says why), while grpcio's own copy of gRPC
 handles fork: in such a child every native client moves its embed calls to
-grpcio, and new clients are made with grpcio ("native" raises).
+grpcio (grpc.aio), and new clients are made with it ("native" raises).
 """
 
 from __future__ import annotations
