@@ -85,6 +85,10 @@ LABEL org.opencontainers.image.title="temb" \
       org.opencontainers.image.description="Sinusoidal timestep embeddings over gRPC (CPU backend)"
 # Numeric so that Kubernetes' runAsNonRoot can verify it.
 USER 10001:10001
+# At most 4 malloc arenas, each keeping under 64 MiB of freed heap: the
+# term of the memory bound in docs/operations.md that glibc would otherwise
+# scale with the cores.
+ENV MALLOC_ARENA_MAX=4
 # gRPC (temb.v1, KServe v2, health) and Prometheus /metrics.
 EXPOSE 50051 9090
 HEALTHCHECK --interval=15s --timeout=5s --start-period=10s --retries=3 \
@@ -144,6 +148,7 @@ RUN ! ldd /usr/local/bin/temb-server /usr/local/bin/temb | grep "not found"
 LABEL org.opencontainers.image.title="temb" \
       org.opencontainers.image.description="Sinusoidal timestep embeddings over gRPC (CUDA and CPU backends)"
 USER 10001:10001
+ENV MALLOC_ARENA_MAX=4
 EXPOSE 50051 9090
 HEALTHCHECK --interval=15s --timeout=5s --start-period=10s --retries=3 \
   CMD ["temb", "health", "--target=127.0.0.1:50051"]

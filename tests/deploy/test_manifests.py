@@ -216,6 +216,13 @@ def test_image_defaults_match_manifests():
     assert port_of(flag_values(command[2:])["target"]) == DEFAULT_GRPC_PORT
     user = instruction(stage, "USER").split(":")[0]
     assert user.isdigit() and int(user) != 0, "the image must run as a numeric non-root user"
+    # The arena cap of the memory bound holds for `docker run` too, and is
+    # the manifests' (test_memory_limit_holds_the_documented_bound).
+    assert instruction(stage, "ENV") == "MALLOC_ARENA_MAX=4"
+    for docs in (render(DEPLOY / "base"), render(DEPLOY / "kserve")):
+        for _, _, container in server_containers(docs):
+            env = {e["name"]: e.get("value") for e in container.get("env", [])}
+            assert env.get("MALLOC_ARENA_MAX") == "4"
 
 
 @pytest.mark.parametrize("directory", KUSTOMIZATIONS, ids=label)
@@ -338,6 +345,55 @@ def test_args_are_server_flags(rendered, server_flags, directory):
 def test_image_cmd_flags_are_server_flags(server_flags):
     for name in flag_values(exec_form(instruction(dockerfile(), "CMD"))):
         assert name in server_flags, f"temb-server has no flag --{name}"
+
+
+# docs/operations.md, "Memory bound": the idle server, and what the CUDA
+# backend adds (its page-locked buffers, and room for the CUDA runtime's own
+# host memory, which the GPU overlay's limit leaves).
+IDLE_SERVER_BYTES = 20 << 20
+MALLOC_ARENA_BYTES = 64 << 20
+PINNED_POOL_BYTES = 512 << 20
+CUDA_RUNTIME_ALLOWANCE_BYTES = 512 << 20
+
+
+def quantity_bytes(text):
+    """Kubernetes memory quantity ("1Gi", "256Mi", "1G", "1000") in bytes."""
+    units = {"Ki": 1 << 10, "Mi": 1 << 20, "Gi": 1 << 30, "Ti": 1 << 40,
+             "k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12, "": 1}
+    number, unit = re.fullmatch(r"(\d+)([KMGT]i?|k|)", str(text)).groups()
+    return int(number) * units[unit]
+
+
+@pytest.mark.parametrize("directory", KUSTOMIZATIONS, ids=label)
+def test_memory_limit_holds_the_documented_bound(rendered, server_flags,
+                                                 directory):
+    """No client can push a pod past its memory limit: the bound of
+    docs/operations.md with the pod's flags (the server's defaults where
+    unset) and its malloc arena cap stays under the limit, so an attack
+    meets the server's own refusals, not the OOM killer."""
+    for _, _, container in server_containers(rendered[directory]):
+        flags = flag_values(container.get("args", []))
+        env = {e["name"]: e.get("value") for e in container.get("env", [])}
+        quota = int(flags.get("grpc_memory_quota",
+                              server_flags["grpc_memory_quota"]))
+        queued = int(flags.get("max_queued_bytes",
+                               server_flags["max_queued_bytes"]))
+        largest = int(flags.get("max_output_bytes",
+                                server_flags["max_output_bytes"]))
+        assert quota > 0 and queued > 0, "an unlimited quota has no bound"
+        assert "MALLOC_ARENA_MAX" in env, \
+            "without MALLOC_ARENA_MAX the kept heap grows with the cores"
+        bound = (IDLE_SERVER_BYTES + 3 * quota + 2 * queued
+                 + int(env["MALLOC_ARENA_MAX"]) * MALLOC_ARENA_BYTES)
+        limits = container["resources"]["limits"]
+        if "nvidia.com/gpu" in limits:
+            bound += PINNED_POOL_BYTES + CUDA_RUNTIME_ALLOWANCE_BYTES
+        assert bound <= quantity_bytes(limits["memory"]), (
+            f"{label(directory)}: bound {bound >> 20} MiB over the "
+            f"{limits['memory']} limit")
+        # The largest answer is counted twice while gRPC serialises it: it
+        # must fit the queue, or it would be refused as overload.
+        assert 2 * largest <= queued
 
 
 def test_server_runs_with_deployment_args_and_serves_probe_services(
