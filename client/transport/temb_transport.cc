@@ -23,13 +23,14 @@
 // Python tests.
 //
 // fork(): gRPC's C++ library does not survive it here (Debian builds it
-// without fork support), and a child calling through its parent's channel,
-// or through a new one (which reuses the parent's pooled connection),
+// without fork support).  A child calling through its parent's channel
 // writes HTTP/2 frames on the parent's socket: the child gets its answer
-// and the parent's next call hangs.  So a channel never calls in a process
-// other than the one that created it, and is leaked there rather than
-// destroyed (destruction would shut the shared socket down); the Python
-// client moves its calls to grpcio in such a child.
+// and the parent's next call hangs.  A child that only opened a channel of
+// its own broke the parent's next call as well (it shares the parent's
+// gRPC state).  So a channel never calls in a process other than the one
+// that created it, and is leaked there rather than destroyed (destruction
+// would shut the shared socket down); the Python client moves its calls to
+// grpcio in such a child, and makes no new native channel there.
 #include <google/protobuf/io/coded_stream.h>
 #include <google/protobuf/io/zero_copy_stream_impl_lite.h>
 #include <google/protobuf/wire_format_lite.h>
