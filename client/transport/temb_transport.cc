@@ -318,7 +318,7 @@ class Channel {
                   std::optional<double> timeout) {
     if (Inherited()) return Failure(InheritedStatus());
     std::string request = Request(head, request_id, timesteps, shaped);
-    grpc::ByteBuffer response;
+    std::string response;
     grpc::Status status;
     {
       // Without the GIL: other Python threads go on meanwhile.
@@ -329,10 +329,13 @@ class Channel {
       Configure(timeout, &context);
       // What the generated synchronous stubs call, with ByteBuffer as the
       // message type: gRPC passes the bytes through unparsed.
-      status = grpc::internal::BlockingUnaryCall(
-          channel_.get(), EmbedMethod(), &context, request_buffer, &response);
+      grpc::ByteBuffer response_buffer;
+      status = grpc::internal::BlockingUnaryCall(channel_.get(), EmbedMethod(),
+                                                 &context, request_buffer,
+                                                 &response_buffer);
+      if (status.ok()) status = Flatten(&response_buffer, &response);
     }
-    return Result(status, &response);
+    return Result(status, response);
   }
 
   // embed() for asyncio: starts the same call and returns at once; when
@@ -344,15 +347,11 @@ class Channel {
       std::optional<double> timeout,
       const std::shared_ptr<Completions>& completions, uint64_t token);
 
-  // (code, message, result) for a finished call; takes the GIL's holder.
+  // (code, message, result) for a finished call, from its response bytes;
+  // needs the GIL.
   static py::tuple Result(const grpc::Status& status,
-                          grpc::ByteBuffer* response) {
+                          const std::string& bytes) {
     if (!status.ok()) return Failure(status);
-    std::string bytes;
-    if (!Flatten(response, &bytes)) {
-      return Failure(
-          grpc::Status(grpc::StatusCode::DATA_LOSS, "unreadable response"));
-    }
     TensorView tensor;
     if (ReadEmbedding(bytes, &tensor)) {
       py::object array = ToArray(tensor);
@@ -414,15 +413,18 @@ class Channel {
                           status.error_message(), py::none());
   }
 
-  // The response's bytes in one piece, for the parser.
-  static bool Flatten(grpc::ByteBuffer* response, std::string* bytes) {
+  // The response's bytes in one piece, for the parser; done without the
+  // GIL (a large answer's copy would otherwise stall every Python thread).
+  static grpc::Status Flatten(grpc::ByteBuffer* response, std::string* bytes) {
     std::vector<grpc::Slice> slices;
-    if (!response->Dump(&slices).ok()) return false;
+    if (!response->Dump(&slices).ok()) {
+      return grpc::Status(grpc::StatusCode::DATA_LOSS, "unreadable response");
+    }
     bytes->reserve(response->Length());
     for (const grpc::Slice& s : slices) {
       bytes->append(reinterpret_cast<const char*>(s.begin()), s.size());
     }
-    return true;
+    return grpc::Status::OK;
   }
 
   std::shared_ptr<grpc::Channel> channel_;
@@ -459,6 +461,7 @@ class PendingEmbed {
     grpc::ByteBuffer request;
     grpc::ByteBuffer response;
     grpc::Status status;
+    std::string bytes;  // the response's, flattened on gRPC's thread
   };
 
   bool Inherited() const {
@@ -514,7 +517,7 @@ class Completions {
     for (const auto& call : finished) {
       results.append(py::make_tuple(
           call->token_,
-          Channel::Result(call->state_->status, &call->state_->response)));
+          Channel::Result(call->state_->status, call->state_->bytes)));
     }
     return results;
   }
@@ -542,12 +545,16 @@ std::shared_ptr<PendingEmbed> Channel::EmbedAsync(
   Configure(timeout, &state.context);
   // gRPC holds the call (through the lambda) until the callback has run;
   // the Python side holds it for cancel().
-  grpc::internal::CallbackUnaryCall(channel(), EmbedMethod(), &state.context,
-                                    &state.request, &state.response,
-                                    [call, completions](grpc::Status status) {
-                                      call->state_->status = std::move(status);
-                                      completions->Push(call);
-                                    });
+  grpc::internal::CallbackUnaryCall(
+      channel(), EmbedMethod(), &state.context, &state.request, &state.response,
+      [call, completions](grpc::Status status) {
+        PendingEmbed::State& state = *call->state_;
+        if (status.ok()) {
+          status = Channel::Flatten(&state.response, &state.bytes);
+        }
+        state.status = std::move(status);
+        completions->Push(call);
+      });
   return call;
 }
 
