@@ -323,7 +323,15 @@ drains() {
   "${PODMAN[@]}" kill --signal TERM "$name" >/dev/null || return 1
   code="$(timeout 30 "${PODMAN[@]}" wait "$name" 2>/dev/null)"
   say "$name exited with $code after SIGTERM"
-  [[ $code == 0 ]] && "${PODMAN[@]}" logs "$name" 2>&1 | grep -q 'drained'
+  [[ $code == 0 ]] || return 1
+  # The container's last lines can reach `podman logs` a moment after
+  # `podman wait` returns: look again before calling the drain unlogged.
+  local try
+  for ((try = 0; try < 10; try++)); do
+    "${PODMAN[@]}" logs "$name" 2>&1 | grep -q 'drained' && return 0
+    sleep 0.5
+  done
+  return 1
 }
 logs() { "${PODMAN[@]}" logs "$1" 2>&1 | tail -n 20; }
 
