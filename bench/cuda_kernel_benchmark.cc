@@ -184,7 +184,8 @@ int Run() {
   };
   const Large kLarge[] = {{65536, OutType::kFloat32, "fp32"},
                           {262144, OutType::kFloat32, "fp32"},
-                          {524288, OutType::kBFloat16, "bf16"}};
+                          {524288, OutType::kBFloat16, "bf16"},
+                          {524288, OutType::kFloat16, "fp16"}};
   constexpr int kLargeDim = 1024;
   std::printf("{\"large\": [");
   for (const Large& shape : kLarge) {
