@@ -514,7 +514,8 @@ def main():
              per_batch=per_batch, large=large, large_stream=large_stream,
              kernels=kernels, kernel_reps=kernel_reps, kernel_g=kernel_g, numpy_g=numpy_g,
              torch_g=torch_g, kernel_vs_torch=kernel_vs_torch,
-             torch_version=torch.__version__ if torch else None, gpu=gpu,
+             torch_version=torch.__version__ if torch else None,
+             numpy_version=np.__version__, gpu=gpu,
              elapsed=time.monotonic() - started, commands=COMMANDS,
              command=shlex.join(["bench/run.sh", *sys.argv[1:]]))
     results.write_text(json.dumps(m, indent=1))
@@ -550,6 +551,7 @@ def report(m, output):
                  m["kernel_g"], m["numpy_g"], m["torch_g"], m["torch_version"],
                  m["gpu"], m["elapsed"],
                  kernel_vs_torch=m.get("kernel_vs_torch"),
+                 numpy_version=m.get("numpy_version", np.__version__),
                  large_stream=m.get("large_stream"))
     log(f"wrote {output}")
 
@@ -846,7 +848,8 @@ def kernel_sections(r, kernels, vs_torch, torch_version):
 def write_report(path, command, info, quick, rounds, seconds, concurrencies, batches,
                  latency, per_batch, large, kernels, kernel_reps, kernel_g,
                  numpy_g, torch_g, torch_version, gpu, elapsed,
-                 kernel_vs_torch=None, large_stream=None):
+                 kernel_vs_torch=None, large_stream=None,
+                 numpy_version=np.__version__):
     r = Report()
     cmd = command
     r.add("# Benchmarks", "",
@@ -927,7 +930,7 @@ def write_report(path, command, info, quick, rounds, seconds, concurrencies, bat
                      "[benchmarks-gpu.md](benchmarks-gpu.md) and the notes"])
     rows.append(["(extra) same, vs numpy float32 in-process",
                  f"{kernel_g:.3f} G elem/s",
-                 f"numpy {np.__version__} {numpy_g:.3f} G elem/s",
+                 f"numpy {numpy_version} {numpy_g:.3f} G elem/s",
                  f"{kernel_g / numpy_g:.2f}x", "-", "-"])
     if gpu:
         for size in large_gpu_sizes(gpu):

@@ -48,7 +48,8 @@ check() {
 profile_kernel() {
   local name="$1" regex="$2"
   command -v ncu >/dev/null || { echo "ncu: not installed"; return 0; }
-  timeout 180 ncu --clock-control none --kernel-name "regex:$regex" \
+  timeout 180 ncu --clock-control none --kernel-name-base demangled \
+    --kernel-name "regex:$regex" \
     --launch-count 1 --section SpeedOfLight --section ComputeWorkloadAnalysis \
     --section MemoryWorkloadAnalysis --section Occupancy \
     --section LaunchStats --section InstructionStats \

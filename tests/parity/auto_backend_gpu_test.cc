@@ -33,7 +33,8 @@ constexpr int kLargeRows = 1024;                  // 5 MiB: the GPU
 
 std::vector<float> Timesteps(int rows) {
   std::vector<float> t(rows);
-  for (int n = 0; n < rows; ++n) t[n] = static_cast<float>((n * 37) % 1000) + 0.25f * (n % 4);
+  for (int n = 0; n < rows; ++n)
+    t[n] = static_cast<float>((n * 37) % 1000) + 0.25f * (n % 4);
   return t;
 }
 
@@ -44,8 +45,7 @@ class AutoBackendGpuTest : public ::testing::Test {
       const std::string reason =
           std::string(CreateBackend(BackendChoice::kCuda).status().message());
       if (std::getenv("TEMB_REQUIRE_CUDA") != nullptr) {
-        FAIL() << "TEMB_REQUIRE_CUDA is set but CUDA is not usable: "
-               << reason;
+        FAIL() << "TEMB_REQUIRE_CUDA is set but CUDA is not usable: " << reason;
       }
       GTEST_SKIP() << reason;
     }
@@ -88,8 +88,7 @@ class AutoBackendGpuTest : public ::testing::Test {
 TEST_F(AutoBackendGpuTest, RoutesEachCallBySizeUnderConcurrentCallers) {
   ASSERT_EQ(auto_->kind(), BackendKind::kCuda) << auto_->device();
   ASSERT_EQ(auto_->KindFor(OutputBytes(spec_, kSmallRows)), BackendKind::kCpu);
-  ASSERT_EQ(auto_->KindFor(OutputBytes(spec_, kLargeRows)),
-            BackendKind::kCuda);
+  ASSERT_EQ(auto_->KindFor(OutputBytes(spec_, kLargeRows)), BackendKind::kCuda);
   // Routing shows in the bytes only where the two backends differ.
   RecordProperty("large_answer_differs_between_backends",
                  large_on_cpu_ != large_on_cuda_ ? "yes" : "no");
@@ -130,8 +129,7 @@ TEST_F(AutoBackendGpuTest, AForkedChildComputesOnTheCpu) {
   ASSERT_TRUE(WIFEXITED(status)) << "the child died: status " << status;
   EXPECT_EQ(WEXITSTATUS(status), 0) << "the child did not compute on the CPU";
   EXPECT_EQ(Compute(*auto_, large_t_), large_on_cuda_);
-  EXPECT_EQ(auto_->KindFor(OutputBytes(spec_, kLargeRows)),
-            BackendKind::kCuda);
+  EXPECT_EQ(auto_->KindFor(OutputBytes(spec_, kLargeRows)), BackendKind::kCuda);
 }
 
 }  // namespace
