@@ -6,6 +6,7 @@ Labelled gpu.  Without a usable GPU every test skips and says why; with
 TEMB_REQUIRE_CUDA set (scripts/gpu-check.sh) a missing GPU is a failure, so
 that a broken driver cannot pass as skipped.
 """
+import contextlib
 import json
 import os
 import subprocess
@@ -41,6 +42,15 @@ def start_or_skip(tmp_path, *flags, **options):
         if os.environ.get("TEMB_REQUIRE_CUDA"):
             raise
         pytest.skip(f"no usable CUDA device: {error}")
+
+
+@contextlib.contextmanager
+def stubs(pb, *servers):
+    """One temb.v1 stub per server, on channels closed afterwards."""
+    with contextlib.ExitStack() as stack:
+        yield [pb[1].EmbeddingServiceStub(stack.enter_context(
+            grpc.insecure_channel(s.target, options=OPTIONS)))
+            for s in servers]
 
 
 @pytest.fixture(scope="module")
@@ -87,12 +97,8 @@ def test_every_preset_and_dtype_agrees_with_the_cpu(servers, pb):
     by the CUDA server, is within the parity suite's bounds of the CPU
     server's answer: 4 fp32 ulps (sincosf <= 2, the CPU <= 1), one unit of a
     16-bit format, exact for repeat_only."""
-    v1, v1_grpc = pb
-    cuda, cpu = servers
-    with grpc.insecure_channel(cuda.target, options=OPTIONS) as gpu_channel, \
-            grpc.insecure_channel(cpu.target, options=OPTIONS) as cpu_channel:
-        gpu_stub = v1_grpc.EmbeddingServiceStub(gpu_channel)
-        cpu_stub = v1_grpc.EmbeddingServiceStub(cpu_channel)
+    v1 = pb[0]
+    with stubs(pb, *servers) as (gpu_stub, cpu_stub):
         info = gpu_stub.GetServerInfo(v1.GetServerInfoRequest(), timeout=10)
         assert info.backend == "cuda", info
         assert len(info.presets) >= 50, [p.name for p in info.presets]
@@ -132,12 +138,8 @@ def test_every_preset_and_dtype_agrees_with_the_cpu(servers, pb):
 def test_parts_presets_agree_with_the_cpu(servers, pb):
     """Multi-part presets (flux's timestep and guidance, SDXL's time ids)
     computed on the GPU, part by part, against the CPU."""
-    v1, v1_grpc = pb
-    cuda, cpu = servers
-    with grpc.insecure_channel(cuda.target, options=OPTIONS) as gpu_channel, \
-            grpc.insecure_channel(cpu.target, options=OPTIONS) as cpu_channel:
-        gpu_stub = v1_grpc.EmbeddingServiceStub(gpu_channel)
-        cpu_stub = v1_grpc.EmbeddingServiceStub(cpu_channel)
+    v1 = pb[0]
+    with stubs(pb, *servers) as (gpu_stub, cpu_stub):
         info = gpu_stub.GetServerInfo(v1.GetServerInfoRequest(), timeout=10)
         with_parts = [p for p in info.presets if p.parts]
         assert with_parts
@@ -175,12 +177,10 @@ def test_auto_routes_by_size_under_load(tmp_path, pb):
             preset="ldm", spec=v1.EmbeddingSpec(dim=1280),
             timesteps=np.resize(TIMESTEPS, 2048).tolist())
         expected = {}
-        for name, request in (("small", small), ("large", large)):
-            for server in (cuda, cpu):
-                with grpc.insecure_channel(server.target,
-                                           options=OPTIONS) as channel:
-                    stub = v1_grpc.EmbeddingServiceStub(channel)
-                    expected[name, server is cuda] = stub.Embed(
+        with stubs(pb, cuda, cpu) as (gpu_stub, cpu_stub):
+            for name, request in (("small", small), ("large", large)):
+                for on_gpu, stub in ((True, gpu_stub), (False, cpu_stub)):
+                    expected[name, on_gpu] = stub.Embed(
                         request, timeout=30).embedding.data
         routed = {"small": expected["small", False],
                   "large": expected["large", True]}
