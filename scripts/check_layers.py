@@ -25,7 +25,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # (layer, directory prefixes relative to the repository root), most specific
 # first.  Generated protobuf code lives in the build tree under proto/.
 LAYERS = [
-    ("base", ["kernels/base/"]),
+    ("base", ["base/"]),
     ("kernels_cpu", ["kernels/cpu/"]),
     ("kernels_cuda", ["kernels/cuda/"]),
     ("kernels", ["kernels/registry/"]),

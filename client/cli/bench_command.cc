@@ -36,6 +36,10 @@ std::vector<FlagSpec> BenchFlags() {
       {"requests", FlagType::kInt, "measured calls (instead of --duration)"},
       {"warmup", FlagType::kDuration, "unrecorded lead-in (default 1s)"},
       {"batch", FlagType::kInt, "timesteps per call (default 1)"},
+      {"part", FlagType::kStrings,
+       "NAME:TIMESTEPS: call with parts instead of --batch timesteps "
+       "(repeatable), e.g. --preset=flux --part=timestep:0.5 "
+       "--part=guidance:3.5"},
       {"json", FlagType::kBool, "print the report as JSON"},
       {"allow_errors", FlagType::kBool, "exit 0 even when calls failed"},
       {"help", FlagType::kBool, "show this help"},
@@ -161,7 +165,11 @@ int RunBench(const std::vector<std::string>& argv) {
   load.duration = args->Duration("duration").value_or(absl::Seconds(10));
   load.requests = args->Int("requests").value_or(0);
   load.warmup = args->Duration("warmup").value_or(absl::Seconds(1));
-  const int64_t batch = args->Int("batch").value_or(1);
+  absl::StatusOr<std::vector<PartArgs>> parts =
+      ParseParts(args->Strings("part"));
+  if (!parts.ok())
+    return PrintUsage("bench", std::string(parts.status().message()), specs);
+  int64_t batch = args->Int("batch").value_or(1);
   std::string problem;
   if (mode != "unary" && mode != "stream")
     problem = "--mode must be unary or stream";
@@ -177,6 +185,9 @@ int RunBench(const std::vector<std::string>& argv) {
   if (load.warmup < absl::ZeroDuration()) problem = "--warmup must be >= 0";
   if (load.requests < 0) problem = "--requests must be >= 0";
   if (batch < 0) problem = "--batch must be >= 0";
+  if (!parts->empty() && args->Has("batch")) {
+    problem = "give --batch or --part, not both";
+  }
   if (!problem.empty()) return PrintUsage("bench", problem, specs);
   load.mode =
       mode == "stream" ? LoadOptions::Mode::kStream : LoadOptions::Mode::kUnary;
@@ -192,8 +203,15 @@ int RunBench(const std::vector<std::string>& argv) {
   absl::StatusOr<std::unique_ptr<Client>> client =
       Client::Create(*client_options);
   if (!client.ok()) return PrintError(client.status());
-  LoadGenerator generator(client->get(), EmbedRequestFor(*spec, timesteps),
-                          load);
+  v1::EmbedRequest request = EmbedRequestFor(*spec, timesteps);
+  if (!parts->empty()) {
+    request = PartsRequestFor(*spec, *parts);
+    batch = 0;  // embeddings per call: every part's timesteps
+    for (const PartArgs& part : *parts) {
+      batch += static_cast<int64_t>(part.timesteps.size());
+    }
+  }
+  LoadGenerator generator(client->get(), request, load);
   LoadResult result;
   {
     ProgressLine progress(generator.progress());

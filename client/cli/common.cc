@@ -190,6 +190,37 @@ v1::EmbedRequest EmbedRequestFor(const SpecRequest& spec,
   return request;
 }
 
+absl::StatusOr<std::vector<PartArgs>> ParseParts(
+    const std::vector<std::string>& flags) {
+  std::vector<PartArgs> parts;
+  for (const std::string& text : flags) {
+    const size_t colon = text.find(':');
+    if (colon == std::string::npos || colon == 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--part must be NAME:TIMESTEPS, e.g. guidance:3.5, got '", text,
+          "'"));
+    }
+    PartArgs part;
+    part.name = text.substr(0, colon);
+    ASSIGN_OR_RETURN(part.timesteps, ParseTimesteps(text.substr(colon + 1)));
+    parts.push_back(std::move(part));
+  }
+  return parts;
+}
+
+v1::EmbedRequest PartsRequestFor(const SpecRequest& spec,
+                                 const std::vector<PartArgs>& parts) {
+  v1::EmbedRequest request;
+  SpecRequestToProto(spec, &request);
+  for (const PartArgs& part : parts) {
+    v1::EmbedPart* entry = request.add_parts();
+    entry->set_name(part.name);
+    entry->mutable_timesteps()->Add(part.timesteps.begin(),
+                                    part.timesteps.end());
+  }
+  return request;
+}
+
 absl::StatusOr<std::vector<float>> ParseTimesteps(const std::string& text) {
   std::string content = text;
   if (absl::StartsWith(text, "@")) {

@@ -90,12 +90,6 @@ class MappedOutput final : public OutputAllocator {
 
 // What one call asks for: the timesteps of each part (one unnamed part for
 // a single-part request) and their shapes.
-struct PartArgs {
-  std::string name;
-  std::vector<float> timesteps;
-  std::vector<int64_t> shape;  // empty: [N]
-};
-
 std::vector<FlagSpec> EmbedFlags() {
   std::vector<FlagSpec> specs = ConnectionFlags();
   std::vector<FlagSpec> spec_flags = SpecFlags();
@@ -147,19 +141,7 @@ absl::StatusOr<std::vector<PartArgs>> PartsFromArgs(const Args& args) {
     return absl::InvalidArgumentError(
         "--timesteps_shape goes with --timesteps, not with --part");
   }
-  for (const std::string& text : given) {
-    const size_t colon = text.find(':');
-    if (colon == std::string::npos || colon == 0) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "--part must be NAME:TIMESTEPS, e.g. guidance:3.5, got '", text,
-          "'"));
-    }
-    PartArgs part;
-    part.name = text.substr(0, colon);
-    ASSIGN_OR_RETURN(part.timesteps, ParseTimesteps(text.substr(colon + 1)));
-    parts.push_back(std::move(part));
-  }
-  return parts;
+  return ParseParts(given);
 }
 
 absl::StatusOr<std::vector<Result>> EmbedLocal(
@@ -168,28 +150,32 @@ absl::StatusOr<std::vector<Result>> EmbedLocal(
       CreateBackend(BackendChoice::kAuto);
   if (!backend.ok()) return backend.status();
   EmbedService service(std::move(*backend), BuiltInPresetCatalog(), {});
+  // The request the CLI would send, in core terms: its errors read as the
+  // server's do.
+  Request request;
+  request.spec = spec;
+  request.named_parts = parts.size() > 1 || !parts[0].name.empty();
+  for (size_t i = 0; i < parts.size(); ++i) {
+    RequestPart part;
+    part.name = parts[i].name;
+    if (request.named_parts) part.field = absl::StrCat("parts[", i, "]");
+    part.timesteps = parts[i].timesteps;
+    part.timesteps_shape = parts[i].shape;
+    request.parts.push_back(std::move(part));
+  }
+  std::vector<MappedOutput> mapped(parts.size());
+  std::vector<OutputAllocator*> outputs;
+  for (MappedOutput& output : mapped) outputs.push_back(&output);
+  ASSIGN_OR_RETURN(Response served, service.Serve(request, nullptr, outputs));
   std::vector<Result> results;
-  for (const PartArgs& part : parts) {
-    SpecRequest part_spec = spec;
-    if (!part.name.empty()) {
-      ASSIGN_OR_RETURN(part_spec,
-                       PartSpecRequest(spec, part.name, {}, service.presets()));
-    }
-    // Checked first: a wrong shape must not cost a large computation.
-    RETURN_IF_ERROR(
-        EmbeddingShape(part.shape, part.timesteps.size(), 0).status());
-    MappedOutput output;
-    ASSIGN_OR_RETURN(
-        Embedding embedding,
-        service.Embed(part_spec, part.timesteps, nullptr, &output));
-    ASSIGN_OR_RETURN(
-        std::vector<int64_t> shape,
-        EmbeddingShape(part.shape, embedding.rows, embedding.spec.dim));
-    shape.pop_back();
-    Result result{part.name, std::move(shape), embedding.rows,
-                  embedding.spec.dim, embedding.spec.dtype};
-    result.storage = output.storage();
-    result.data = output.bytes();
+  for (size_t i = 0; i < served.parts.size(); ++i) {
+    const ResponsePart& part = served.parts[i];
+    std::vector<int64_t> row_shape = part.shape;
+    row_shape.pop_back();
+    Result result{part.name, std::move(row_shape), part.embedding.rows,
+                  part.embedding.spec.dim, part.embedding.spec.dtype};
+    result.storage = mapped[i].storage();
+    result.data = mapped[i].bytes();
     results.push_back(std::move(result));
   }
   return results;
@@ -241,13 +227,7 @@ absl::StatusOr<std::vector<Result>> EmbedRemote(
     request.mutable_timesteps_shape()->Add(parts[0].shape.begin(),
                                            parts[0].shape.end());
   } else {
-    SpecRequestToProto(spec, &request);
-    for (const PartArgs& part : parts) {
-      v1::EmbedPart* entry = request.add_parts();
-      entry->set_name(part.name);
-      entry->mutable_timesteps()->Add(part.timesteps.begin(),
-                                      part.timesteps.end());
-    }
+    request = PartsRequestFor(spec, parts);
   }
   absl::StatusOr<v1::EmbedResponse> response = (*client)->Embed(request);
   if (!response.ok()) return response.status();

@@ -28,7 +28,6 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "absl/types/span.h"
-#include "temb/base/quoted.h"
 #include "temb/base/status_macros.h"
 #include "temb/core/embed_service.h"
 #include "temb/core/presets.h"
@@ -323,115 +322,59 @@ class Plan {
   py::dtype dtype_;
 };
 
-// The float timesteps of `message` (an EmbedRequest or an EmbedPart), or its
-// integer ones converted into `storage`, as the native frontend reads them.
-template <typename Message>
-absl::StatusOr<absl::Span<const float>> Timesteps(const Message& message,
-                                                  std::vector<float>* storage) {
-  if (message.integer_timesteps_size() == 0) {
-    return absl::MakeConstSpan(message.timesteps().data(),
-                               message.timesteps_size());
+// Gives EmbedService::Serve the memory of a new numpy byte array for one
+// part, made under the GIL while the computation runs without it; a lent
+// buffer (the CUDA backend's page-locked memory) is copied out and given
+// back.  Destroy it with the GIL held.
+class NewArrayOutput final : public OutputAllocator {
+ public:
+  absl::Span<uint8_t> Allocate(size_t bytes) override {
+    py::gil_scoped_acquire gil;
+    array_ = py::array_t<uint8_t>(static_cast<py::ssize_t>(bytes));
+    return absl::MakeSpan(static_cast<uint8_t*>(array_.mutable_data()), bytes);
   }
-  if (message.timesteps_size() > 0) {
-    return absl::InvalidArgumentError(
-        "set either timesteps or integer_timesteps, not both");
+
+  void Adopt(std::unique_ptr<HostBuffer> buffer) override {
+    const absl::Span<uint8_t> lent = buffer->bytes();
+    const absl::Span<uint8_t> memory = Allocate(lent.size());
+    if (!lent.empty()) std::memcpy(memory.data(), lent.data(), lent.size());
   }
-  *storage = TimestepsAsFloat32(message.integer_timesteps());
-  return absl::MakeConstSpan(*storage);
-}
 
-// Resolves `request` and embeds `timesteps` with it, `shape` being the
-// timesteps' shape (empty: [N]) that the caller checked already.
-absl::StatusOr<py::array> ResolveAndEmbed(const EmbedService& service,
-                                          const SpecRequest& request,
-                                          absl::Span<const float> timesteps,
-                                          absl::Span<const int64_t> shape) {
-  ASSIGN_OR_RETURN(const EmbeddingSpec spec,
-                   ResolveSpec(request, service.presets(), service.limits()));
-  ASSIGN_OR_RETURN(
-      std::vector<int64_t> out_shape,
-      EmbeddingShape(shape, static_cast<int64_t>(timesteps.size()), spec.dim));
-  return EmbedToArray(service, request, spec, NumpyDType(spec.dtype), timesteps,
-                      out_shape);
-}
+  // The part's array: these bytes seen as its dtype and shape (no copy).
+  py::array Take(const ResponsePart& part) {
+    py::tuple shape(part.shape.size());
+    for (size_t i = 0; i < part.shape.size(); ++i) {
+      shape[i] = py::int_(part.shape[i]);
+    }
+    return array_.attr("view")(NumpyDType(part.embedding.spec.dtype))
+        .attr("reshape")(shape);
+  }
 
-// A whole serialized temb.v1.EmbedRequest, parts included, answered as the
-// native frontend answers it (NativeService::Compute, without the admission
-// gate): a list of (part name, array), one ("", array) without parts.
+ private:
+  py::array array_;
+};
+
+// A whole serialized temb.v1.EmbedRequest, parts included, answered by the
+// core as the native frontend answers it (without the admission gate): a
+// list of (part name, array), one ("", array) without parts.
 absl::StatusOr<py::list> EmbedRequest(const EmbedService& service,
                                       const v1::EmbedRequest& request) {
-  ASSIGN_OR_RETURN(
-      SpecRequest whole,
-      SpecRequestFromProto(request.preset(), request.spec(), request.dtype()));
-  if (request.request_id().size() > kMaxRequestIdBytes) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("request_id must be at most ", kMaxRequestIdBytes,
-                     " bytes, got ", request.request_id().size()));
+  std::vector<std::vector<float>> storage;
+  ASSIGN_OR_RETURN(const Request call, RequestFromProto(request, &storage));
+  std::vector<NewArrayOutput> arrays(call.parts.size());
+  std::vector<OutputAllocator*> outputs;
+  for (NewArrayOutput& array : arrays) outputs.push_back(&array);
+  absl::StatusOr<Response> served;
+  {
+    py::gil_scoped_release release;
+    served = service.Serve(call, nullptr, outputs);
   }
+  if (!served.ok()) return served.status();
   py::list out;
-  if (request.parts_size() == 0) {
-    std::vector<float> storage;
-    ASSIGN_OR_RETURN(absl::Span<const float> timesteps,
-                     Timesteps(request, &storage));
-    // As the frontend: the shape is checked before the spec.
-    RETURN_IF_ERROR(EmbeddingShape(request.timesteps_shape(),
-                                   static_cast<int64_t>(timesteps.size()), 0)
-                        .status());
-    ASSIGN_OR_RETURN(
-        py::array array,
-        ResolveAndEmbed(service, whole, timesteps, request.timesteps_shape()));
-    out.append(py::make_tuple(py::str(""), std::move(array)));
-    return out;
-  }
-  if (request.timesteps_size() > 0 || request.integer_timesteps_size() > 0 ||
-      !request.timesteps_shape().empty()) {
-    return absl::InvalidArgumentError(
-        "a request with parts carries its timesteps in each part: leave "
-        "timesteps, integer_timesteps and timesteps_shape empty");
-  }
-  if (request.parts_size() > kMaxParts) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "parts must hold at most ", kMaxParts, ", got ", request.parts_size()));
-  }
-  int64_t output_bytes = 0;
-  for (int i = 0; i < request.parts_size(); ++i) {
-    const v1::EmbedPart& part = request.parts(i);
-    const std::string field = absl::StrCat("parts[", i, "]");
-    if (part.name().size() > kMaxPartNameBytes) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(field, ".name must be at most ", kMaxPartNameBytes,
-                       " bytes, got ", part.name().size()));
-    }
-    ASSIGN_OR_RETURN(
-        SpecRequest own,
-        SpecRequestFromProto(part.preset(), part.spec(), part.dtype()));
-    ASSIGN_OR_RETURN(SpecRequest spec, PartSpecRequest(whole, part.name(), own,
-                                                       service.presets()));
-    std::vector<float> storage;
-    ASSIGN_OR_RETURN(absl::Span<const float> timesteps,
-                     Timesteps(part, &storage));
-    RETURN_IF_ERROR(EmbeddingShape(part.timesteps_shape(),
-                                   static_cast<int64_t>(timesteps.size()), 0,
-                                   absl::StrCat(field, ".timesteps_shape"))
-                        .status());
-    absl::StatusOr<py::array> array =
-        ResolveAndEmbed(service, spec, timesteps, part.timesteps_shape());
-    if (!array.ok()) {
-      // Name the part, keep the code (as the server does).
-      const absl::Status& status = array.status();
-      return absl::Status(status.code(),
-                          absl::StrCat(field, " (", Quoted(part.name()),
-                                       "): ", status.message()));
-    }
-    output_bytes += static_cast<int64_t>(array->nbytes());
-    // Each part passed max_output_bytes; the answer as a whole must too.
-    if (output_bytes > service.limits().max_output_bytes) {
-      return absl::ResourceExhaustedError(absl::StrCat(
-          "the parts' outputs together must be <= ",
-          service.limits().max_output_bytes, " bytes (max_output_bytes), got ",
-          output_bytes, " up to ", field));
-    }
-    out.append(py::make_tuple(Utf8(part.name()), std::move(*array)));
+  for (size_t i = 0; i < served->parts.size(); ++i) {
+    const ResponsePart& part = served->parts[i];
+    out.append(py::make_tuple(call.named_parts ? Utf8(part.name) : py::str(""),
+                              arrays[i].Take(part)));
   }
   return out;
 }
@@ -439,19 +382,7 @@ absl::StatusOr<py::list> EmbedRequest(const EmbedService& service,
 // What GetServerInfo answers, for this engine (max_message_bytes 0: no
 // messages travel).
 py::bytes ServerInfoBytes(const Core& core) {
-  const EmbedService& service = *core.service();
-  v1::ServerInfo info;
-  info.set_version(std::string(Version()));
-  info.set_backend(std::string(BackendKindName(service.backend().kind())));
-  info.set_device(service.backend().device());
-  v1::Limits* limits = info.mutable_limits();
-  limits->set_max_dim(service.limits().max_dim);
-  limits->set_max_batch(service.limits().max_batch);
-  limits->set_max_output_bytes(service.limits().max_output_bytes);
-  for (const Preset& preset : service.presets().presets()) {
-    PresetToProto(preset, info.add_presets());
-  }
-  return py::bytes(info.SerializeAsString());
+  return py::bytes(ServerInfoProto(*core.service(), 0).SerializeAsString());
 }
 
 }  // namespace

@@ -4,6 +4,7 @@
 #include <atomic>
 #include <iterator>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "nlohmann/json.hpp"
@@ -109,7 +110,7 @@ LogField::LogField(absl::string_view key, bool value)
     : key_(key), text_(value ? "true" : "false"), json_(text_) {}
 
 void LogEvent(LogLevel level, absl::string_view event,
-              std::initializer_list<LogField> fields) {
+              absl::Span<const LogField> fields) {
   const spdlog::level::level_enum spd_level = ToSpdlog(level);
   spdlog::logger* logger = spdlog::default_logger_raw();
   if (!logger->should_log(spd_level)) return;
@@ -131,25 +132,15 @@ void LogEvent(LogLevel level, absl::string_view event,
 void RequestLogger::OnFinish(const RequestRecord& record) {
   if (!LogEnabled(LogLevel::kDebug)) return;
   const absl::Status& status = *record.status;
-  if (status.ok()) {
-    LogEvent(
-        LogLevel::kDebug, "request",
-        {{"method", record.method},
-         {"code", absl::StatusCodeToString(status.code())},
-         {"latency_us", static_cast<int64_t>(record.latency_seconds * 1e6)},
-         {"batch", record.batch},
-         {"output_bytes", record.output_bytes},
-         {"request_id", record.request_id}});
-  } else {
-    LogEvent(
-        LogLevel::kDebug, "request",
-        {{"method", record.method},
-         {"code", absl::StatusCodeToString(status.code())},
-         {"latency_us", static_cast<int64_t>(record.latency_seconds * 1e6)},
-         {"batch", record.batch},
-         {"request_id", record.request_id},
-         {"error", status.message()}});
-  }
+  std::vector<LogField> fields = {
+      {"method", record.method},
+      {"code", absl::StatusCodeToString(status.code())},
+      {"latency_us", static_cast<int64_t>(record.latency_seconds * 1e6)},
+      {"batch", record.batch}};
+  if (status.ok()) fields.emplace_back("output_bytes", record.output_bytes);
+  fields.emplace_back("request_id", record.request_id);
+  if (!status.ok()) fields.emplace_back("error", status.message());
+  LogEvent(LogLevel::kDebug, "request", fields);
 }
 
 void RequestLogger::OnBackendFailure(absl::string_view backend,

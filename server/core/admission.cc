@@ -1,8 +1,10 @@
 #include "temb/core/admission.h"
 
 #include <algorithm>
+#include <string>
 #include <utility>
 
+#include "absl/strings/cord.h"
 #include "absl/strings/str_cat.h"
 
 namespace temb {
@@ -65,6 +67,24 @@ AdmissionController::AdmissionController(AdmissionLimits limits,
 
 AdmissionController::~AdmissionController() = default;
 
+namespace {
+
+// The payload that marks an overload; its value is unused.
+constexpr absl::string_view kOverloadedPayload = "temb/overloaded";
+
+}  // namespace
+
+absl::Status OverloadedError(std::string message) {
+  absl::Status status = absl::ResourceExhaustedError(std::move(message));
+  status.SetPayload(kOverloadedPayload, absl::Cord());
+  return status;
+}
+
+bool IsOverloaded(const absl::Status& status) {
+  return absl::IsResourceExhausted(status) &&
+         status.GetPayload(kOverloadedPayload).has_value();
+}
+
 absl::Status AdmissionController::RefuseLocked(absl::string_view reason,
                                                absl::Status status) {
   if (observer_ != nullptr) observer_->OnRejected(reason);
@@ -96,7 +116,7 @@ absl::Status AdmissionController::ReserveLocked(int64_t held_by_caller,
       bytes_ + bytes > limits_.max_queued_bytes) {
     return RefuseLocked(
         "max_queued_bytes",
-        absl::ResourceExhaustedError(absl::StrCat(
+        OverloadedError(absl::StrCat(
             "server overloaded: max_queued_bytes (", limits_.max_queued_bytes,
             ") reached; admitted calls hold ", bytes_ - held_by_caller,
             " bytes and this call needs ", held_by_caller + bytes,
@@ -119,9 +139,9 @@ absl::StatusOr<AdmissionTicket> AdmissionController::Admit(
   if (limits_.max_inflight > 0 && inflight_ >= limits_.max_inflight) {
     return RefuseLocked(
         "max_inflight",
-        absl::ResourceExhaustedError(absl::StrCat(
-            "server overloaded: max_inflight (", limits_.max_inflight,
-            ") calls are already in flight; retry later")));
+        OverloadedError(absl::StrCat("server overloaded: max_inflight (",
+                                limits_.max_inflight,
+                                ") calls are already in flight; retry later")));
   }
   if (bytes < 0) bytes = 0;
   if (absl::Status status = ReserveLocked(0, bytes); !status.ok()) {

@@ -4,10 +4,13 @@
 #include <utility>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "temb/base/quoted.h"
 #include "temb/base/status_macros.h"
+#include "temb/core/timesteps.h"
 #include "temb/kernels/registry.h"
 
 namespace temb {
@@ -233,6 +236,90 @@ absl::StatusOr<Embedding> EmbedService::Embed(
   if (lent != nullptr) allocator->Adopt(std::move(lent));
   embedding.backend = backend->KindFor(embedding.size_bytes);
   return embedding;
+}
+
+absl::StatusOr<Response> EmbedService::Serve(
+    const Request& request, AdmissionTicket* ticket,
+    absl::Span<OutputAllocator* const> outputs) const {
+  if (request.request_id.size() > kMaxRequestIdBytes) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        request.request_id_field, " must be at most ", kMaxRequestIdBytes,
+        " bytes, got ", request.request_id.size()));
+  }
+  const size_t count = request.parts.size();
+  if (count > static_cast<size_t>(kMaxParts)) {
+    return absl::InvalidArgumentError(absl::StrCat(request.parts_field,
+                                                   " must hold at most ",
+                                                   kMaxParts, ", got ", count));
+  }
+  if (!outputs.empty() && outputs.size() != count) {
+    return absl::InternalError(absl::StrCat(
+        "Serve: ", outputs.size(), " output allocators for ", count, " parts"));
+  }
+  // Part names are checked before any work: a part given twice (in any case:
+  // KServe input names are matched case-insensitively) is a mistake, not two
+  // answers.
+  absl::flat_hash_map<std::string, size_t> seen;
+  for (size_t i = 0; i < count; ++i) {
+    const RequestPart& part = request.parts[i];
+    if (part.name.size() > kMaxPartNameBytes) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(part.field, ".name must be at most ", kMaxPartNameBytes,
+                       " bytes, got ", part.name.size()));
+    }
+    if (part.name.empty()) continue;  // unnamed parts carry their own specs
+    const auto [earlier, added] =
+        seen.emplace(absl::AsciiStrToLower(part.name), i);
+    if (!added) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          part.field, ".name: part ", Quoted(part.name), " given twice (as ",
+          request.parts[earlier->second].field, ")"));
+    }
+  }
+  Response response;
+  response.parts.reserve(count);
+  for (size_t i = 0; i < count; ++i) {
+    const RequestPart& part = request.parts[i];
+    const std::string shape_field =
+        part.field.empty() ? std::string(request.shape_field)
+                           : absl::StrCat(part.field, ".", request.shape_field);
+    // A wrong shape must not cost a computation.
+    RETURN_IF_ERROR(EmbeddingShape(part.timesteps_shape,
+                                   static_cast<int64_t>(part.timesteps.size()),
+                                   0, shape_field)
+                        .status());
+    absl::StatusOr<Embedding> embedding = [&]() -> absl::StatusOr<Embedding> {
+      SpecRequest spec = request.spec;
+      if (!part.field.empty()) {  // a part, not the request's own fields
+        ASSIGN_OR_RETURN(spec, PartSpecRequest(request.spec, part.name,
+                                               part.spec, presets_));
+      }
+      return Embed(spec, part.timesteps, ticket,
+                   outputs.empty() ? nullptr : outputs[i]);
+    }();
+    if (!embedding.ok()) {
+      if (!request.named_parts) return embedding.status();
+      // Name the part, keep the code.
+      return absl::Status(embedding.status().code(),
+                          absl::StrCat(part.field, " (", Quoted(part.name),
+                                       "): ", embedding.status().message()));
+    }
+    ASSIGN_OR_RETURN(std::vector<int64_t> shape,
+                     EmbeddingShape(part.timesteps_shape, embedding->rows,
+                                    embedding->spec.dim, shape_field));
+    response.rows += embedding->rows;
+    response.output_bytes += embedding->size_bytes;
+    // Each part passed max_output_bytes; the answer as a whole must too.
+    if (response.output_bytes > options_.limits.max_output_bytes) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "the parts' outputs together must be <= ",
+          options_.limits.max_output_bytes, " bytes (max_output_bytes), got ",
+          response.output_bytes, " up to ", part.field));
+    }
+    response.parts.push_back(
+        {part.name, std::move(shape), *std::move(embedding)});
+  }
+  return response;
 }
 
 absl::StatusOr<Backend*> EmbedService::HandleBackendFailure(

@@ -15,6 +15,7 @@
 #include "temb/base/quoted.h"
 #include "temb/base/status_macros.h"
 #include "temb/core/timesteps.h"
+#include "temb/kserve/tensor_type.h"
 
 // Raw tensors are little-endian on the wire; decoding and encoding them with
 // memcpy is only right on a little-endian host (x86-64, AArch64).
@@ -121,13 +122,49 @@ bool HasTypedContents(const InferTensorContents& c) {
          c.fp64_contents_size() > 0 || c.bytes_contents_size() > 0;
 }
 
-// How one accepted input datatype travels.
-struct InputType {
-  absl::string_view name;
-  size_t size;                    // bytes per element in raw contents
-  absl::string_view typed_field;  // the InferTensorContents field
-  int typed_count;                // elements in that field of this request
-};
+// Raw bytes of `type` as float32 timesteps (timesteps.h's conversion).
+std::vector<float> TimestepsFromRaw(TensorType type, const std::string& bytes) {
+  switch (type) {
+    case TensorType::kInt64:
+      return TimestepsFromRawBytes<int64_t>(bytes);
+    case TensorType::kFp64:
+      return TimestepsFromRawBytes<double>(bytes);
+    case TensorType::kInt32:
+      return TimestepsFromRawBytes<int32_t>(bytes);
+    default:
+      return TimestepsFromRawBytes<float>(bytes);
+  }
+}
+
+// The typed contents field each accepted input type travels in, with its
+// element count in `contents`.
+std::pair<absl::string_view, int> TypedField(TensorType type,
+                                             const InferTensorContents& c) {
+  switch (type) {
+    case TensorType::kInt64:
+      return {"int64_contents", c.int64_contents_size()};
+    case TensorType::kFp64:
+      return {"fp64_contents", c.fp64_contents_size()};
+    case TensorType::kInt32:
+      return {"int_contents", c.int_contents_size()};
+    default:
+      return {"fp32_contents", c.fp32_contents_size()};
+  }
+}
+
+std::vector<float> TimestepsFromTyped(TensorType type,
+                                      const InferTensorContents& c) {
+  switch (type) {
+    case TensorType::kInt64:
+      return TimestepsAsFloat32(c.int64_contents());
+    case TensorType::kFp64:
+      return TimestepsAsFloat32(c.fp64_contents());
+    case TensorType::kInt32:
+      return TimestepsAsFloat32(c.int_contents());
+    default:
+      return TimestepsAsFloat32(c.fp32_contents());
+  }
+}
 
 // Decodes input `i` (its datatype, shape and contents, raw or typed) into
 // `out`.
@@ -138,25 +175,22 @@ absl::Status ParseInput(const ModelInferRequest& request, int i,
   if (!input.parameters().empty()) {
     return absl::InvalidArgumentError(absl::StrCat(
         ParamField(prefix + ".", input.parameters().begin()->first),
-        " is not supported (shared memory is not implemented)"));
+        " is not supported (inputs take the shared-memory parameters "
+        "\"shared_memory_region\", \"shared_memory_offset\" and "
+        "\"shared_memory_byte_size\" only)"));
   }
 
   const InferTensorContents& contents = input.contents();
-  InputType type;
-  const std::string& datatype = input.datatype();
-  if (datatype == "FP32") {
-    type = {"FP32", 4, "fp32_contents", contents.fp32_contents_size()};
-  } else if (datatype == "INT64") {
-    type = {"INT64", 8, "int64_contents", contents.int64_contents_size()};
-  } else if (datatype == "FP64") {
-    type = {"FP64", 8, "fp64_contents", contents.fp64_contents_size()};
-  } else if (datatype == "INT32") {
-    type = {"INT32", 4, "int_contents", contents.int_contents_size()};
-  } else {
+  const std::optional<TensorType> type = ParseTensorType(input.datatype());
+  if (type != TensorType::kFp32 && type != TensorType::kInt64 &&
+      type != TensorType::kFp64 && type != TensorType::kInt32) {
     return absl::InvalidArgumentError(absl::StrCat(
         prefix, ".datatype must be FP32, INT64, FP64 or INT32, got ",
-        Quoted(datatype)));
+        Quoted(input.datatype())));
   }
+  const absl::string_view type_name = TensorTypeName(*type);
+  const size_t type_size = TensorTypeSize(*type);
+  const auto [typed_field, typed_count] = TypedField(*type, contents);
 
   // [N] and [N, 1] (Triton's batched scalar) give [N, dim]; any other shape
   // of rank up to kMaxTimestepsRank gives shape + [dim].
@@ -191,22 +225,14 @@ absl::Status ParseInput(const ModelInferRequest& request, int i,
           prefix, ".contents must be empty when raw_input_contents is set"));
     }
     const std::string& bytes = request.raw_input_contents(i);
-    if (bytes.size() % type.size != 0 ||
-        bytes.size() / type.size != static_cast<uint64_t>(count)) {
+    if (bytes.size() % type_size != 0 ||
+        bytes.size() / type_size != static_cast<uint64_t>(count)) {
       return absl::InvalidArgumentError(
           absl::StrCat("raw_input_contents[", i, "] has ", bytes.size(),
                        " bytes, but shape ", ShapeString(shape), " of ",
-                       type.name, " needs ", count, " x ", type.size));
+                       type_name, " needs ", count, " x ", type_size));
     }
-    if (type.name == "FP32") {
-      out->timesteps = TimestepsFromRawBytes<float>(bytes);
-    } else if (type.name == "INT64") {
-      out->timesteps = TimestepsFromRawBytes<int64_t>(bytes);
-    } else if (type.name == "FP64") {
-      out->timesteps = TimestepsFromRawBytes<double>(bytes);
-    } else {
-      out->timesteps = TimestepsFromRawBytes<int32_t>(bytes);
-    }
+    out->timesteps = TimestepsFromRaw(*type, bytes);
     return absl::OkStatus();
   }
 
@@ -221,25 +247,17 @@ absl::Status ParseInput(const ModelInferRequest& request, int i,
                            (contents.fp64_contents_size() > 0) +
                            (contents.int_contents_size() > 0);
   if (HasTypedContents(others) || typed_fields > 1 ||
-      (typed_fields == 1 && type.typed_count == 0)) {
+      (typed_fields == 1 && typed_count == 0)) {
     return absl::InvalidArgumentError(
-        absl::StrCat(prefix, ".contents: datatype ", type.name, " travels in ",
-                     type.typed_field, " only"));
+        absl::StrCat(prefix, ".contents: datatype ", type_name, " travels in ",
+                     typed_field, " only"));
   }
-  if (type.typed_count != count) {
+  if (typed_count != count) {
     return absl::InvalidArgumentError(absl::StrCat(
-        prefix, ".contents.", type.typed_field, " has ", type.typed_count,
+        prefix, ".contents.", typed_field, " has ", typed_count,
         " elements, but shape ", ShapeString(shape), " needs ", count));
   }
-  if (type.name == "FP32") {
-    out->timesteps = TimestepsAsFloat32(contents.fp32_contents());
-  } else if (type.name == "INT64") {
-    out->timesteps = TimestepsAsFloat32(contents.int64_contents());
-  } else if (type.name == "FP64") {
-    out->timesteps = TimestepsAsFloat32(contents.fp64_contents());
-  } else {
-    out->timesteps = TimestepsAsFloat32(contents.int_contents());
-  }
+  out->timesteps = TimestepsFromTyped(*type, contents);
   return absl::OkStatus();
 }
 
@@ -261,20 +279,6 @@ absl::StatusOr<std::string> InputPart(const Preset& model, int i,
   return absl::InvalidArgumentError(absl::StrCat(
       "inputs[", i, "].name: unknown input ", Quoted(name), " of model \"",
       model.name, "\"; its inputs are ", absl::StrJoin(names, ", ")));
-}
-
-absl::string_view WireDTypeName(DType dtype) {
-  switch (dtype) {
-    case DType::kFloat32:
-      return "FP32";
-    case DType::kFloat16:
-      return "FP16";
-    case DType::kBFloat16:
-      return "BF16";
-    case DType::kFloat64:
-      return "FP64";
-  }
-  return "FP32";
 }
 
 inference::DataType ConfigDataType(DType dtype) {
@@ -316,11 +320,6 @@ absl::StatusOr<const Preset*> FindModel(const PresetCatalog& presets,
 
 absl::StatusOr<InferCall> ParseInferRequest(const ModelInferRequest& request,
                                             const Preset& model) {
-  if (request.id().size() > kMaxRequestIdBytes) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("id must be at most ", kMaxRequestIdBytes, " bytes, got ",
-                     request.id().size()));
-  }
   InferCall call;
   call.spec.preset = model.name;
   call.spec.preset_entry = &model;  // the core need not look it up again
@@ -334,13 +333,6 @@ absl::StatusOr<InferCall> ParseInferRequest(const ModelInferRequest& request,
     InferInput input;
     ASSIGN_OR_RETURN(input.part, InputPart(model, i, request.inputs(i).name()));
     RETURN_IF_ERROR(ParseInput(request, i, &input));
-    for (const InferInput& earlier : call.inputs) {
-      if (earlier.name == input.name) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("inputs[", i, "].name: input ", Quoted(input.name),
-                         " given twice"));
-      }
-    }
     call.inputs.push_back(std::move(input));
   }
   for (int o = 0; o < request.outputs_size(); ++o) {
@@ -399,7 +391,8 @@ void AddInferOutput(const InferInput& input, Embedding embedding,
                     bool with_bytes, ModelInferResponse* response) {
   auto* output = response->add_outputs();
   output->set_name(OutputNameFor(input.name));
-  output->set_datatype(std::string(WireDTypeName(embedding.spec.dtype)));
+  output->set_datatype(
+      std::string(TensorTypeName(TensorTypeOf(embedding.spec.dtype))));
   if (input.timesteps_shape.empty()) {
     output->add_shape(embedding.rows);
   } else {
@@ -417,44 +410,40 @@ absl::Status Infer(const EmbedService& service,
   ASSIGN_OR_RETURN(const Preset* model,
                    FindModel(service.presets(), request.model_name(),
                              request.model_version()));
-  ASSIGN_OR_RETURN(InferCall call, ParseInferRequest(request, *model));
+  ASSIGN_OR_RETURN(const InferCall call, ParseInferRequest(request, *model));
+  Request served_request;
+  served_request.request_id = request.id();
+  served_request.spec = call.spec;
+  served_request.named_parts = call.inputs.size() > 1;
+  served_request.request_id_field = "id";
+  served_request.parts_field = "inputs";
+  served_request.shape_field = "shape";
+  for (size_t i = 0; i < call.inputs.size(); ++i) {
+    const InferInput& input = call.inputs[i];
+    RequestPart part;
+    part.name = input.part;
+    part.field = absl::StrCat("inputs[", i, "]");
+    part.spec.dtype = input.dtype;
+    part.timesteps = input.timesteps;
+    part.timesteps_shape = input.timesteps_shape;
+    served_request.parts.push_back(std::move(part));
+  }
+  // One input is computed into `output` (sent without a copy); several are
+  // moved into raw_output_contents.
+  OutputAllocator* const into_output[] = {output};
+  const bool single = call.inputs.size() == 1 && output != nullptr;
+  ASSIGN_OR_RETURN(
+      Response served,
+      service.Serve(served_request, ticket,
+                    single ? absl::MakeConstSpan(into_output)
+                           : absl::Span<OutputAllocator* const>()));
   response->set_model_name(request.model_name());
   response->set_model_version(kModelVersion);
   response->set_id(request.id());
-  // One input is computed into `output` (sent without a copy); several are
-  // moved into raw_output_contents.
-  OutputAllocator* single = call.inputs.size() == 1 ? output : nullptr;
-  int64_t total_bytes = 0;
   for (size_t i = 0; i < call.inputs.size(); ++i) {
-    const InferInput& input = call.inputs[i];
-    SpecRequest part;
-    part.dtype = input.dtype;
-    ASSIGN_OR_RETURN(
-        SpecRequest spec,
-        PartSpecRequest(call.spec, input.part, part, service.presets()));
-    absl::StatusOr<Embedding> embedding =
-        service.Embed(spec, input.timesteps, ticket, single);
-    if (!embedding.ok()) {
-      if (call.inputs.size() == 1) return embedding.status();
-      return absl::Status(embedding.status().code(),
-                          absl::StrCat("inputs[", i, "] (", input.name,
-                                       "): ", embedding.status().message()));
-    }
-    if (!input.timesteps_shape.empty()) {
-      RETURN_IF_ERROR(EmbeddingShape(input.timesteps_shape, embedding->rows,
-                                     embedding->spec.dim,
-                                     absl::StrCat("inputs[", i, "].shape"))
-                          .status());
-    }
-    total_bytes += embedding->size_bytes;
-    if (total_bytes > service.limits().max_output_bytes) {
-      return absl::ResourceExhaustedError(absl::StrCat(
-          "the outputs together must be <= ", service.limits().max_output_bytes,
-          " bytes (max_output_bytes), got ", total_bytes, " up to inputs[", i,
-          "]"));
-    }
-    // With `single`, the bytes are in its memory: the caller appends them.
-    AddInferOutput(input, *std::move(embedding), single == nullptr, response);
+    // With `output`, the bytes are in its memory: the caller appends them.
+    AddInferOutput(call.inputs[i], std::move(served.parts[i].embedding),
+                   !single, response);
   }
   return absl::OkStatus();
 }
@@ -466,12 +455,13 @@ void FillModelMetadata(const Preset& model,
   response->set_platform(kPlatform);
   auto* input = response->add_inputs();
   input->set_name(kInputName);
-  input->set_datatype("FP32");
+  input->set_datatype(std::string(TensorTypeName(TensorType::kFp32)));
   input->add_shape(-1);
   input->add_shape(1);
   auto* output = response->add_outputs();
   output->set_name(kOutputName);
-  output->set_datatype(std::string(WireDTypeName(model.spec.dtype)));
+  output->set_datatype(
+      std::string(TensorTypeName(TensorTypeOf(model.spec.dtype))));
   output->add_shape(-1);
   output->add_shape(OutputDim(model));
 }

@@ -9,6 +9,7 @@
 #include "temb/grpc/ordered_stream.h"
 #include "temb/grpc/raw_messages.h"
 #include "temb/grpc/status.h"
+#include "temb/kserve/inference.h"
 #include "temb/kserve/kserve_convert.h"
 
 namespace temb::kserve {
@@ -20,17 +21,6 @@ constexpr absl::string_view kStreamMethod = "ModelStreamInfer";
 grpc::ServerUnaryReactor* FinishWith(grpc::CallbackServerContext* context,
                                      const absl::Status& status) {
   return FinishUnary(context, status);
-}
-
-// Timesteps answered: the rows of every output (all but its last extent).
-int64_t BatchOf(const inference::ModelInferResponse& response) {
-  int64_t batch = 0;
-  for (const auto& output : response.outputs()) {
-    int64_t rows = 1;
-    for (int d = 0; d + 1 < output.shape_size(); ++d) rows *= output.shape(d);
-    batch += rows;
-  }
-  return batch;
 }
 
 // The embedding bytes of an answer: in the response, or in `output`.
@@ -87,19 +77,8 @@ absl::Status KServeService::Compute(const grpc::CallbackServerContext& context,
   stats->Lap(InferPhase::kQueue);
   if (!admitted.ok()) return admitted.status();
   *ticket = std::move(*admitted);
-  if (UsesSharedMemory(request)) {
-    // Tensors in shared memory: the inputs' bytes are copied in and the
-    // outputs written out around the same Infer.
-    inference::ModelInferRequest resolved = request;
-    std::vector<SharedMemoryOutput> targets;
-    absl::Status status =
-        PrepareSharedMemory(*shared_memory_, &resolved, &targets);
-    if (status.ok()) status = Infer(core_, resolved, response, ticket);
-    if (status.ok()) status = FinishSharedMemory(targets, response);
-    stats->Lap(InferPhase::kComputeInfer);
-    return status;
-  }
-  absl::Status status = Infer(core_, request, response, ticket, output);
+  const absl::Status status =
+      RunInference(core_, shared_memory_, request, response, ticket, output);
   stats->Lap(InferPhase::kComputeInfer);
   return status;
 }
@@ -226,13 +205,7 @@ grpc::ServerUnaryReactor* KServeService::CudaSharedMemoryStatus(
     grpc::CallbackServerContext* context,
     const inference::CudaSharedMemoryStatusRequest* request,
     inference::CudaSharedMemoryStatusResponse* /*response*/) {
-  absl::Status status = gate_.Enter(*context);
-  if (status.ok() && !request->name().empty()) {
-    status =
-        absl::NotFoundError(absl::StrCat("no CUDA shared memory region \"",
-                                         request->name(), "\" is registered"));
-  }
-  return FinishWith(context, status);
+  return FinishWith(context, NoCudaRegion(*context, request->name()));
 }
 
 grpc::ServerUnaryReactor* KServeService::CudaSharedMemoryRegister(
@@ -251,13 +224,17 @@ grpc::ServerUnaryReactor* KServeService::CudaSharedMemoryUnregister(
     grpc::CallbackServerContext* context,
     const inference::CudaSharedMemoryUnregisterRequest* request,
     inference::CudaSharedMemoryUnregisterResponse* /*response*/) {
-  absl::Status status = gate_.Enter(*context);
-  if (status.ok() && !request->name().empty()) {
-    status =
-        absl::NotFoundError(absl::StrCat("no CUDA shared memory region \"",
-                                         request->name(), "\" is registered"));
-  }
-  return FinishWith(context, status);
+  return FinishWith(context, NoCudaRegion(*context, request->name()));
+}
+
+absl::Status KServeService::NoCudaRegion(
+    const grpc::CallbackServerContext& context, absl::string_view name) const {
+  RETURN_IF_ERROR(gate_.Enter(context));
+  // No CUDA region is ever registered: naming one is NOT_FOUND, naming none
+  // (all of them) is an empty answer.
+  if (name.empty()) return absl::OkStatus();
+  return absl::NotFoundError(absl::StrCat("no CUDA shared memory region \"",
+                                          name, "\" is registered"));
 }
 
 grpc::ServerUnaryReactor* KServeService::ModelInfer(
@@ -285,8 +262,8 @@ grpc::ServerUnaryReactor* KServeService::ModelInfer(
   }
   if (status.ok()) {
     stats.Lap(InferPhase::kComputeOutput);
-    stats.Finish(status, request.model_name(), BatchOf(head));
-    timer.Finish(status, BatchOf(head), OutputBytesOf(head, output),
+    stats.Finish(status, request.model_name(), TimestepsAnswered(head));
+    timer.Finish(status, TimestepsAnswered(head), OutputBytesOf(head, output),
                  request.id());
   } else {
     stats.Finish(status, request.model_name(), 0);
@@ -321,8 +298,8 @@ absl::Status KServeService::AnswerInStream(
   status = bytes.status();
   if (status.ok()) {
     stats.Lap(InferPhase::kComputeOutput);
-    stats.Finish(status, request.model_name(), BatchOf(head));
-    timer.Finish(status, BatchOf(head), OutputBytesOf(head, output),
+    stats.Finish(status, request.model_name(), TimestepsAnswered(head));
+    timer.Finish(status, TimestepsAnswered(head), OutputBytesOf(head, output),
                  request.id());
   } else {
     stats.Finish(status, request.model_name(), 0);

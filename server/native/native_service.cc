@@ -5,10 +5,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "temb/base/quoted.h"
 #include "temb/base/status_macros.h"
-#include "temb/core/timesteps.h"
-#include "temb/core/version.h"
 #include "temb/grpc/ordered_stream.h"
 #include "temb/grpc/raw_messages.h"
 #include "temb/grpc/status.h"
@@ -21,28 +18,10 @@ namespace {
 constexpr absl::string_view kEmbedMethod = "Embed";
 constexpr absl::string_view kStreamMethod = "EmbedStream";
 
-// A view of the float timesteps of `message` (an EmbedRequest or an
-// EmbedPart), or its integer ones converted into `storage`.
-template <typename Message>
-absl::StatusOr<absl::Span<const float>> Timesteps(const Message& message,
-                                                  std::vector<float>* storage) {
-  if (message.integer_timesteps_size() == 0) {
-    return absl::MakeConstSpan(message.timesteps().data(),
-                               message.timesteps_size());
-  }
-  if (message.timesteps_size() > 0) {
-    return absl::InvalidArgumentError(
-        "set either timesteps or integer_timesteps, not both");
-  }
-  *storage = TimestepsAsFloat32(message.integer_timesteps());
-  return absl::MakeConstSpan(*storage);
-}
-
 // The tensor's shape and dtype; its data is the caller's business.
-void FillTensorHead(const Embedding& embedding,
-                    const std::vector<int64_t>& shape, v1::Tensor* tensor) {
-  tensor->mutable_shape()->Add(shape.begin(), shape.end());
-  tensor->set_dtype(DTypeToProto(embedding.spec.dtype));
+void FillTensorHead(const ResponsePart& part, v1::Tensor* tensor) {
+  tensor->mutable_shape()->Add(part.shape.begin(), part.shape.end());
+  tensor->set_dtype(DTypeToProto(part.embedding.spec.dtype));
 }
 
 // The wire form of a computed EmbedResponse: a single embedding is framed
@@ -62,22 +41,6 @@ int64_t BatchOf(const v1::EmbedRequest& request) {
   return batch;
 }
 
-v1::ServerInfo MakeServerInfo(const EmbedService& core, int max_message_bytes) {
-  v1::ServerInfo info;
-  info.set_version(std::string(Version()));
-  info.set_backend(std::string(BackendKindName(core.backend().kind())));
-  info.set_device(core.backend().device());
-  v1::Limits* limits = info.mutable_limits();
-  limits->set_max_dim(core.limits().max_dim);
-  limits->set_max_batch(core.limits().max_batch);
-  limits->set_max_output_bytes(core.limits().max_output_bytes);
-  limits->set_max_message_bytes(max_message_bytes);
-  for (const Preset& preset : core.presets().presets()) {
-    PresetToProto(preset, info.add_presets());
-  }
-  return info;
-}
-
 }  // namespace
 
 NativeService::NativeService(const EmbedService& core, const CallGate& gate,
@@ -85,7 +48,7 @@ NativeService::NativeService(const EmbedService& core, const CallGate& gate,
     : core_(core),
       gate_(gate),
       observer_(observer),
-      info_(MakeServerInfo(core, options.max_message_bytes)) {}
+      info_(ServerInfoProto(core, options.max_message_bytes)) {}
 
 grpc::ServerUnaryReactor* NativeService::Embed(
     grpc::CallbackServerContext* context, const grpc::ByteBuffer* request_bytes,
@@ -174,90 +137,31 @@ absl::StatusOr<NativeService::Answer> NativeService::Compute(
   ASSIGN_OR_RETURN(
       *ticket,
       gate_.Admit(*context, static_cast<int64_t>(request.ByteSizeLong())));
+  std::vector<std::vector<float>> storage;
+  ASSIGN_OR_RETURN(const Request call, RequestFromProto(request, &storage));
+  // One embedding is computed into `output` (sent without a copy); parts
+  // travel in the message.
+  OutputAllocator* const into_output[] = {output};
   ASSIGN_OR_RETURN(
-      SpecRequest whole,
-      SpecRequestFromProto(request.preset(), request.spec(), request.dtype()));
-  if (request.request_id().size() > kMaxRequestIdBytes) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("request_id must be at most ", kMaxRequestIdBytes,
-                     " bytes, got ", request.request_id().size()));
-  }
+      Response served,
+      core_.Serve(call, ticket,
+                  call.named_parts ? absl::Span<OutputAllocator* const>()
+                                   : absl::MakeConstSpan(into_output)));
   Answer answer;
+  answer.output_bytes = served.output_bytes;
   answer.response.set_request_id(request.request_id());
-  if (request.parts_size() == 0) {
-    std::vector<float> storage;
-    ASSIGN_OR_RETURN(absl::Span<const float> timesteps,
-                     Timesteps(request, &storage));
-    // The shape is checked before computing; its last extent is the dim.
-    RETURN_IF_ERROR(
-        EmbeddingShape(request.timesteps_shape(), timesteps.size(), 0)
-            .status());
-    ASSIGN_OR_RETURN(Embedding embedding,
-                     core_.Embed(whole, timesteps, ticket, output));
-    ASSIGN_OR_RETURN(std::vector<int64_t> shape,
-                     EmbeddingShape(request.timesteps_shape(), embedding.rows,
-                                    embedding.spec.dim));
-    answer.output_bytes = embedding.size_bytes;
-    answer.response.set_backend(
-        std::string(BackendKindName(embedding.backend)));
-    v1::Tensor* tensor = answer.response.mutable_embedding();
-    FillTensorHead(embedding, shape, tensor);
-    return answer;  // the bytes are in `output`
+  answer.response.set_backend(
+      std::string(BackendKindName(served.parts.back().embedding.backend)));
+  if (!call.named_parts) {
+    // The bytes are in `output`.
+    FillTensorHead(served.parts[0], answer.response.mutable_embedding());
+    return answer;
   }
-  if (request.timesteps_size() > 0 || request.integer_timesteps_size() > 0 ||
-      !request.timesteps_shape().empty()) {
-    return absl::InvalidArgumentError(
-        "a request with parts carries its timesteps in each part: leave "
-        "timesteps, integer_timesteps and timesteps_shape empty");
-  }
-  if (request.parts_size() > kMaxParts) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "parts must hold at most ", kMaxParts, ", got ", request.parts_size()));
-  }
-  for (int i = 0; i < request.parts_size(); ++i) {
-    const v1::EmbedPart& part = request.parts(i);
-    const std::string field = absl::StrCat("parts[", i, "]");
-    if (part.name().size() > kMaxPartNameBytes) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(field, ".name must be at most ", kMaxPartNameBytes,
-                       " bytes, got ", part.name().size()));
-    }
-    ASSIGN_OR_RETURN(
-        SpecRequest own,
-        SpecRequestFromProto(part.preset(), part.spec(), part.dtype()));
-    ASSIGN_OR_RETURN(SpecRequest spec,
-                     PartSpecRequest(whole, part.name(), own, core_.presets()));
-    std::vector<float> storage;
-    ASSIGN_OR_RETURN(absl::Span<const float> timesteps,
-                     Timesteps(part, &storage));
-    const std::string shape_field = absl::StrCat(field, ".timesteps_shape");
-    RETURN_IF_ERROR(
-        EmbeddingShape(part.timesteps_shape(), timesteps.size(), 0, shape_field)
-            .status());
-    absl::StatusOr<Embedding> embedding = core_.Embed(spec, timesteps, ticket);
-    if (!embedding.ok()) {
-      // Name the part, keep the code.
-      return absl::Status(embedding.status().code(),
-                          absl::StrCat(field, " (", Quoted(part.name()),
-                                       "): ", embedding.status().message()));
-    }
-    ASSIGN_OR_RETURN(std::vector<int64_t> shape,
-                     EmbeddingShape(part.timesteps_shape(), embedding->rows,
-                                    embedding->spec.dim, shape_field));
-    answer.output_bytes += embedding->size_bytes;
-    // Each part passed max_output_bytes; the answer as a whole must too.
-    if (answer.output_bytes > core_.limits().max_output_bytes) {
-      return absl::ResourceExhaustedError(absl::StrCat(
-          "the parts' outputs together must be <= ",
-          core_.limits().max_output_bytes, " bytes (max_output_bytes), got ",
-          answer.output_bytes, " up to ", field));
-    }
-    answer.response.set_backend(
-        std::string(BackendKindName(embedding->backend)));
+  for (ResponsePart& part : served.parts) {
     v1::NamedTensor* named = answer.response.add_parts();
-    named->set_name(part.name());
-    FillTensorHead(*embedding, shape, named->mutable_tensor());
-    named->mutable_tensor()->set_data(std::move(embedding->data));
+    named->set_name(std::move(part.name));
+    FillTensorHead(part, named->mutable_tensor());
+    named->mutable_tensor()->set_data(std::move(part.embedding.data));
   }
   return answer;
 }

@@ -4,14 +4,20 @@
 #include <charconv>
 #include <cstring>
 #include <limits>
+#include <memory>
+#include <optional>
+#include <string>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/time.h"
 #include "nlohmann/json.hpp"
+#include "temb/base/status_macros.h"
 #include "temb/core/version.h"
+#include "temb/kserve/inference.h"
 #include "temb/kserve/kserve_convert.h"
 #include "temb/rest/rest_json.h"
 
@@ -53,15 +59,30 @@ void SetMethodNotAllowed(absl::string_view allowed, HttpResponse* response) {
   response->headers.emplace_back("Allow", std::string(allowed));
 }
 
-// Timesteps answered: the rows of every output (all but its last extent).
-int64_t BatchOf(const inference::ModelInferResponse& response) {
-  int64_t batch = 0;
-  for (const auto& output : response.outputs()) {
-    int64_t rows = 1;
-    for (int d = 0; d + 1 < output.shape_size(); ++d) rows *= output.shape(d);
-    batch += rows;
+// The Inference-Header-Content-Length header: where the JSON of a body
+// with binary tensors ends (nullopt: the whole body is JSON).
+absl::StatusOr<std::optional<uint64_t>> JsonLength(const HttpRequest& request) {
+  if (request.header_length.empty()) return std::nullopt;
+  uint64_t value = 0;
+  const char* end = request.header_length.data() + request.header_length.size();
+  const auto parsed = std::from_chars(request.header_length.data(), end, value);
+  if (parsed.ec != std::errc() || parsed.ptr != end) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("Inference-Header-Content-Length must be a byte count, "
+                     "got \"",
+                     request.header_length, "\""));
   }
-  return batch;
+  return value;
+}
+
+absl::Status CheckContentEncoding(const HttpRequest& request) {
+  if (request.content_encoding.empty() ||
+      request.content_encoding == "identity") {
+    return absl::OkStatus();
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat("Content-Encoding \"", request.content_encoding,
+                   "\" is not supported: send the body uncompressed"));
 }
 
 }  // namespace
@@ -98,11 +119,9 @@ int HttpStatusFor(const absl::Status& status) {
     case absl::StatusCode::kAlreadyExists:
       return 409;
     case absl::StatusCode::kResourceExhausted:
-      // Admission refusals ("server overloaded: max_inflight ..." or
-      // "... max_queued_bytes ...") are worth retrying later; a request over
+      // An overloaded server is worth retrying later; a request over
       // max_batch, max_dim or max_output_bytes is not.
-      return absl::StartsWith(status.message(), "server overloaded") ? 429
-                                                                     : 400;
+      return IsOverloaded(status) ? 429 : 400;
     case absl::StatusCode::kUnimplemented:
       return 501;
     case absl::StatusCode::kUnavailable:
@@ -256,232 +275,205 @@ void RestHandler::Statistics(const HttpRequest& request,
   SetJson(200, MessageToJson(stats), response);
 }
 
+absl::StatusOr<EncodedInferResponse> RestHandler::Answer(
+    const HttpRequest& request, const std::string& model,
+    const std::string& version, InferredCall* call) const {
+  // As on gRPC: authentication, then admission (draining, overload) before
+  // any work on the body.
+  RETURN_IF_ERROR(Authenticate(request));
+  ASSIGN_OR_RETURN(call->ticket,
+                   admission_->Admit(static_cast<int64_t>(request.body.size()),
+                                     absl::InfiniteFuture()));
+  call->stats.Lap(kserve::InferPhase::kQueue);
+  RETURN_IF_ERROR(CheckContentEncoding(request));
+  ASSIGN_OR_RETURN(const std::optional<uint64_t> json_length,
+                   JsonLength(request));
+  ASSIGN_OR_RETURN(InferBody body, ParseInferBody(request.body, json_length));
+  body.request.set_model_name(model);
+  body.request.set_model_version(version);
+  call->id = body.request.id();
+  call->stats.Lap(kserve::InferPhase::kComputeInput);
+  inference::ModelInferResponse answer;
+  RETURN_IF_ERROR(kserve::RunInference(core_, shared_memory_, body.request,
+                                       &answer, &call->ticket));
+  call->stats.Lap(kserve::InferPhase::kComputeInfer);
+  // JSON outputs take several times their raw bytes: held like them.
+  RETURN_IF_ERROR(call->ticket.Reserve(ExtraJsonBytes(body, answer)));
+  call->batch = kserve::TimestepsAnswered(answer);
+  return EncodeInferResponse(body, &answer);
+}
+
 void RestHandler::Infer(const HttpRequest& request, const std::string& model,
                         const std::string& version,
                         HttpResponse* response) const {
   RequestTimer timer(observer_, kInferMethod);
-  kserve::InferStatsTimer stats(statistics_);
-  AdmissionTicket ticket;
-  inference::ModelInferResponse answer;
-  absl::StatusOr<InferBody> body = absl::UnknownError("not parsed");
-  EncodedInferResponse encoded;
-
-  // As on gRPC: authentication, then admission (draining, overload) before
-  // any work on the body.
-  absl::Status status = Authenticate(request);
-  if (status.ok()) {
-    absl::StatusOr<AdmissionTicket> admitted = admission_->Admit(
-        static_cast<int64_t>(request.body.size()), absl::InfiniteFuture());
-    if (admitted.ok()) {
-      ticket = std::move(*admitted);
-    } else {
-      status = admitted.status();
-    }
+  InferredCall call(statistics_);
+  absl::StatusOr<EncodedInferResponse> encoded =
+      Answer(request, model, version, &call);
+  call.stats.Lap(kserve::InferPhase::kComputeOutput);
+  if (!encoded.ok()) {
+    call.stats.Finish(encoded.status(), model, 0);
+    timer.Finish(encoded.status(), 0, 0, call.id);
+    return SetError(encoded.status(), response);
   }
-  stats.Lap(kserve::InferPhase::kQueue);
-  if (status.ok() && !request.content_encoding.empty() &&
-      request.content_encoding != "identity") {
-    status = absl::InvalidArgumentError(
-        absl::StrCat("Content-Encoding \"", request.content_encoding,
-                     "\" is not supported: send the body uncompressed"));
-  }
-  std::optional<uint64_t> json_length;
-  if (status.ok() && !request.header_length.empty()) {
-    uint64_t value = 0;
-    const char* end =
-        request.header_length.data() + request.header_length.size();
-    const auto parsed =
-        std::from_chars(request.header_length.data(), end, value);
-    if (parsed.ec != std::errc() || parsed.ptr != end) {
-      status = absl::InvalidArgumentError(
-          absl::StrCat("Inference-Header-Content-Length must be a byte "
-                       "count, got \"",
-                       request.header_length, "\""));
-    }
-    json_length = value;
-  }
-  if (status.ok()) {
-    body = ParseInferBody(request.body, json_length);
-    status = body.status();
-  }
-  if (status.ok()) {
-    body->request.set_model_name(model);
-    body->request.set_model_version(version);
-  }
-  stats.Lap(kserve::InferPhase::kComputeInput);
-  if (status.ok() && kserve::UsesSharedMemory(body->request)) {
-    std::vector<kserve::SharedMemoryOutput> targets;
-    status = shared_memory_ == nullptr
-                 ? absl::InvalidArgumentError("shared memory is not enabled")
-                 : kserve::PrepareSharedMemory(*shared_memory_, &body->request,
-                                               &targets);
-    if (status.ok()) {
-      status = kserve::Infer(core_, body->request, &answer, &ticket);
-    }
-    if (status.ok()) status = kserve::FinishSharedMemory(targets, &answer);
-  } else if (status.ok()) {
-    status = kserve::Infer(core_, body->request, &answer, &ticket);
-  }
-  stats.Lap(kserve::InferPhase::kComputeInfer);
-  if (status.ok()) {
-    // JSON outputs take several times their raw bytes: held like them.
-    status = ticket.Reserve(ExtraJsonBytes(*body, answer));
-  }
-  int64_t batch = 0;
-  if (status.ok()) {
-    batch = BatchOf(answer);
-    absl::StatusOr<EncodedInferResponse> out =
-        EncodeInferResponse(*body, &answer);
-    if (out.ok()) {
-      encoded = *std::move(out);
-    } else {
-      status = out.status();
-    }
-  }
-  stats.Lap(kserve::InferPhase::kComputeOutput);
-  const std::string id = body.ok() ? body->request.id() : std::string();
-  stats.Finish(status, model, batch);
-  if (!status.ok()) {
-    timer.Finish(status, 0, 0, id);
-    return SetError(status, response);
-  }
+  call.stats.Finish(absl::OkStatus(), model, call.batch);
   int64_t output_bytes = 0;
-  for (const std::string& part : encoded.binary) {
+  for (const std::string& part : encoded->binary) {
     output_bytes += static_cast<int64_t>(part.size());
   }
-  timer.Finish(status, batch, output_bytes, id);
+  timer.Finish(absl::OkStatus(), call.batch, output_bytes, call.id);
 
   response->status = 200;
   response->body.clear();
-  if (encoded.binary.empty()) {
+  if (encoded->binary.empty()) {
     response->content_type = "application/json";
   } else {
     response->content_type = "application/octet-stream";
     response->headers.emplace_back("Inference-Header-Content-Length",
-                                   std::to_string(encoded.json.size()));
+                                   std::to_string(encoded->json.size()));
   }
-  response->body.reserve(1 + encoded.binary.size());
-  response->body.push_back(std::move(encoded.json));
-  for (std::string& part : encoded.binary) {
+  response->body.reserve(1 + encoded->binary.size());
+  response->body.push_back(std::move(encoded->json));
+  for (std::string& part : encoded->binary) {
     response->body.push_back(std::move(part));
   }
-  ticket.MarkAnswered();  // computed; its bytes stay until sent
-  response->ticket = std::move(ticket);
+  call.ticket.MarkAnswered();  // computed; its bytes stay until sent
+  response->ticket = std::move(call.ticket);
 }
 
 }  // namespace temb::rest
 
 namespace temb::rest {
 
-bool RestHandler::SharedMemoryEndpoint(const HttpRequest& request,
-                                       HttpResponse* response) const {
-  const absl::string_view path = request.path;
-  absl::string_view rest;
-  bool cuda = false;
-  if (absl::StartsWith(path, "/v2/systemsharedmemory/")) {
-    rest = path.substr(strlen("/v2/systemsharedmemory/"));
-  } else if (absl::StartsWith(path, "/v2/cudasharedmemory/")) {
-    rest = path.substr(strlen("/v2/cudasharedmemory/"));
-    cuda = true;
-  } else {
-    return false;
+namespace {
+
+std::optional<SharedMemoryRoute> ParseSharedMemoryPath(absl::string_view path) {
+  SharedMemoryRoute route;
+  if (absl::ConsumePrefix(&path, "/v2/cudasharedmemory/")) {
+    route.cuda = true;
+  } else if (!absl::ConsumePrefix(&path, "/v2/systemsharedmemory/")) {
+    return std::nullopt;
   }
-  // [region/{name}/]{status|register|unregister}
-  std::string name;
-  std::string action(rest);
-  if (absl::StartsWith(rest, "region/")) {
-    const absl::string_view tail = rest.substr(strlen("region/"));
-    const size_t slash = tail.rfind('/');
-    if (slash == absl::string_view::npos || slash == 0) return false;
-    name = std::string(tail.substr(0, slash));
-    action = std::string(tail.substr(slash + 1));
+  if (absl::ConsumePrefix(&path, "region/")) {
+    const size_t slash = path.rfind('/');
+    if (slash == absl::string_view::npos || slash == 0) return std::nullopt;
+    route.name = std::string(path.substr(0, slash));
+    path.remove_prefix(slash + 1);
   }
-  const bool get = action == "status";
-  if (!get && action != "unregister" &&
-      !(action == "register" && !name.empty())) {
-    return false;
+  route.action = std::string(path);
+  const bool known = route.action == "status" || route.action == "unregister" ||
+                     (route.action == "register" && !route.name.empty());
+  if (!known) return std::nullopt;
+  return route;
+}
+
+// A byte count or offset of a register body: a JSON integer in
+// [0, 2^63 - 1] (the gRPC message's uint64 fields, and what mmap takes),
+// never a fraction that would be truncated.
+absl::StatusOr<uint64_t> ByteCountMember(const nlohmann::json& body,
+                                         const char* key) {
+  const nlohmann::json& value = body.at(key);
+  const bool integer = value.is_number_unsigned() ||
+                       (value.is_number_integer() && value.get<int64_t>() >= 0);
+  if (!integer ||
+      value.get<uint64_t>() >
+          static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "\"", key, "\" must be an integer in [0, ",
+        std::numeric_limits<int64_t>::max(), "], got ",
+        value.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace)));
   }
-  if (get != (request.method == "GET")) {
-    SetMethodNotAllowed(get ? "GET" : "POST", response);
-    return true;
-  }
-  if (absl::Status status = Enter(request); !status.ok()) {
-    SetError(status, response);
-    return true;
-  }
-  const auto not_found = [&name](absl::string_view kind) {
-    return absl::NotFoundError(absl::StrCat(
-        "no ", kind, " shared memory region \"", name, "\" is registered"));
-  };
-  if (cuda) {
-    if (action == "register") {
-      SetError(absl::InvalidArgumentError(
-                   "CUDA shared memory is not supported; use system shared "
-                   "memory"),
-               response);
-    } else if (!name.empty()) {
-      SetError(not_found("CUDA"), response);
-    } else {
-      SetJson(200, get ? "[]" : "{}", response);
+  return value.get<uint64_t>();
+}
+
+struct RegisterBody {
+  std::string key;
+  uint64_t offset = 0;
+  uint64_t byte_size = 0;
+};
+
+absl::StatusOr<RegisterBody> ParseRegisterBody(absl::string_view text) {
+  constexpr absl::string_view kShape =
+      "the body must be {\"key\": string, \"byte_size\": integer, "
+      "\"offset\": integer}";
+  RegisterBody out;
+  try {
+    const nlohmann::json body = nlohmann::json::parse(text);
+    out.key = body.at("key").get<std::string>();
+    ASSIGN_OR_RETURN(out.byte_size, ByteCountMember(body, "byte_size"));
+    if (body.contains("offset")) {
+      ASSIGN_OR_RETURN(out.offset, ByteCountMember(body, "offset"));
     }
-    return true;
+  } catch (const nlohmann::json::exception& e) {
+    return absl::InvalidArgumentError(absl::StrCat(kShape, ": ", e.what()));
   }
-  if (shared_memory_ == nullptr) {
-    SetError(absl::UnimplementedError("shared memory is not enabled"),
-             response);
-    return true;
-  }
-  if (action == "unregister") {
-    const absl::Status status = shared_memory_->Unregister(name);
-    if (!status.ok()) {
-      SetError(status, response);
-    } else {
-      SetJson(200, "{}", response);
-    }
-    return true;
-  }
-  if (action == "register") {
-    absl::Status status;
-    std::string key;
-    uint64_t offset = 0;
-    uint64_t byte_size = 0;
-    try {
-      const nlohmann::json body = nlohmann::json::parse(request.body);
-      key = body.at("key").get<std::string>();
-      byte_size = body.at("byte_size").get<uint64_t>();
-      if (body.contains("offset")) offset = body.at("offset").get<uint64_t>();
-    } catch (const nlohmann::json::exception& e) {
-      status = absl::InvalidArgumentError(absl::StrCat(
-          "the body must be {\"key\": string, \"byte_size\": integer, "
-          "\"offset\": integer}: ",
-          e.what()));
-    }
-    if (status.ok()) {
-      status = shared_memory_->Register(name, key, offset, byte_size);
-    }
-    if (!status.ok()) {
-      SetError(status, response);
-    } else {
-      SetJson(200, "{}", response);
-    }
-    return true;
-  }
-  auto regions = shared_memory_->Status(name);
-  if (!regions.ok()) {
-    SetError(regions.status(), response);
-    return true;
-  }
+  return out;
+}
+
+std::string RegionsJson(
+    const std::vector<std::shared_ptr<const kserve::SharedMemoryRegion>>&
+        regions) {
   nlohmann::json list = nlohmann::json::array();
-  for (const auto& region : *regions) {
+  for (const auto& region : regions) {
     list.push_back({{"name", region->name()},
                     {"key", region->key()},
                     {"offset", region->offset()},
                     {"byte_size", region->byte_size()}});
   }
-  SetJson(200,
-          list.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace),
-          response);
+  return list.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+}
+
+}  // namespace
+
+bool RestHandler::SharedMemoryEndpoint(const HttpRequest& request,
+                                       HttpResponse* response) const {
+  const std::optional<SharedMemoryRoute> route =
+      ParseSharedMemoryPath(request.path);
+  if (!route.has_value()) return false;
+  const bool get = route->action == "status";
+  if (get != (request.method == "GET")) {
+    SetMethodNotAllowed(get ? "GET" : "POST", response);
+    return true;
+  }
+  absl::StatusOr<std::string> answer = SharedMemoryAnswer(request, *route);
+  if (answer.ok()) {
+    SetJson(200, *std::move(answer), response);
+  } else {
+    SetError(answer.status(), response);
+  }
   return true;
+}
+
+absl::StatusOr<std::string> RestHandler::SharedMemoryAnswer(
+    const HttpRequest& request, const SharedMemoryRoute& route) const {
+  RETURN_IF_ERROR(Enter(request));
+  if (route.cuda) {
+    // No CUDA region is ever registered.
+    if (route.action == "register") {
+      return absl::InvalidArgumentError(
+          "CUDA shared memory is not supported; use system shared memory");
+    }
+    if (!route.name.empty()) {
+      return absl::NotFoundError(absl::StrCat("no CUDA shared memory region \"",
+                                              route.name, "\" is registered"));
+    }
+    return std::string(route.action == "status" ? "[]" : "{}");
+  }
+  if (shared_memory_ == nullptr) {
+    return absl::UnimplementedError("shared memory is not enabled");
+  }
+  if (route.action == "unregister") {
+    RETURN_IF_ERROR(shared_memory_->Unregister(route.name));
+    return std::string("{}");
+  }
+  if (route.action == "register") {
+    ASSIGN_OR_RETURN(const RegisterBody body, ParseRegisterBody(request.body));
+    RETURN_IF_ERROR(shared_memory_->Register(route.name, body.key, body.offset,
+                                             body.byte_size));
+    return std::string("{}");
+  }
+  ASSIGN_OR_RETURN(const auto regions, shared_memory_->Status(route.name));
+  return RegionsJson(regions);
 }
 
 }  // namespace temb::rest

@@ -13,6 +13,7 @@
 #include "nlohmann/json.hpp"
 #include "temb/base/status_macros.h"
 #include "temb/kernels/dtype.h"
+#include "temb/kserve/tensor_type.h"
 
 // Raw tensors are little-endian on the wire.
 static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
@@ -28,6 +29,9 @@ using inference::InferParameter;
 using inference::InferTensorContents;
 using nlohmann::json;
 using Params = google::protobuf::Map<std::string, InferParameter>;
+using kserve::ParseTensorType;
+using kserve::TensorType;
+using kserve::TensorTypeSize;
 
 // Strings from clients (ids, names) may be invalid UTF-8: replaced, never
 // an exception.
@@ -218,12 +222,91 @@ absl::StatusOr<Int> IntegerElement(const json& value, absl::string_view field) {
   return static_cast<Int>(v);
 }
 
+// One JSON element into the typed contents of `type`.
+absl::Status AppendElement(TensorType type, const json& value,
+                           absl::string_view element,
+                           InferTensorContents* contents) {
+  switch (type) {
+    case TensorType::kFp32:
+    case TensorType::kFp64:
+      if (!value.is_number()) return Invalid(element, "must be a number");
+      if (type == TensorType::kFp32) {
+        contents->add_fp32_contents(static_cast<float>(value.get<double>()));
+      } else {
+        contents->add_fp64_contents(value.get<double>());
+      }
+      return absl::OkStatus();
+    case TensorType::kInt64: {
+      ASSIGN_OR_RETURN(int64_t v, IntegerElement<int64_t>(value, element));
+      contents->add_int64_contents(v);
+      return absl::OkStatus();
+    }
+    case TensorType::kInt32: {
+      ASSIGN_OR_RETURN(int32_t v, IntegerElement<int32_t>(value, element));
+      contents->add_int_contents(v);
+      return absl::OkStatus();
+    }
+    case TensorType::kInt16: {
+      ASSIGN_OR_RETURN(int16_t v, IntegerElement<int16_t>(value, element));
+      contents->add_int_contents(v);
+      return absl::OkStatus();
+    }
+    case TensorType::kInt8: {
+      ASSIGN_OR_RETURN(int8_t v, IntegerElement<int8_t>(value, element));
+      contents->add_int_contents(v);
+      return absl::OkStatus();
+    }
+    case TensorType::kUint64: {
+      ASSIGN_OR_RETURN(uint64_t v, IntegerElement<uint64_t>(value, element));
+      contents->add_uint64_contents(v);
+      return absl::OkStatus();
+    }
+    case TensorType::kUint32: {
+      ASSIGN_OR_RETURN(uint32_t v, IntegerElement<uint32_t>(value, element));
+      contents->add_uint_contents(v);
+      return absl::OkStatus();
+    }
+    case TensorType::kUint16: {
+      ASSIGN_OR_RETURN(uint16_t v, IntegerElement<uint16_t>(value, element));
+      contents->add_uint_contents(v);
+      return absl::OkStatus();
+    }
+    case TensorType::kUint8: {
+      ASSIGN_OR_RETURN(uint8_t v, IntegerElement<uint8_t>(value, element));
+      contents->add_uint_contents(v);
+      return absl::OkStatus();
+    }
+    case TensorType::kBool:
+      if (!value.is_boolean()) return Invalid(element, "must be a boolean");
+      contents->add_bool_contents(value.get<bool>());
+      return absl::OkStatus();
+    case TensorType::kBytes:
+      if (!value.is_string()) return Invalid(element, "must be a string");
+      contents->add_bytes_contents(value.get<std::string>());
+      return absl::OkStatus();
+    case TensorType::kFp16:
+    case TensorType::kBf16:
+      break;
+  }
+  return absl::InternalError("no JSON form for this datatype");
+}
+
 // JSON "data" of one input into the typed contents of its datatype.
 absl::Status DataFromJson(const json& data, const std::string& datatype,
                           int64_t count, absl::string_view field,
                           InferTensorContents* contents) {
   if (!data.is_array()) {
     return Invalid(field, "must be an array (nested arrays are flattened)");
+  }
+  const std::optional<TensorType> type = ParseTensorType(datatype);
+  if (!type.has_value()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(field, ": unknown datatype \"", datatype, "\""));
+  }
+  if (type == TensorType::kFp16 || type == TensorType::kBf16) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        field, ": ", datatype,
+        " tensors travel only as binary data (parameters.binary_data_size)"));
   }
   std::vector<const json*> elements;
   Flatten(data, &elements);
@@ -233,53 +316,8 @@ absl::Status DataFromJson(const json& data, const std::string& datatype,
                      " elements, but the input's shape needs ", count));
   }
   for (size_t i = 0; i < elements.size(); ++i) {
-    const json& value = *elements[i];
-    const std::string element = absl::StrCat(field, "[", i, "]");
-    if (datatype == "FP32" || datatype == "FP64") {
-      if (!value.is_number()) return Invalid(element, "must be a number");
-      if (datatype == "FP32") {
-        contents->add_fp32_contents(static_cast<float>(value.get<double>()));
-      } else {
-        contents->add_fp64_contents(value.get<double>());
-      }
-    } else if (datatype == "INT64") {
-      ASSIGN_OR_RETURN(int64_t v, IntegerElement<int64_t>(value, element));
-      contents->add_int64_contents(v);
-    } else if (datatype == "INT32") {
-      ASSIGN_OR_RETURN(int32_t v, IntegerElement<int32_t>(value, element));
-      contents->add_int_contents(v);
-    } else if (datatype == "INT16") {
-      ASSIGN_OR_RETURN(int16_t v, IntegerElement<int16_t>(value, element));
-      contents->add_int_contents(v);
-    } else if (datatype == "INT8") {
-      ASSIGN_OR_RETURN(int8_t v, IntegerElement<int8_t>(value, element));
-      contents->add_int_contents(v);
-    } else if (datatype == "UINT64") {
-      ASSIGN_OR_RETURN(uint64_t v, IntegerElement<uint64_t>(value, element));
-      contents->add_uint64_contents(v);
-    } else if (datatype == "UINT32") {
-      ASSIGN_OR_RETURN(uint32_t v, IntegerElement<uint32_t>(value, element));
-      contents->add_uint_contents(v);
-    } else if (datatype == "UINT16") {
-      ASSIGN_OR_RETURN(uint16_t v, IntegerElement<uint16_t>(value, element));
-      contents->add_uint_contents(v);
-    } else if (datatype == "UINT8") {
-      ASSIGN_OR_RETURN(uint8_t v, IntegerElement<uint8_t>(value, element));
-      contents->add_uint_contents(v);
-    } else if (datatype == "BOOL") {
-      if (!value.is_boolean()) return Invalid(element, "must be a boolean");
-      contents->add_bool_contents(value.get<bool>());
-    } else if (datatype == "BYTES") {
-      if (!value.is_string()) return Invalid(element, "must be a string");
-      contents->add_bytes_contents(value.get<std::string>());
-    } else if (datatype == "FP16" || datatype == "BF16") {
-      return absl::InvalidArgumentError(absl::StrCat(
-          field, ": ", datatype,
-          " tensors travel only as binary data (parameters.binary_data_size)"));
-    } else {
-      return absl::InvalidArgumentError(
-          absl::StrCat(field, ": unknown datatype \"", datatype, "\""));
-    }
+    RETURN_IF_ERROR(AppendElement(*type, *elements[i],
+                                  absl::StrCat(field, "[", i, "]"), contents));
   }
   return absl::OkStatus();
 }
@@ -298,23 +336,51 @@ void AppendRaw(const Values& values, std::string* out) {
 std::string ContentsToRaw(const std::string& datatype,
                           const InferTensorContents& c) {
   std::string raw;
-  if (datatype == "FP32") AppendRaw<float>(c.fp32_contents(), &raw);
-  if (datatype == "FP64") AppendRaw<double>(c.fp64_contents(), &raw);
-  if (datatype == "INT64") AppendRaw<int64_t>(c.int64_contents(), &raw);
-  if (datatype == "INT32") AppendRaw<int32_t>(c.int_contents(), &raw);
-  if (datatype == "INT16") AppendRaw<int16_t>(c.int_contents(), &raw);
-  if (datatype == "INT8") AppendRaw<int8_t>(c.int_contents(), &raw);
-  if (datatype == "UINT64") AppendRaw<uint64_t>(c.uint64_contents(), &raw);
-  if (datatype == "UINT32") AppendRaw<uint32_t>(c.uint_contents(), &raw);
-  if (datatype == "UINT16") AppendRaw<uint16_t>(c.uint_contents(), &raw);
-  if (datatype == "UINT8") AppendRaw<uint8_t>(c.uint_contents(), &raw);
-  if (datatype == "BOOL") AppendRaw<uint8_t>(c.bool_contents(), &raw);
-  if (datatype == "BYTES") {
-    for (const std::string& s : c.bytes_contents()) {
-      const uint32_t size = static_cast<uint32_t>(s.size());
-      raw.append(reinterpret_cast<const char*>(&size), sizeof(size));
-      raw.append(s);
-    }
+  // DataFromJson accepted the datatype.
+  switch (ParseTensorType(datatype).value_or(TensorType::kBytes)) {
+    case TensorType::kFp32:
+      AppendRaw<float>(c.fp32_contents(), &raw);
+      break;
+    case TensorType::kFp64:
+      AppendRaw<double>(c.fp64_contents(), &raw);
+      break;
+    case TensorType::kInt64:
+      AppendRaw<int64_t>(c.int64_contents(), &raw);
+      break;
+    case TensorType::kInt32:
+      AppendRaw<int32_t>(c.int_contents(), &raw);
+      break;
+    case TensorType::kInt16:
+      AppendRaw<int16_t>(c.int_contents(), &raw);
+      break;
+    case TensorType::kInt8:
+      AppendRaw<int8_t>(c.int_contents(), &raw);
+      break;
+    case TensorType::kUint64:
+      AppendRaw<uint64_t>(c.uint64_contents(), &raw);
+      break;
+    case TensorType::kUint32:
+      AppendRaw<uint32_t>(c.uint_contents(), &raw);
+      break;
+    case TensorType::kUint16:
+      AppendRaw<uint16_t>(c.uint_contents(), &raw);
+      break;
+    case TensorType::kUint8:
+      AppendRaw<uint8_t>(c.uint_contents(), &raw);
+      break;
+    case TensorType::kBool:
+      AppendRaw<uint8_t>(c.bool_contents(), &raw);
+      break;
+    case TensorType::kBytes:
+      for (const std::string& s : c.bytes_contents()) {
+        const uint32_t size = static_cast<uint32_t>(s.size());
+        raw.append(reinterpret_cast<const char*>(&size), sizeof(size));
+        raw.append(s);
+      }
+      break;
+    case TensorType::kFp16:
+    case TensorType::kBf16:
+      break;  // binary only: never typed contents
   }
   return raw;
 }
@@ -351,64 +417,59 @@ absl::Status AppendNumber(T value, std::string* out) {
   return absl::OkStatus();
 }
 
-size_t ElementSize(const std::string& datatype) {
-  if (datatype == "FP64" || datatype == "INT64" || datatype == "UINT64") {
-    return 8;
+// One element of `type` at index i of `data`, as JSON text.
+absl::Status AppendElementJson(TensorType type, const char* data, size_t i,
+                               std::string* out) {
+  switch (type) {
+    case TensorType::kFp32:
+      return AppendNumber(Load<float>(data, i), out);
+    case TensorType::kFp64:
+      return AppendNumber(Load<double>(data, i), out);
+    case TensorType::kFp16:
+      return AppendNumber(HalfToFloat(Load<uint16_t>(data, i)), out);
+    case TensorType::kInt64:
+      return AppendNumber(Load<int64_t>(data, i), out);
+    case TensorType::kInt32:
+      return AppendNumber(Load<int32_t>(data, i), out);
+    case TensorType::kInt16:
+      return AppendNumber(Load<int16_t>(data, i), out);
+    case TensorType::kInt8:
+      return AppendNumber(static_cast<int>(Load<int8_t>(data, i)), out);
+    case TensorType::kUint64:
+      return AppendNumber(Load<uint64_t>(data, i), out);
+    case TensorType::kUint32:
+      return AppendNumber(Load<uint32_t>(data, i), out);
+    case TensorType::kUint16:
+      return AppendNumber(Load<uint16_t>(data, i), out);
+    case TensorType::kUint8:
+      return AppendNumber(static_cast<unsigned>(Load<uint8_t>(data, i)), out);
+    case TensorType::kBool:
+      out->append(data[i] != 0 ? "true" : "false");
+      return absl::OkStatus();
+    case TensorType::kBf16:
+    case TensorType::kBytes:
+      break;
   }
-  if (datatype == "FP32" || datatype == "INT32" || datatype == "UINT32") {
-    return 4;
-  }
-  if (datatype == "FP16" || datatype == "BF16" || datatype == "INT16" ||
-      datatype == "UINT16") {
-    return 2;
-  }
-  if (datatype == "INT8" || datatype == "UINT8" || datatype == "BOOL") return 1;
-  return 0;
+  return absl::InternalError("no JSON form for this datatype");
 }
 
 // The elements of `raw` as a JSON array appended to `out`.
 absl::Status AppendDataJson(const std::string& name,
                             const std::string& datatype, const std::string& raw,
                             std::string* out) {
-  const size_t size = ElementSize(datatype);
-  if (datatype == "BF16" || size == 0) {
+  const std::optional<TensorType> type = ParseTensorType(datatype);
+  if (!type.has_value() || type == TensorType::kBf16 ||
+      type == TensorType::kBytes) {
     return absl::InvalidArgumentError(
         absl::StrCat("output \"", name, "\" is ", datatype,
                      ", which travels only as binary data: ask for it with "
                      "\"parameters\": {\"binary_data\": true}"));
   }
-  const size_t n = raw.size() / size;
-  const char* data = raw.data();
+  const size_t n = raw.size() / TensorTypeSize(*type);
   out->push_back('[');
   for (size_t i = 0; i < n; ++i) {
     if (i > 0) out->push_back(',');
-    absl::Status status;
-    if (datatype == "FP32") {
-      status = AppendNumber(Load<float>(data, i), out);
-    } else if (datatype == "FP64") {
-      status = AppendNumber(Load<double>(data, i), out);
-    } else if (datatype == "FP16") {
-      status = AppendNumber(HalfToFloat(Load<uint16_t>(data, i)), out);
-    } else if (datatype == "INT64") {
-      status = AppendNumber(Load<int64_t>(data, i), out);
-    } else if (datatype == "INT32") {
-      status = AppendNumber(Load<int32_t>(data, i), out);
-    } else if (datatype == "INT16") {
-      status = AppendNumber(Load<int16_t>(data, i), out);
-    } else if (datatype == "INT8") {
-      status = AppendNumber(static_cast<int>(Load<int8_t>(data, i)), out);
-    } else if (datatype == "UINT64") {
-      status = AppendNumber(Load<uint64_t>(data, i), out);
-    } else if (datatype == "UINT32") {
-      status = AppendNumber(Load<uint32_t>(data, i), out);
-    } else if (datatype == "UINT16") {
-      status = AppendNumber(Load<uint16_t>(data, i), out);
-    } else if (datatype == "UINT8") {
-      status = AppendNumber(static_cast<unsigned>(Load<uint8_t>(data, i)), out);
-    } else {  // BOOL
-      out->append(data[i] != 0 ? "true" : "false");
-    }
-    RETURN_IF_ERROR(status);
+    RETURN_IF_ERROR(AppendElementJson(*type, raw.data(), i, out));
   }
   out->push_back(']');
   return absl::OkStatus();
@@ -612,13 +673,16 @@ int64_t ExtraJsonBytes(const InferBody& body,
   for (int i = 0; i < response.outputs_size(); ++i) {
     if (OutputIsBinary(body, response.outputs(i).name())) continue;
     if (i >= response.raw_output_contents_size()) continue;
-    const size_t size = ElementSize(response.outputs(i).datatype());
+    const std::optional<TensorType> type =
+        ParseTensorType(response.outputs(i).datatype());
+    const size_t size = type.has_value() ? TensorTypeSize(*type) : 0;
     if (size == 0) continue;
     // Characters per element at most: "-1.2345678e-38," (float32 and
     // float16) or "-1.2345678901234567e-300," (the rest).
-    const absl::string_view datatype = response.outputs(i).datatype();
     const int64_t chars =
-        datatype == "FP32" || datatype == "FP16" || size == 1 ? 16 : 25;
+        type == TensorType::kFp32 || type == TensorType::kFp16 || size == 1
+            ? 16
+            : 25;
     const int64_t elements =
         static_cast<int64_t>(response.raw_output_contents(i).size() / size);
     extra += elements * (chars - static_cast<int64_t>(size));

@@ -5,6 +5,9 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "temb/base/status_macros.h"
+#include "temb/core/timesteps.h"
+#include "temb/core/version.h"
 #include "temb/kernels/frequencies.h"
 
 namespace temb {
@@ -258,6 +261,83 @@ absl::StatusOr<Preset> PresetFromProto(const v1::Preset& proto) {
     preset.parts.push_back({part.name(), part.preset()});
   }
   return preset;
+}
+
+namespace {
+
+// The float timesteps of `message` (an EmbedRequest or an EmbedPart), or its
+// integer ones converted into a new entry of `storage`.
+template <typename Message>
+absl::StatusOr<absl::Span<const float>> TimestepsOf(
+    const Message& message, std::vector<std::vector<float>>* storage) {
+  if (message.integer_timesteps_size() == 0) {
+    return absl::MakeConstSpan(message.timesteps().data(),
+                               message.timesteps_size());
+  }
+  if (message.timesteps_size() > 0) {
+    return absl::InvalidArgumentError(
+        "set either timesteps or integer_timesteps, not both");
+  }
+  storage->push_back(TimestepsAsFloat32(message.integer_timesteps()));
+  return absl::MakeConstSpan(storage->back());
+}
+
+}  // namespace
+
+absl::StatusOr<Request> RequestFromProto(
+    const v1::EmbedRequest& request, std::vector<std::vector<float>>* storage) {
+  Request out;
+  out.request_id = request.request_id();
+  ASSIGN_OR_RETURN(
+      out.spec,
+      SpecRequestFromProto(request.preset(), request.spec(), request.dtype()));
+  if (request.parts_size() == 0) {
+    RequestPart whole;
+    ASSIGN_OR_RETURN(whole.timesteps, TimestepsOf(request, storage));
+    whole.timesteps_shape = request.timesteps_shape();
+    out.parts.push_back(std::move(whole));
+    out.named_parts = false;
+    return out;
+  }
+  if (request.timesteps_size() > 0 || request.integer_timesteps_size() > 0 ||
+      !request.timesteps_shape().empty()) {
+    return absl::InvalidArgumentError(
+        "a request with parts carries its timesteps in each part: leave "
+        "timesteps, integer_timesteps and timesteps_shape empty");
+  }
+  // Every part is converted (the message size bounds them); the core
+  // enforces the limits on their number and names.
+  out.parts.reserve(request.parts_size());
+  for (int i = 0; i < request.parts_size(); ++i) {
+    const v1::EmbedPart& part = request.parts(i);
+    RequestPart converted;
+    converted.name = part.name();
+    converted.field = absl::StrCat("parts[", i, "]");
+    ASSIGN_OR_RETURN(
+        converted.spec,
+        SpecRequestFromProto(part.preset(), part.spec(), part.dtype()));
+    ASSIGN_OR_RETURN(converted.timesteps, TimestepsOf(part, storage));
+    converted.timesteps_shape = part.timesteps_shape();
+    out.parts.push_back(std::move(converted));
+  }
+  return out;
+}
+
+v1::ServerInfo ServerInfoProto(const EmbedService& service,
+                               int64_t max_message_bytes) {
+  v1::ServerInfo info;
+  info.set_version(std::string(Version()));
+  info.set_backend(std::string(BackendKindName(service.backend().kind())));
+  info.set_device(service.backend().device());
+  v1::Limits* limits = info.mutable_limits();
+  limits->set_max_dim(service.limits().max_dim);
+  limits->set_max_batch(service.limits().max_batch);
+  limits->set_max_output_bytes(service.limits().max_output_bytes);
+  limits->set_max_message_bytes(max_message_bytes);
+  for (const Preset& preset : service.presets().presets()) {
+    PresetToProto(preset, info.add_presets());
+  }
+  return info;
 }
 
 }  // namespace temb

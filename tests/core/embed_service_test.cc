@@ -9,6 +9,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "temb/core/request_observer.h"
@@ -345,6 +346,152 @@ TEST_F(EmbedServiceTest, BackendErrorsPropagate) {
   auto embedding = service_->Embed(Named("sd15"), std::vector<float>{1.0f});
   EXPECT_EQ(embedding.status().code(), absl::StatusCode::kUnavailable);
   EXPECT_THAT(embedding.status().message(), HasSubstr("device lost"));
+}
+
+// ---- Serve: a whole request, the one call of every frontend ---------------
+
+RequestPart Part(std::string name, const std::vector<float>& timesteps,
+                 int index) {
+  RequestPart part;
+  part.name = std::move(name);
+  part.field = absl::StrCat("parts[", index, "]");
+  part.timesteps = timesteps;
+  return part;
+}
+
+TEST_F(EmbedServiceTest, ServeAnswersFluxTimestepAndGuidanceFromItsPreset) {
+  const std::vector<float> t = {0.5f, 0.25f};
+  const std::vector<float> g = {3.5f};
+  Request request;
+  request.spec = Named("flux");
+  request.parts = {Part("timestep", t, 0), Part("guidance", g, 1)};
+  absl::StatusOr<Response> response = service_->Serve(request);
+  ASSERT_TRUE(response.ok()) << response.status();
+  ASSERT_EQ(response->parts.size(), 2u);
+  EXPECT_EQ(response->parts[0].name, "timestep");
+  EXPECT_EQ(response->parts[1].name, "guidance");
+  EXPECT_THAT(response->parts[0].shape, ::testing::ElementsAre(2, 256));
+  EXPECT_THAT(response->parts[1].shape, ::testing::ElementsAre(1, 256));
+  EXPECT_EQ(response->rows, 3);
+  EXPECT_EQ(response->output_bytes, 3 * 256 * 4);
+  // Each part computed with its own convention: flux's parts scale t.
+  ASSERT_EQ(calls_.size(), 2u);
+  EXPECT_EQ(calls_[0].spec.time_factor, 1000.0);
+  EXPECT_EQ(response->parts[1].embedding.data.size(), 256u * 4);
+}
+
+TEST_F(EmbedServiceTest, ServeOfOneEmbeddingUsesTheRequestsSpecAndShape) {
+  const std::vector<float> t = {1, 2, 3, 4, 5, 6};
+  const std::vector<int64_t> shape = {2, 3};
+  Request request;
+  request.spec = Explicit(8);
+  request.named_parts = false;
+  RequestPart whole;
+  whole.timesteps = t;
+  whole.timesteps_shape = shape;
+  request.parts.push_back(whole);
+  absl::StatusOr<Response> response = service_->Serve(request);
+  ASSERT_TRUE(response.ok()) << response.status();
+  EXPECT_THAT(response->parts[0].shape, ::testing::ElementsAre(2, 3, 8));
+  // An unnamed request's errors are not prefixed; its shape field is bare.
+  const std::vector<int64_t> wrong = {4, 2};
+  request.parts[0].timesteps_shape = wrong;
+  EXPECT_THAT(std::string(service_->Serve(request).status().message()),
+              ::testing::StartsWith("timesteps_shape"));
+  request.parts[0].timesteps_shape = {};
+  request.spec = Explicit(4096);
+  absl::Status status = service_->Serve(request).status();
+  EXPECT_EQ(status.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(std::string(status.message()), ::testing::StartsWith("dim"));
+}
+
+TEST_F(EmbedServiceTest, ServeNamesTheFailingPartAndKeepsTheCode) {
+  const std::vector<float> t = {1.0f};
+  Request request;
+  request.spec = Named("flux");
+  request.parts = {Part("timestep", t, 0), Part("guidance", t, 1)};
+  request.parts[1].spec.dim = 100000;
+  const absl::Status status = service_->Serve(request).status();
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(status.message()),
+              ::testing::StartsWith("parts[1] (\"guidance\"): "));
+}
+
+TEST_F(EmbedServiceTest, ServeEnforcesEveryRequestLimitBeforeComputing) {
+  const std::vector<float> t = {1.0f};
+  Request request;
+  request.spec = Named("sd15");
+  const std::string long_id(kMaxRequestIdBytes + 1, 'r');
+  request.request_id = long_id;
+  request.request_id_field = "id";
+  request.parts = {Part("a", t, 0)};
+  EXPECT_THAT(service_->Serve(request).status().message(),
+              HasSubstr("id must be at most 1024 bytes, got 1025"));
+  request.request_id = "";
+
+  request.parts.clear();
+  for (int i = 0; i <= kMaxParts; ++i) {
+    request.parts.push_back(Part(absl::StrCat("p", i), t, i));
+  }
+  request.parts_field = "inputs";
+  EXPECT_THAT(service_->Serve(request).status().message(),
+              HasSubstr("inputs must hold at most 64, got 65"));
+
+  request.parts = {Part(std::string(kMaxPartNameBytes + 1, 'n'), t, 0)};
+  EXPECT_THAT(service_->Serve(request).status().message(),
+              HasSubstr("parts[0].name must be at most 256 bytes"));
+
+  // Names that differ only in case are one part given twice.
+  request.parts = {Part("guidance", t, 0), Part("timestep", t, 1),
+                   Part("GUIDANCE", t, 2)};
+  const absl::Status twice = service_->Serve(request).status();
+  EXPECT_EQ(twice.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(twice.message(),
+              HasSubstr("parts[2].name: part \"GUIDANCE\" given twice (as "
+                        "parts[0])"));
+  EXPECT_TRUE(calls_.empty());
+}
+
+TEST_F(EmbedServiceTest, ServeRefusesAnAnswerOverMaxOutputBytesAsAWhole) {
+  // Each part is 12 KiB, under the 16 KiB limit; the two together are not.
+  const std::vector<float> t(12, 1.0f);
+  Request request;
+  request.spec = Explicit(256);
+  request.parts = {Part("a", t, 0), Part("b", t, 1)};
+  request.parts[0].spec = Explicit(256);
+  request.parts[1].spec = Explicit(256);
+  const absl::Status status = service_->Serve(request).status();
+  EXPECT_EQ(status.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(status.message(),
+              HasSubstr("the parts' outputs together must be <= 16384 bytes "
+                        "(max_output_bytes), got 24576 up to parts[1]"));
+}
+
+TEST_F(EmbedServiceTest, ServeWritesEachPartWhereItsAllocatorSays) {
+  class Recording final : public OutputAllocator {
+   public:
+    absl::Span<uint8_t> Allocate(size_t bytes) override {
+      memory.resize(bytes);
+      return absl::MakeSpan(memory);
+    }
+    void Adopt(std::unique_ptr<HostBuffer>) override {}
+    std::vector<uint8_t> memory;
+  };
+  const std::vector<float> t = {1.0f, 2.0f};
+  Request request;
+  request.spec = Named("flux");
+  request.parts = {Part("timestep", t, 0), Part("guidance", t, 1)};
+  Recording first;
+  OutputAllocator* const outputs[] = {&first, nullptr};
+  absl::StatusOr<Response> response =
+      service_->Serve(request, nullptr, outputs);
+  ASSERT_TRUE(response.ok()) << response.status();
+  EXPECT_EQ(first.memory.size(), 2u * 256 * 4);
+  EXPECT_TRUE(response->parts[0].embedding.data.empty());
+  EXPECT_EQ(response->parts[1].embedding.data.size(), 2u * 256 * 4);
+  OutputAllocator* const too_few[] = {&first};
+  EXPECT_EQ(service_->Serve(request, nullptr, too_few).status().code(),
+            absl::StatusCode::kInternal);
 }
 
 class RecordingObserver final : public RequestObserver {

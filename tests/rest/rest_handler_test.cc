@@ -8,13 +8,16 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
+#include "temb/core/admission.h"
 #include "temb/kernels/dtype.h"
 #include "temb/kernels/registry.h"
 #include "temb/kserve/kserve_convert.h"
 #include "temb/kserve/model_statistics.h"
+#include "temb/kserve/shared_memory.h"
 #include "temb/rest/rest_json.h"
 #include "temb/v1_convert/preset_catalog.h"
 
@@ -351,13 +354,41 @@ TEST(RestJsonTest, MixedBinaryAndJsonInputsBecomeRawContents) {
             absl::StatusCode::kInvalidArgument);
 }
 
+TEST(RestSharedMemoryTest, ByteCountsMustBeWholeNonNegativeIntegers) {
+  AdmissionController admission(AdmissionLimits{});
+  auto backend = CreateBackend(BackendChoice::kCpu, BackendOptions());
+  ASSERT_TRUE(backend.ok()) << backend.status();
+  EmbedService core(*std::move(backend), BuiltInPresetCatalog(), {});
+  kserve::SharedMemoryRegistry registry;
+  RestHandler handler(core, &admission, nullptr, nullptr, nullptr, &registry);
+  for (const char* size : {"16.9", "1e30", "-1", "9223372036854775808"}) {
+    HttpRequest request;
+    request.method = "POST";
+    request.path = "/v2/systemsharedmemory/region/r/register";
+    request.body =
+        absl::StrCat(R"({"key": "/temb-none", "byte_size": )", size, "}");
+    HttpResponse response;
+    handler.Handle(request, &response);
+    EXPECT_EQ(response.status, 400) << size;
+    const std::string body = response.body.empty() ? "" : response.body[0];
+    EXPECT_THAT(body, HasSubstr("byte_size")) << size;
+    EXPECT_THAT(body, HasSubstr("must be an integer in [0, "
+                                "9223372036854775807]"))
+        << size;
+  }
+}
+
 TEST(RestJsonTest, StatusCodes) {
   EXPECT_EQ(HttpStatusFor(absl::InvalidArgumentError("x")), 400);
   EXPECT_EQ(HttpStatusFor(absl::ResourceExhaustedError("dim 99 > max_dim")),
             400);
+  EXPECT_EQ(HttpStatusFor(
+                OverloadedError("server overloaded: max_inflight (1) calls")),
+            429);
+  // The mark decides, not the words.
   EXPECT_EQ(HttpStatusFor(absl::ResourceExhaustedError(
                 "server overloaded: max_inflight (1) calls")),
-            429);
+            400);
   EXPECT_EQ(HttpStatusFor(absl::UnauthenticatedError("x")), 401);
   EXPECT_EQ(HttpStatusFor(absl::NotFoundError("x")), 404);
   EXPECT_EQ(HttpStatusFor(absl::UnavailableError("x")), 503);

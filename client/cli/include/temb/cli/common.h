@@ -42,6 +42,23 @@ absl::StatusOr<SpecRequest> SpecRequestFromArgs(const Args& args);
 v1::EmbedRequest EmbedRequestFor(const SpecRequest& spec,
                                  const std::vector<float>& timesteps);
 
+// One embedding of a multi-part call, from --part NAME:TIMESTEPS (embed and
+// bench), or the one unnamed embedding of --timesteps.
+struct PartArgs {
+  std::string name;
+  std::vector<float> timesteps;
+  std::vector<int64_t> shape;  // empty: [N]
+};
+
+// The --part flags' values; INVALID_ARGUMENT naming the flag for one that is
+// not NAME:TIMESTEPS.
+absl::StatusOr<std::vector<PartArgs>> ParseParts(
+    const std::vector<std::string>& flags);
+
+// A request with `parts` (named ones) in temb.v1 form.
+v1::EmbedRequest PartsRequestFor(const SpecRequest& spec,
+                                 const std::vector<PartArgs>& parts);
+
 // Parses "1,2.5,999" or "@path" (a file of numbers separated by commas and
 // whitespace).  Each value is rounded once, from its decimal text, to
 // float32; "nan" and "inf" parse (the server decides what is valid).

@@ -9,6 +9,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
+#include "absl/types/span.h"
 #include "temb/core/request_observer.h"
 
 namespace temb {
@@ -48,7 +49,7 @@ class LogField {
 };
 
 void LogEvent(LogLevel level, absl::string_view event,
-              std::initializer_list<LogField> fields = {});
+              absl::Span<const LogField> fields = {});
 
 // Logs every finished request at debug level (method, code, latency, batch,
 // bytes, request id, and the error message on failure).

@@ -40,6 +40,14 @@ struct AdmissionLimits {
 
 class AdmissionController;
 
+// True for a refusal because the server is busy right now (max_inflight,
+// max_queued_bytes): worth retrying later, unlike a request over a size
+// limit, which is RESOURCE_EXHAUSTED too.  Marked by a status payload, so
+// that a protocol maps it (HTTP 429) without reading the message.
+bool IsOverloaded(const absl::Status& status);
+// RESOURCE_EXHAUSTED with `message`, marked as an overload.
+absl::Status OverloadedError(std::string message);
+
 // An admitted request: holds one in-flight slot and its bytes until it is
 // destroyed (or reset by assigning an empty ticket); or an open stream (see
 // AdmissionController::OpenStream), which holds neither.  Move-only; an

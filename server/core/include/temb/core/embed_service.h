@@ -105,6 +105,51 @@ struct Embedding {
   BackendKind backend = BackendKind::kCpu;
 };
 
+// A whole request as every frontend hands it to EmbedService::Serve: one
+// embedding, or several named parts (Flux's timestep and guidance, SDXL's
+// time ids), each with its own timesteps.  Frontends convert their messages
+// to this (parsing numbers and shapes); the limits, the part rules and the
+// errors that name fields are the core's.
+struct RequestPart {
+  // Picks the part of the request's preset (PartSpecRequest) and names the
+  // answer's part.  Empty for a request that is one embedding.
+  std::string name;
+  // Where the part's fields sit in the caller's message, for errors:
+  // "parts[2]", "inputs[0]"; empty when they are the request's own.
+  std::string field;
+  // The part's own convention and dtype fields (unset: the request's).
+  SpecRequest spec;
+  absl::Span<const float> timesteps;
+  // The timesteps' shape (empty: [N]); the answer's is this shape + [dim].
+  absl::Span<const int64_t> timesteps_shape;
+};
+
+struct Request {
+  absl::string_view request_id;
+  // The request's own fields, which parts inherit (PartSpecRequest).
+  SpecRequest spec;
+  std::vector<RequestPart> parts;
+  // A part's errors are prefixed with its field and name
+  // ("parts[1] ("guidance"): ...") unless the request is one embedding.
+  bool named_parts = true;
+  // How the caller's protocol spells its fields in messages.
+  absl::string_view request_id_field = "request_id";
+  absl::string_view parts_field = "parts";
+  absl::string_view shape_field = "timesteps_shape";
+};
+
+struct ResponsePart {
+  std::string name;
+  std::vector<int64_t> shape;  // the timesteps' shape + [dim]
+  Embedding embedding;
+};
+
+struct Response {
+  std::vector<ResponsePart> parts;  // in the request's order
+  int64_t rows = 0;                 // timesteps answered
+  int64_t output_bytes = 0;         // of every part
+};
+
 // What the service does when its backend fails a computation (a device
 // error: backends never fail valid requests on a healthy device).
 enum class BackendFailurePolicy {
@@ -149,6 +194,16 @@ class EmbedService {
                                   absl::Span<const float> timesteps,
                                   AdmissionTicket* ticket = nullptr,
                                   OutputAllocator* allocator = nullptr) const;
+
+  // A whole request, the one call of every frontend: checks the request id,
+  // the number of parts, their names (case-insensitively distinct), their
+  // timesteps' shapes and the answer's bytes as a whole (against
+  // limits.max_output_bytes), then resolves and embeds each part in order.
+  // `outputs` is empty or holds one allocator per part (null: the part's
+  // bytes go to its Embedding::data), as Embed() takes it.
+  absl::StatusOr<Response> Serve(
+      const Request& request, AdmissionTicket* ticket = nullptr,
+      absl::Span<OutputAllocator* const> outputs = {}) const;
 
   // The backend computing now: the configured one, or the CPU fallback once
   // it took over.

@@ -138,6 +138,10 @@ class KServeService final : public internal::KServeServiceBase {
       grpc::CallbackServerContext* context) override;
 
  private:
+  // Authenticates, then NOT_FOUND for a named CUDA region (none is ever
+  // registered), OK for none.
+  absl::Status NoCudaRegion(const grpc::CallbackServerContext& context,
+                            absl::string_view name) const;
   // One request of ModelStreamInfer (OrderedStreamReactor::Answer).
   absl::Status AnswerInStream(const grpc::CallbackServerContext& context,
                               const inference::ModelInferRequest& request,

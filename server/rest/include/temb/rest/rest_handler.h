@@ -36,6 +36,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "temb/core/admission.h"
 #include "temb/core/embed_service.h"
@@ -43,6 +44,7 @@
 #include "temb/core/token_auth.h"
 #include "temb/kserve/model_statistics.h"
 #include "temb/kserve/shared_memory.h"
+#include "temb/rest/rest_json.h"
 
 namespace temb::rest {
 
@@ -85,6 +87,14 @@ int HttpStatusFor(const absl::Status& status);
 // the header (ids, parameters).  Larger bodies are refused unread (413).
 int64_t MaxRequestBodyBytes(const Limits& limits);
 
+// A shared-memory endpoint: /v2/{system,cuda}sharedmemory/
+// [region/{name}/]{status|register|unregister}.
+struct SharedMemoryRoute {
+  bool cuda = false;
+  std::string name;  // empty: every region
+  std::string action;
+};
+
 class RestHandler {
  public:
   // Every pointer must outlive the handler.  `admission` is required;
@@ -107,13 +117,31 @@ class RestHandler {
   void ModelEndpoint(const HttpRequest& request, const std::string& model,
                      const std::string& version, const std::string& action,
                      HttpResponse* response) const;
+  // An infer call's state while it is answered: its admission, its
+  // statistics, and what the request logs need.
+  struct InferredCall {
+    explicit InferredCall(kserve::InferenceStatistics* statistics)
+        : stats(statistics) {}
+    AdmissionTicket ticket;
+    kserve::InferStatsTimer stats;
+    std::string id;     // the request's
+    int64_t batch = 0;  // timesteps answered
+  };
   void Infer(const HttpRequest& request, const std::string& model,
              const std::string& version, HttpResponse* response) const;
+  // Parse, the KServe inference path gRPC uses too, encode.
+  absl::StatusOr<EncodedInferResponse> Answer(const HttpRequest& request,
+                                              const std::string& model,
+                                              const std::string& version,
+                                              InferredCall* call) const;
   void Statistics(const HttpRequest& request, const std::string& model,
                   const std::string& version, HttpResponse* response) const;
   // /v2/{system,cuda}sharedmemory/...; false when `path` is none of them.
   bool SharedMemoryEndpoint(const HttpRequest& request,
                             HttpResponse* response) const;
+  // The JSON answer of one shared-memory endpoint.
+  absl::StatusOr<std::string> SharedMemoryAnswer(
+      const HttpRequest& request, const SharedMemoryRoute& route) const;
 
   const EmbedService& core_;
   AdmissionController* const admission_;

@@ -7,7 +7,9 @@
 #ifndef TEMB_V1_CONVERT_CONVERSIONS_H_
 #define TEMB_V1_CONVERT_CONVERSIONS_H_
 
+#include <cstdint>
 #include <optional>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
@@ -44,6 +46,19 @@ absl::StatusOr<SpecRequest> SpecRequestFromProto(absl::string_view preset,
 // The inverse: the fields set in `spec` (preset, dtype included) into
 // `request`; unset fields stay unset.
 void SpecRequestToProto(const SpecRequest& spec, v1::EmbedRequest* request);
+
+// An EmbedRequest as the core's Request (EmbedService::Serve): its spec, and
+// its timesteps as one embedding or as its parts.  The result points into
+// `request` and into `storage`, where integer timesteps are converted to
+// float32; both must outlive it.  INVALID_ARGUMENT for timesteps given both
+// ways, or at the top level of a request with parts.
+absl::StatusOr<Request> RequestFromProto(
+    const v1::EmbedRequest& request, std::vector<std::vector<float>>* storage);
+
+// What GetServerInfo answers for `service` (max_message_bytes 0: the
+// caller's messages do not travel, as in the in-process engine).
+v1::ServerInfo ServerInfoProto(const EmbedService& service,
+                               int64_t max_message_bytes);
 
 // Every field of `spec` except dtype, all marked present; dim is left unset
 // when it is 0 (a preset without a default width).
