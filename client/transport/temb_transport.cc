@@ -585,11 +585,11 @@ std::shared_ptr<PendingEmbed> Channel::EmbedAsync(
   grpc::internal::CallbackUnaryCall(
       channel(), EmbedMethod(), &state.context, &state.request, &state.response,
       [call, completions](grpc::Status status) {
-        PendingEmbed::State& state = *call->state_;
+        PendingEmbed::State& ended = *call->state_;
         if (status.ok()) {
-          status = Channel::Flatten(&state.response, &state.bytes);
+          status = Channel::Flatten(&ended.response, &ended.bytes);
         }
-        state.status = std::move(status);
+        ended.status = std::move(status);
         completions->Push(call);
       });
   return call;
