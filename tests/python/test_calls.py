@@ -250,6 +250,18 @@ def test_health_messages_are_encoded_as_the_proto_says(tmp_path):
         assert _codec.decode_health_response(data) == status
 
 
+def test_settings_open_an_equal_client(server):
+    with temb.Client(server.target, timeout=7, retries=0,
+                     auth_token="secret") as c:
+        settings = c.settings
+        assert settings["target"] == server.target
+        assert (settings["timeout"], settings["retries"]) == (7, 0)
+        settings["timeout"] = 1  # a copy
+        with temb.Client(**c.settings) as again:
+            assert again.settings == c.settings
+            assert again.embed([1.0], dim=4, **LDM).shape == (1, 4)
+
+
 def test_auth_token_is_sent_as_metadata(server):
     # The test server has no auth configured: a token is accepted and ignored.
     with temb.Client(server.target, auth_token="secret") as c:

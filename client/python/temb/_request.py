@@ -110,6 +110,14 @@ class ClientBase:
     def target(self) -> str:
         return self._target
 
+    @property
+    def settings(self) -> Dict[str, Any]:
+        """The arguments this client was made with (a copy): an equal
+        client, in this process or another, is
+        ``type(client)(**client.settings)`` (temb.torch's modules reopen
+        theirs so after unpickling)."""
+        return dict(self._arguments)
+
     def _call_options(self, timeout: Optional[float]) -> Dict[str, Any]:
         """The keyword arguments of one gRPC call: deadline and metadata."""
         return {"timeout": self._timeout if timeout is None else timeout,
@@ -331,6 +339,20 @@ def with_parameters_of(
             parameters=[self_parameter, *parameters])
         return method
     return decorate
+
+
+# What an embed function (temb.Client.embed_function,
+# temb.local.Engine.embed_function) does not take: its calls bring the
+# timesteps, of one tensor, without a request id.
+_NOT_FUNCTION_ARGUMENTS = frozenset(("timesteps", "parts", "request_id"))
+
+
+def check_function_arguments(arguments: Mapping[str, Any]) -> None:
+    """TypeError when embed_function() is given what it does not take."""
+    given = sorted(_NOT_FUNCTION_ARGUMENTS.intersection(arguments))
+    if given:
+        raise TypeError("embed_function() takes embed()'s arguments but "
+                        f"timesteps, parts and request_id; got {given}")
 
 
 class PreparedEmbed(NamedTuple):
