@@ -69,8 +69,9 @@ ALLOWED = {
     "cli": ["client", "v1_convert"],
     # temb.local's extension: the service core in-process (a leaf).
     "local_ext": ["v1_convert"],
-    # temb.Client's native transport: gRPC and protobuf only (a leaf).
-    "transport_ext": [],
+    # temb.Client's native transport: gRPC and protobuf, and of temb.v1 the
+    # generated header's field numbers (temb::proto_header; a leaf).
+    "transport_ext": ["proto"],
     # Leaves: nothing includes them.
     "tests": ["app", "cli", "client"],
     "bench": ["kernels", "proto"],

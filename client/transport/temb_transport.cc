@@ -18,9 +18,13 @@
 // The few fields embed() reads and writes are encoded and parsed with
 // protobuf's coded streams rather than temb's generated classes: a second
 // copy of those in one process (temb.local's extension has one) would
-// register temb.proto twice in libprotobuf's descriptor pool.  Their
-// numbers are exported (FIELDS) and checked against the .proto by the
-// Python tests.
+// register temb.proto twice in libprotobuf's descriptor pool.  So this
+// module includes the generated header, for the field numbers, enum values
+// and field types, which are compile-time constants, and links none of the
+// generated code: a change to temb.proto reaches it by a rebuild (or fails
+// to compile here), with no copy of the numbers to keep in step.  They are
+// exported (FIELDS, DTYPES) for the Python tests, which compare them with
+// the Python stubs' descriptors.
 //
 // fork(): gRPC's C++ library does not survive it here (Debian builds it
 // without fork support).  A child calling through its parent's channel
@@ -53,15 +57,19 @@
 #include <atomic>
 #include <cerrno>
 #include <chrono>
+#include <cstdint>
 #include <cstring>
 #include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
 #include <system_error>
+#include <type_traits>
 #include <utility>
 #include <variant>
 #include <vector>
+
+#include "temb/v1/temb.pb.h"
 
 namespace py = pybind11;
 using google::protobuf::internal::WireFormatLite;
@@ -72,20 +80,49 @@ using google::protobuf::io::StringOutputStream;
 namespace temb {
 namespace {
 
-// The method this module calls, and the field numbers of temb.v1 it
-// encodes and parses (proto/temb/v1/temb.proto).
+// The method this module calls, and the temb.v1 fields it encodes and
+// parses, as the generated header has them.
 constexpr char kEmbedMethod[] = "/temb.v1.EmbeddingService/Embed";
-constexpr int kRequestIdField = 1;         // EmbedRequest.request_id
-constexpr int kTimestepsField = 4;         // EmbedRequest.timesteps
-constexpr int kIntegerTimestepsField = 5;  // EmbedRequest.integer_timesteps
-constexpr int kTimestepsShapeField = 7;    // EmbedRequest.timesteps_shape
-constexpr int kEmbeddingField = 2;         // EmbedResponse.embedding
-constexpr int kPartsField = 4;             // EmbedResponse.parts
-constexpr int kTensorShapeField = 1;       // Tensor.shape
-constexpr int kTensorDTypeField = 2;       // Tensor.dtype
-constexpr int kTensorDataField = 3;        // Tensor.data
-// temb.v1.DType values and the numpy type of each.
-constexpr int kDTypeFp32 = 1, kDTypeFp16 = 2, kDTypeBf16 = 3, kDTypeFp64 = 4;
+constexpr int kRequestIdField = v1::EmbedRequest::kRequestIdFieldNumber;
+constexpr int kTimestepsField = v1::EmbedRequest::kTimestepsFieldNumber;
+constexpr int kIntegerTimestepsField =
+    v1::EmbedRequest::kIntegerTimestepsFieldNumber;
+constexpr int kTimestepsShapeField =
+    v1::EmbedRequest::kTimestepsShapeFieldNumber;
+constexpr int kEmbeddingField = v1::EmbedResponse::kEmbeddingFieldNumber;
+constexpr int kPartsField = v1::EmbedResponse::kPartsFieldNumber;
+constexpr int kTensorShapeField = v1::Tensor::kShapeFieldNumber;
+constexpr int kTensorDTypeField = v1::Tensor::kDtypeFieldNumber;
+constexpr int kTensorDataField = v1::Tensor::kDataFieldNumber;
+// temb.v1.DType values (ToArray maps each to its numpy type).
+constexpr int kDTypeFp32 = v1::DTYPE_FP32, kDTypeFp16 = v1::DTYPE_FP16,
+              kDTypeBf16 = v1::DTYPE_BF16, kDTypeFp64 = v1::DTYPE_FP64;
+
+// The field types the wire format below assumes: packed float32 and int64
+// timesteps, an int64 shape, a DType enum, bytes.  Checked on the
+// accessors' return types, in unevaluated operands (no generated code is
+// called).
+using AnyRequest = const v1::EmbedRequest&;
+using AnyResponse = const v1::EmbedResponse&;
+using AnyTensor = const v1::Tensor&;
+static_assert(std::is_same_v<decltype(std::declval<AnyRequest>().request_id()),
+                             const std::string&>);
+static_assert(
+    std::is_same_v<decltype(std::declval<AnyRequest>().timesteps(0)), float>);
+static_assert(
+    std::is_same_v<decltype(std::declval<AnyRequest>().integer_timesteps(0)),
+                   int64_t>);
+static_assert(
+    std::is_same_v<decltype(std::declval<AnyRequest>().timesteps_shape(0)),
+                   int64_t>);
+static_assert(std::is_same_v<decltype(std::declval<AnyResponse>().embedding()),
+                             const v1::Tensor&>);
+static_assert(
+    std::is_same_v<decltype(std::declval<AnyTensor>().shape(0)), int64_t>);
+static_assert(
+    std::is_same_v<decltype(std::declval<AnyTensor>().dtype()), v1::DType>);
+static_assert(std::is_same_v<decltype(std::declval<AnyTensor>().data()),
+                             const std::string&>);
 
 // Appends request_id, the timesteps (packed float32 when `floats`, else
 // int64) and, when `shaped`, timesteps_shape to `out`, as EmbedRequest
@@ -548,11 +585,11 @@ std::shared_ptr<PendingEmbed> Channel::EmbedAsync(
   grpc::internal::CallbackUnaryCall(
       channel(), EmbedMethod(), &state.context, &state.request, &state.response,
       [call, completions](grpc::Status status) {
-        PendingEmbed::State& state = *call->state_;
+        PendingEmbed::State& ended = *call->state_;
         if (status.ok()) {
-          status = Channel::Flatten(&state.response, &state.bytes);
+          status = Channel::Flatten(&ended.response, &ended.bytes);
         }
-        state.status = std::move(status);
+        ended.status = std::move(status);
         completions->Push(call);
       });
   return call;

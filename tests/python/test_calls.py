@@ -220,6 +220,48 @@ def test_health(client):
         client.health("no.such.Service")
 
 
+def test_health_messages_are_encoded_as_the_proto_says(tmp_path):
+    """The client writes and reads grpc.health.v1 by hand (temb._codec):
+    its field numbers and bytes are those of the .proto's descriptors, read
+    into a pool of their own (the default pool is left alone)."""
+    from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
+    from grpc_tools import protoc
+    from temb import _codec
+    from temb_testing import REPO
+    descriptors = tmp_path / "health.desc"
+    assert protoc.main(["protoc", f"-I{REPO / 'proto'}",
+                        f"--descriptor_set_out={descriptors}",
+                        "grpc/health/v1/health.proto"]) == 0
+    pool = descriptor_pool.DescriptorPool()
+    for file in descriptor_pb2.FileDescriptorSet.FromString(
+            descriptors.read_bytes()).file:
+        pool.Add(file)
+    request = pool.FindMessageTypeByName("grpc.health.v1.HealthCheckRequest")
+    response = pool.FindMessageTypeByName("grpc.health.v1.HealthCheckResponse")
+    assert request.fields_by_name["service"].number == _codec.HEALTH_SERVICE_FIELD
+    assert response.fields_by_name["status"].number == _codec.HEALTH_STATUS_FIELD
+    request_class = message_factory.GetMessageClass(request)
+    response_class = message_factory.GetMessageClass(response)
+    for service in ("", "temb.v1.EmbeddingService", "\u00e9" * 100):
+        assert (_codec.encode_health_request(service)
+                == request_class(service=service).SerializeToString())
+    for status in response.fields_by_name["status"].enum_type.values_by_number:
+        data = response_class(status=status).SerializeToString()
+        assert _codec.decode_health_response(data) == status
+
+
+def test_settings_open_an_equal_client(server):
+    with temb.Client(server.target, timeout=7, retries=0,
+                     auth_token="secret") as c:
+        settings = c.settings
+        assert settings["target"] == server.target
+        assert (settings["timeout"], settings["retries"]) == (7, 0)
+        settings["timeout"] = 1  # a copy
+        with temb.Client(**c.settings) as again:
+            assert again.settings == c.settings
+            assert again.embed([1.0], dim=4, **LDM).shape == (1, 4)
+
+
 def test_auth_token_is_sent_as_metadata(server):
     # The test server has no auth configured: a token is accepted and ignored.
     with temb.Client(server.target, auth_token="secret") as c:

@@ -310,6 +310,42 @@ def test_signatures_equal_the_clients(client, local):
             == inspect.signature(client.embed_parts))
 
 
+def test_embed_function_is_embed_with_a_plan_made_once(client, local):
+    """Engine.embed_function: for 1-D float32 timesteps (numpy or a CPU
+    tensor, a negated view included) what the client's embed() returns;
+    what it cannot take is refused, what the server refuses raises."""
+    engine = local.Engine(backend="cpu")
+    for arguments in (dict(preset="sdxl"), dict(dim=7, **LDM),
+                      dict(preset="flux", dtype="bf16", bf16_format="bits"),
+                      dict(preset="wan", dtype="fp64", timeout=30)):
+        embed = engine.embed_function(**arguments)
+        want = client.embed(TIMESTEPS, **arguments)
+        assert_same(embed(TIMESTEPS), want)
+    with pytest.raises(temb.InvalidArgumentError, match="dim"):
+        engine.embed_function(dim=0, **LDM)
+    with pytest.raises(TypeError, match="timesteps, parts and request_id"):
+        engine.embed_function(preset="sdxl", request_id="r-1")
+    try:
+        import torch
+    except ImportError:
+        return
+    embed = engine.embed_function(preset="sd3", return_tensors="pt")
+    tensor = torch.from_numpy(TIMESTEPS)
+    want = client.embed(TIMESTEPS, preset="sd3", return_tensors="pt")
+    assert_same(embed(tensor), want)
+    assert_same(embed(torch._neg_view(-tensor)), want)
+
+
+def test_settings_make_an_equal_engine(local):
+    engine = local.Engine(backend="cpu", cpu_threads=2)
+    assert engine.settings == dict(backend="cpu", cpu_threads=2,
+                                   gpu_min_output_bytes=None,
+                                   presets_file=None)
+    engine.settings["backend"] = "cuda"  # a copy
+    again = local.Engine(**engine.settings)
+    assert repr(again) == repr(engine) and again.backend == "cpu"
+
+
 def test_server_info(local, info):
     mine = local.server_info()
     assert mine.version == info.version == temb.__version__

@@ -196,6 +196,37 @@ def test_threads_share_a_native_client(clients):
     assert not failures
 
 
+def test_embed_function_is_embed_with_the_request_encoded_once(clients):
+    """Client.embed_function: for 1-D float32 timesteps (numpy or a CPU
+    tensor, a negated view included) what embed() returns and raises;
+    None on grpcio; the arguments it cannot take are refused."""
+    grpcio_client, native_client = clients
+    assert grpcio_client.embed_function(preset="sdxl") is None
+    t = np.float32([0.0, 250.25, 999.0])
+    for arguments in (dict(preset="sdxl"), dict(dim=7, **LDM),
+                      dict(preset="flux", dtype="bf16", bf16_format="bits"),
+                      dict(preset="wan", dtype="fp64", timeout=30)):
+        embed = native_client.embed_function(**arguments)
+        _same(embed(t), grpcio_client.embed(t, **arguments))
+        _same(embed(t[:1]), grpcio_client.embed(t[:1], **arguments))
+    bad = native_client.embed_function(dim=0, **LDM)
+    with pytest.raises(temb.InvalidArgumentError, match="dim"):
+        bad(t)
+    for refused in (dict(request_id="r-1"), dict(parts={"t": [1.0]}),
+                    dict(timesteps=t)):
+        with pytest.raises(TypeError, match="timesteps, parts and request_id"):
+            native_client.embed_function(preset="sdxl", **refused)
+    try:
+        import torch
+    except ImportError:
+        return
+    embed = native_client.embed_function(preset="sd3", return_tensors="pt")
+    tensor = torch.from_numpy(t)
+    want = grpcio_client.embed(t, preset="sd3", return_tensors="pt")
+    assert torch.equal(embed(tensor), want)
+    assert torch.equal(embed(torch._neg_view(-tensor)), want)
+
+
 def test_prepared_request_is_the_whole_request():
     plans = _request.EmbedPlans()
     cases = [((np.array([1.0, 2.0], np.float32),), dict(preset="sdxl")),

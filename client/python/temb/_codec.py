@@ -290,22 +290,32 @@ def server_info_from_proto(info: pb.ServerInfo) -> ServerInfo:
 # grpc.health.v1 has two one-field messages; they are encoded by hand so the
 # client needs neither grpcio-health-checking nor a second copy of its
 # descriptors (which would clash with that package's in the protobuf pool).
+# Their field numbers (grpc/health/v1/health.proto; the tests compare them
+# with its descriptors):
+HEALTH_SERVICE_FIELD = 1  # HealthCheckRequest.service, a string
+HEALTH_STATUS_FIELD = 1  # HealthCheckResponse.status, an enum
+_VARINT, _LENGTH_DELIMITED = 0, 2  # wire types
+
+
 def encode_health_request(service: str) -> bytes:
     data = service.encode("utf-8")
-    return b"\x0a" + _varint(len(data)) + data if data else b""
+    if not data:
+        return b""
+    key = HEALTH_SERVICE_FIELD << 3 | _LENGTH_DELIMITED
+    return _varint(key) + _varint(len(data)) + data
 
 
 def decode_health_response(data: bytes) -> int:
-    """The `status` field (1, varint) of a HealthCheckResponse."""
+    """The `status` field of a HealthCheckResponse."""
     status, pos = 0, 0
     while pos < len(data):
         key, pos = _read_varint(data, pos)
         wire_type = key & 7
-        if wire_type == 0:
+        if wire_type == _VARINT:
             value, pos = _read_varint(data, pos)
-            if key >> 3 == 1:
+            if key >> 3 == HEALTH_STATUS_FIELD:
                 status = value
-        elif wire_type == 2:
+        elif wire_type == _LENGTH_DELIMITED:
             length, pos = _read_varint(data, pos)
             pos += length
         else:

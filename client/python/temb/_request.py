@@ -110,6 +110,14 @@ class ClientBase:
     def target(self) -> str:
         return self._target
 
+    @property
+    def settings(self) -> Dict[str, Any]:
+        """The arguments this client was made with (a copy): an equal
+        client, in this process or another, is
+        ``type(client)(**client.settings)`` (temb.torch's modules reopen
+        theirs so after unpickling)."""
+        return dict(self._arguments)
+
     def _call_options(self, timeout: Optional[float]) -> Dict[str, Any]:
         """The keyword arguments of one gRPC call: deadline and metadata."""
         return {"timeout": self._timeout if timeout is None else timeout,
@@ -287,35 +295,33 @@ def embed_call(timesteps: Any = None, dim: Optional[int] = None,
 
 
 def embed_parts_call(parts: Mapping[str, Any], preset: Optional[str] = None,
-                     dtype: Any = None, *, dim: Optional[int] = None,
-                     max_period: Optional[float] = None,
-                     flip_sin_to_cos: Optional[bool] = None,
-                     downscale_freq_shift: Optional[float] = None,
-                     scale: Optional[float] = None,
-                     time_factor: Optional[float] = None,
-                     repeat_only: Optional[bool] = None,
-                     layout: Optional[str] = None,
-                     exponent_order: Optional[str] = None,
-                     precision: Optional[str] = None,
-                     timestep_dtype: Any = None,
-                     frequencies: Optional[Sequence[float]] = None,
-                     log_spaced_frequencies: Optional[Tuple[float, float]] = None,
-                     request_id: Optional[str] = None,
-                     timeout: Optional[float] = None,
-                     return_tensors: str = "np",
-                     bf16_format: str = "auto") -> EmbedCall:
+                     dtype: Any = None, **options: Any) -> EmbedCall:
     """The arguments of :meth:`temb.Client.embed_parts`: embed_call's, with
-    the parts first."""
-    return embed_call(
-        None, dim, preset, dtype, max_period=max_period,
-        flip_sin_to_cos=flip_sin_to_cos,
-        downscale_freq_shift=downscale_freq_shift, scale=scale,
-        time_factor=time_factor, repeat_only=repeat_only, layout=layout,
-        exponent_order=exponent_order,
-        precision=precision, timestep_dtype=timestep_dtype,
-        frequencies=frequencies, log_spaced_frequencies=log_spaced_frequencies,
-        parts=parts, request_id=request_id, timeout=timeout,
-        return_tensors=return_tensors, bf16_format=bf16_format)
+    the parts first, then preset and dtype, and the others (dim included)
+    by keyword only, as its signature (made from embed_call's below)
+    shows."""
+    if "timesteps" in options:  # embed_call's, not embed_parts'
+        raise TypeError("embed_parts() got an unexpected keyword argument "
+                        "'timesteps': each part carries its own timesteps")
+    return embed_call(None, preset=preset, dtype=dtype, parts=parts,
+                      **options)
+
+
+def _parts_first(signature: inspect.Signature) -> inspect.Signature:
+    """embed_call's signature as embed_parts_call takes the arguments."""
+    parameters = signature.parameters
+    parts = parameters["parts"].replace(
+        kind=inspect.Parameter.POSITIONAL_OR_KEYWORD,
+        default=inspect.Parameter.empty, annotation="Mapping[str, Any]")
+    keywords = [parameter.replace(kind=inspect.Parameter.KEYWORD_ONLY)
+                for name, parameter in parameters.items()
+                if name not in ("timesteps", "parts", "preset", "dtype")]
+    return signature.replace(parameters=[
+        parts, parameters["preset"], parameters["dtype"], *keywords])
+
+
+embed_parts_call.__signature__ = _parts_first(  # type: ignore[attr-defined]
+    inspect.signature(embed_call))
 
 
 def with_parameters_of(
@@ -331,6 +337,20 @@ def with_parameters_of(
             parameters=[self_parameter, *parameters])
         return method
     return decorate
+
+
+# What an embed function (temb.Client.embed_function,
+# temb.local.Engine.embed_function) does not take: its calls bring the
+# timesteps, of one tensor, without a request id.
+_NOT_FUNCTION_ARGUMENTS = frozenset(("timesteps", "parts", "request_id"))
+
+
+def check_function_arguments(arguments: Mapping[str, Any]) -> None:
+    """TypeError when embed_function() is given what it does not take."""
+    given = sorted(_NOT_FUNCTION_ARGUMENTS.intersection(arguments))
+    if given:
+        raise TypeError("embed_function() takes embed()'s arguments but "
+                        f"timesteps, parts and request_id; got {given}")
 
 
 class PreparedEmbed(NamedTuple):

@@ -7,9 +7,11 @@ should create it once and share it.  Calls raise :class:`temb.TembError`
 
 from __future__ import annotations
 
-from typing import Any, Dict, Iterable, Iterator, Mapping, Optional, Union
+from typing import (Any, Callable, Dict, Iterable, Iterator, Mapping,
+                    Optional, Union)
 
 import grpc
+import numpy as np
 
 from temb import _codec, _request
 from temb._proto.temb.v1 import temb_pb2 as pb
@@ -110,6 +112,53 @@ class Client(_request.ClientBase):
           that cannot be encoded at all.
         """
         return self._embed_rpc(self._plans.prepare(args, kwargs))
+
+    def embed_function(self, *, timeout: Optional[float] = None,
+                       **arguments: Any
+                       ) -> Optional[Callable[[Any], Embedding]]:
+        """``embed(timesteps, timeout=timeout, **arguments)`` as a function
+        of the timesteps alone, for a caller that repeats one call with new
+        timesteps (temb.torch's modules, at every denoising step): the
+        arguments are checked and the request without its timesteps is
+        encoded once, here; each call adds only the timesteps and sends it.
+
+        Args:
+          timeout, arguments: :meth:`embed`'s keyword arguments, but
+            timesteps, parts and request_id.
+
+        Returns:
+          A function of 1-D, C-contiguous float32 timesteps (a numpy array,
+          or a torch tensor on the CPU; anything else: call :meth:`embed`),
+          returning what :meth:`embed` returns and raising what it raises
+          (what only the server refuses, such as dim=0, at each call).
+          None where this client's embed calls do not use the native
+          transport (:attr:`transport`): call :meth:`embed` then.  In a
+          process forked after the function was made, it calls
+          :meth:`embed`, which the client then makes through grpcio.
+        """
+        _request.check_function_arguments(arguments)
+        native = self._native
+        if native is None:
+            return None
+        call = _request.embed_call(np.zeros(0, np.float32), **arguments)
+        head = _request.request_head(call.request)
+        decoding = call.decoder.decoding
+        deadline = self._timeout if timeout is None else timeout
+
+        def embed(timesteps: Any) -> Embedding:
+            array = (timesteps if type(timesteps) is np.ndarray
+                     else timesteps.detach().resolve_neg().numpy())
+            if self._native is not native:  # a forked child: grpcio now
+                return self.embed(array, timeout=timeout, **arguments)
+            code, message, data = native.embed(head, "", array, False,
+                                               deadline)
+            if code:
+                raise error_from_code(code, message, "")
+            # embed()'s own check of the answer's shape, and its result.
+            return _request.ResponseDecoder(
+                decoding, (array.shape,)).decode_array(data)
+
+        return embed
 
     @_request.takes_embed_parts_arguments
     def embed_parts(self, *args: Any, **kwargs: Any) -> Dict[str, Embedding]:

@@ -37,8 +37,8 @@ from __future__ import annotations
 import os
 import sys
 import threading
-from typing import (Any, Dict, Iterable, Iterator, Mapping, Optional, Tuple,
-                    Union)
+from typing import (Any, Callable, Dict, Iterable, Iterator, Mapping,
+                    Optional, Tuple, Union)
 
 import numpy as np
 
@@ -177,9 +177,6 @@ class Engine:
         self._plans: Dict[Any, Tuple[Any, Any]] = {}
         self._lock = threading.Lock()
 
-    def _temb_local_engine(self) -> "Engine":  # what temb.torch looks for
-        return self
-
     def _get_core(self) -> Any:
         core = self._core
         if core is None:
@@ -206,6 +203,12 @@ class Engine:
     def device(self) -> str:
         return self._get_core().device
 
+    @property
+    def settings(self) -> Dict[str, Any]:
+        """The arguments this engine was made (or configured) with, a copy:
+        ``Engine(**engine.settings)`` computes as it does."""
+        return dict(self._arguments)
+
     @_request.takes_embed_arguments
     def embed(self, timesteps: Any = None, *rest: Any,
               **kwargs: Any) -> Embedding:
@@ -230,6 +233,42 @@ class Engine:
             return self._embed_new(timesteps, rest, kwargs, None)
         out = _compute(plan, timesteps)
         return out if finish is None else finish(out)
+
+    def embed_function(self, *, timeout: Optional[float] = None,
+                       **arguments: Any) -> Callable[[Any], Embedding]:
+        """``embed(timesteps, **arguments)`` as a function of the timesteps
+        alone, as :meth:`temb.Client.embed_function`: the arguments are
+        checked and resolved into a plan once, here (again after
+        :func:`configure` replaces this engine's core); each call reads
+        the timesteps where they are and computes.
+
+        Args:
+          timeout, arguments: :meth:`embed`'s keyword arguments, but
+            timesteps, parts and request_id (timeout has nothing to bound).
+
+        Returns:
+          A function of 1-D, C-contiguous float32 timesteps (a numpy array,
+          or a torch tensor on the CPU; anything else: call :meth:`embed`),
+          returning what :meth:`embed` returns and raising what it raises;
+          arguments :meth:`embed` refuses raise its error here already.
+        """
+        del timeout  # nothing to bound
+        _request.check_function_arguments(arguments)
+        plan, finish, core = self._plan(True, (), arguments)
+
+        def embed(timesteps: Any) -> Embedding:
+            nonlocal plan, finish, core
+            array = type(timesteps) is np.ndarray
+            if not array and timesteps.is_neg():
+                # A lazily negated tensor: its memory holds -t.
+                return self.embed(timesteps, **arguments)
+            if self._core is not core:  # configure() since
+                plan, finish, core = self._plan(True, (), arguments)
+            out = (plan(timesteps) if array else
+                   plan.raw(timesteps.data_ptr(), timesteps.shape, False))
+            return out if finish is None else finish(out)
+
+        return embed
 
     def _embed_new(self, timesteps: Any, rest: Tuple[Any, ...],
                    kwargs: Dict[str, Any], key: Any) -> Embedding:
@@ -328,10 +367,6 @@ _DEFAULT = Engine()
 
 def default_engine() -> Engine:
     """The engine behind the module's functions."""
-    return _DEFAULT
-
-
-def _temb_local_engine() -> Engine:  # temb.torch accepts this module as client
     return _DEFAULT
 
 

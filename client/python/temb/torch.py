@@ -35,11 +35,8 @@ except ImportError as e:  # pragma: no cover - depends on the environment
         "temb.torch needs PyTorch, which is not installed: "
         'pip install "temb[torch]"') from e
 
-import numpy as np
-
-from temb import _request
+from temb import local
 from temb.client import Client
-from temb.errors import error_from_code
 
 __all__ = ["Timesteps", "patch", "timestep_embedding"]
 
@@ -62,12 +59,11 @@ _KEY_ATTRIBUTE = "_temb_torch_key"
 
 
 def _as_client(client: Any) -> Any:
-    """`client` itself, or the temb.local engine it names (the module
-    temb.local names its default engine); TypeError for anything else."""
-    local_engine = getattr(client, "_temb_local_engine", None)
-    if callable(local_engine):
-        return local_engine()
-    if not isinstance(client, Client):
+    """`client` itself (a temb.Client or temb.local.Engine), or the default
+    engine for the module temb.local; TypeError for anything else."""
+    if client is local:
+        return local.default_engine()
+    if not isinstance(client, (Client, local.Engine)):
         raise TypeError("temb.torch needs a blocking temb.Client or "
                         "temb.local, got "
                         f"{type(client).__module__}.{type(client).__name__}")
@@ -77,13 +73,12 @@ def _as_client(client: Any) -> Any:
 def _settings_of(client: Any) -> Dict[str, Any]:
     """What opens an equal client (or temb.local engine) elsewhere."""
     if isinstance(client, Client):
-        return dict(client._arguments)
-    return {"local": dict(client._arguments)}
+        return client.settings
+    return {"local": client.settings}
 
 
 def _open(settings: Dict[str, Any]) -> Any:
     if "local" in settings:
-        from temb import local
         return local.engine(**settings["local"])
     return Client(**settings)
 
@@ -165,48 +160,18 @@ def _direct_call(client: Any, num_channels: int, flip_sin_to_cos: bool,
                  downscale_freq_shift: float, scale: float, max_period: float,
                  precision: str, timeout: Optional[float]
                  ) -> Optional[Callable[[torch.Tensor], torch.Tensor]]:
-    """What a module's plain eager call of 1-D float32 CPU timesteps does on
-    a temb.local engine or a client with the native transport (None for any
-    other client): the same request as _embed's, resolved once here (the
-    engine's plan, or the request head encoded once), and the answer's
-    array wrapped as a tensor.  Inside a denoising loop every Python step
-    between two calls costs several times what it does in a tight loop, so
-    this leaves out embed()'s argument handling as well as the op."""
-    arguments = dict(dim=num_channels, flip_sin_to_cos=flip_sin_to_cos,
-                     downscale_freq_shift=downscale_freq_shift, scale=scale,
-                     max_period=max_period, precision=precision, dtype="fp32",
-                     return_tensors="pt")
-    if getattr(client, "_temb_local_engine", None) is not None:
-        plan, finish, core = client._plan(True, (), arguments)
-
-        def local(timesteps: torch.Tensor) -> torch.Tensor:
-            nonlocal plan, finish, core
-            if timesteps.is_neg():  # a lazily negated view: its memory is -t
-                return client.embed(timesteps, **arguments)
-            if client._core is not core:  # temb.local.configure() since
-                plan, finish, core = client._plan(True, (), arguments)
-            out = plan.raw(timesteps.data_ptr(), timesteps.shape, False)
-            return out if finish is None else finish(out)
-
-        return local
-    native = getattr(client, "_native", None)
-    if native is None:
-        return None
-    call = _request.embed_call(np.zeros(0, np.float32), **arguments)
-    head = _request.request_head(call.request)
-    decoding = call.decoder.decoding
-    deadline = client._timeout if timeout is None else timeout
-
-    def direct(timesteps: torch.Tensor) -> torch.Tensor:
-        array = timesteps.detach().resolve_neg().numpy()
-        code, message, data = native.embed(head, "", array, False, deadline)
-        if code:
-            raise error_from_code(code, message, "")
-        # embed()'s own check of the answer's shape, and its tensor.
-        return _request.ResponseDecoder(decoding, (array.shape,)).decode_array(
-            data)
-
-    return direct
+    """What a module's plain eager call of 1-D float32 CPU timesteps does:
+    the client's (or engine's) embed_function for _embed's request, made
+    once (the engine's plan, or the request head encoded once); None for a
+    client without one (grpcio: _embed then).  Inside a denoising loop
+    every Python step between two calls costs several times what it does
+    in a tight loop, so this leaves out embed()'s argument handling as well
+    as the op."""
+    return client.embed_function(
+        dim=num_channels, flip_sin_to_cos=flip_sin_to_cos,
+        downscale_freq_shift=downscale_freq_shift, scale=scale,
+        max_period=max_period, precision=precision, dtype="fp32",
+        return_tensors="pt", timeout=timeout)
 
 
 if hasattr(torch.library, "custom_op"):  # PyTorch 2.4 and later
@@ -284,11 +249,11 @@ class Timesteps(torch.nn.Module):
         self.max_period = max_period
         self.precision = precision
         self.timeout = timeout
-        # (client, its native channel, _direct_call for them): rebuilt for
-        # another client (one re-opened after close()), in a forked child
-        # (where the client has left its native channel) and after a
-        # _CALL_ATTRIBUTES change.
-        self._direct: Optional[Tuple[Any, Any]] = None
+        # (client, the op's arguments, _direct_call for them): rebuilt for
+        # another client (one re-opened after close()) and after a
+        # _CALL_ATTRIBUTES change.  The call follows its client's own
+        # changes (a forked child's move to grpcio, temb.local.configure).
+        self._direct: Optional[Tuple[Any, Tuple[Any, ...], Any]] = None
         if client is not None:
             client = _as_client(client)
             self._client_key = _key_of(client)
@@ -340,11 +305,10 @@ class Timesteps(torch.nn.Module):
             if client is None:
                 client = _client_for(self._client_key)
             direct = self._direct
-            native = getattr(client, "_native", None)
-            if direct is None or direct[0] is not client \
-                    or direct[1] is not native:
+            if direct is None or direct[0] is not client:
+                arguments = self._arguments()
                 direct = self._direct = (
-                    client, native, _direct_call(client, *self._arguments()))
+                    client, arguments, _direct_call(client, *arguments))
             if direct[2] is not None:
                 return direct[2](timesteps)
         return _embed(timesteps, self._client_key, *self._arguments())
