@@ -125,11 +125,8 @@ grpc::ServerUnaryReactor* KServeService::ModelMetadata(
     grpc::CallbackServerContext* context,
     const inference::ModelMetadataRequest* request,
     inference::ModelMetadataResponse* response) {
-  if (absl::Status status = gate_.Enter(*context); !status.ok()) {
-    return FinishWith(context, status);
-  }
   absl::StatusOr<const Preset*> model =
-      FindModel(core_.presets(), request->name(), request->version());
+      EnterModel(*context, request->name(), request->version());
   if (model.ok()) FillModelMetadata(**model, response);
   return FinishWith(context, model.status());
 }
@@ -138,15 +135,19 @@ grpc::ServerUnaryReactor* KServeService::ModelConfig(
     grpc::CallbackServerContext* context,
     const inference::ModelConfigRequest* request,
     inference::ModelConfigResponse* response) {
-  if (absl::Status status = gate_.Enter(*context); !status.ok()) {
-    return FinishWith(context, status);
-  }
   absl::StatusOr<const Preset*> model =
-      FindModel(core_.presets(), request->name(), request->version());
+      EnterModel(*context, request->name(), request->version());
   if (model.ok()) {
     FillModelConfig(**model, core_.limits(), response->mutable_config());
   }
   return FinishWith(context, model.status());
+}
+
+absl::StatusOr<const Preset*> KServeService::EnterModel(
+    const grpc::CallbackServerContext& context, absl::string_view name,
+    absl::string_view version) const {
+  RETURN_IF_ERROR(gate_.Enter(context));
+  return FindModel(core_.presets(), name, version);
 }
 
 grpc::ServerUnaryReactor* KServeService::ModelStatistics(

@@ -138,6 +138,10 @@ class KServeService final : public internal::KServeServiceBase {
       grpc::CallbackServerContext* context) override;
 
  private:
+  // Authenticates (and checks serving), then finds the model.
+  absl::StatusOr<const Preset*> EnterModel(
+      const grpc::CallbackServerContext& context, absl::string_view name,
+      absl::string_view version) const;
   // Authenticates, then NOT_FOUND for a named CUDA region (none is ever
   // registered), OK for none.
   absl::Status NoCudaRegion(const grpc::CallbackServerContext& context,
