@@ -62,6 +62,9 @@ ABSL_FLAG(int64_t, max_inflight, 1024,
 ABSL_FLAG(int64_t, max_queued_bytes, int64_t{512} << 20,
           "most bytes of requests plus responses held by admitted calls; "
           "beyond it RESOURCE_EXHAUSTED at once. 0: unlimited");
+ABSL_FLAG(int64_t, shm_max_regions, temb::AppOptions().shm_max_regions,
+          "system shared memory regions clients may register at once (each "
+          "holds one descriptor); beyond it RESOURCE_EXHAUSTED");
 ABSL_FLAG(int64_t, grpc_memory_quota,
           temb::AppOptions().grpc_memory_quota_bytes,
           "bytes gRPC may hold for connections before any handler runs "
@@ -138,6 +141,7 @@ int main(int argc, char** argv) {
   options.admission.max_inflight = absl::GetFlag(FLAGS_max_inflight);
   options.admission.max_queued_bytes = absl::GetFlag(FLAGS_max_queued_bytes);
   options.grpc_memory_quota_bytes = absl::GetFlag(FLAGS_grpc_memory_quota);
+  options.shm_max_regions = absl::GetFlag(FLAGS_shm_max_regions);
   options.on_backend_failure = *on_backend_failure;
   options.tls = {absl::GetFlag(FLAGS_tls_cert), absl::GetFlag(FLAGS_tls_key),
                  absl::GetFlag(FLAGS_tls_client_ca)};

@@ -119,6 +119,11 @@ absl::Status ValidateAppOptions(const AppOptions& options) {
                    absl::StrCat("must be >= 0 (0: unlimited), got ",
                                 options.admission.max_queued_bytes));
   }
+  if (options.shm_max_regions < 0) {
+    return Invalid("shm_max_regions",
+                   absl::StrCat("must be >= 0 (0: no registration), got ",
+                                options.shm_max_regions));
+  }
   const int64_t min_quota = std::max<int64_t>(
       kMinMemoryQuotaBytes, int64_t{4} * MaxReceiveMessageBytes(limits));
   if (options.grpc_memory_quota_bytes < 0 ||
@@ -239,7 +244,10 @@ absl::StatusOr<std::unique_ptr<App>> App::Start(
       NativeService::Options{app->max_message_bytes_});
   app->statistics_ =
       std::make_unique<kserve::InferenceStatistics>(app->service_->presets());
-  app->shared_memory_ = std::make_unique<kserve::SharedMemoryRegistry>();
+  kserve::SharedMemoryLimits shared_memory_limits;
+  shared_memory_limits.max_regions = options.shm_max_regions;
+  app->shared_memory_ =
+      std::make_unique<kserve::SharedMemoryRegistry>(shared_memory_limits);
   app->kserve_ = std::make_unique<kserve::KServeService>(
       *app->service_, *app->gate_, app->observers_.get(),
       app->statistics_.get(), app->shared_memory_.get());
@@ -294,6 +302,7 @@ absl::StatusOr<std::unique_ptr<App>> App::Start(
        {"grpc_memory_quota", options.grpc_memory_quota_bytes},
        {"max_inflight", options.admission.max_inflight},
        {"max_queued_bytes", options.admission.max_queued_bytes},
+       {"shm_max_regions", options.shm_max_regions},
        {"tls", options.tls.cert_file.empty()
                    ? "off"
                    : (options.tls.client_ca_file.empty() ? "tls" : "mtls")},

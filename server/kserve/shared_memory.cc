@@ -5,11 +5,15 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cerrno>
+#include <cstdint>
 #include <cstring>
+#include <optional>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "temb/base/status_macros.h"
+#include "temb/kserve/tensor_type.h"
 
 namespace temb::kserve {
 namespace {
@@ -94,10 +98,98 @@ absl::StatusOr<Placement> PlacementOf(const SharedMemoryRegistry& registry,
 
 bool NamesRegion(const Params& params) { return params.count(kRegion) > 0; }
 
+// An input's shared_memory_byte_size must be what its shape and datatype
+// take.  INVALID_ARGUMENT naming the field otherwise (also for a shape or
+// datatype that cannot be sized: the request would be refused anyway).
+absl::Status CheckInputBytes(
+    const inference::ModelInferRequest::InferInputTensor& input,
+    uint64_t byte_size, const std::string& field) {
+  const std::optional<TensorType> type = ParseTensorType(input.datatype());
+  const uint64_t element = type.has_value() ? TensorTypeSize(*type) : 0;
+  uint64_t expected = element;
+  bool sized = element > 0;
+  for (const int64_t extent : input.shape()) {
+    if (extent < 0 ||
+        (extent > 0 && expected > UINT64_MAX / static_cast<uint64_t>(extent))) {
+      sized = false;
+      break;
+    }
+    expected *= static_cast<uint64_t>(extent);
+  }
+  if (!sized) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        field,
+        "shape and datatype must give a fixed byte size for an input in "
+        "shared memory"));
+  }
+  if (expected != byte_size) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        field, "parameters[\"", kByteSize, "\"] is ", byte_size,
+        ", but the input's shape and datatype take ", expected, " bytes"));
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
-SharedMemoryRegion::~SharedMemoryRegion() {
-  if (mapping_ != nullptr) munmap(mapping_, mapping_size_);
+SharedMemoryRegion::~SharedMemoryRegion() { close(fd_); }
+
+absl::Status SharedMemoryRegion::CheckStillHolds(uint64_t at,
+                                                 uint64_t size) const {
+  struct stat st;
+  if (fstat(fd_, &st) != 0) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("shared memory region \"", name_,
+                     "\": cannot read its object: ", std::strerror(errno)));
+  }
+  const uint64_t end = offset_ + at + size;
+  if (st.st_size < 0 || static_cast<uint64_t>(st.st_size) < end) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "shared memory region \"", name_, "\": its object \"", key_,
+        "\" now has ", static_cast<int64_t>(st.st_size), " bytes, fewer than ",
+        end, " (truncated since it was registered)"));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::string> SharedMemoryRegion::Read(uint64_t at,
+                                                     uint64_t size) const {
+  RETURN_IF_ERROR(CheckStillHolds(at, size));
+  std::string out(size, '\0');
+  uint64_t done = 0;
+  while (done < size) {
+    const ssize_t n = pread(fd_, out.data() + done, size - done,
+                            static_cast<off_t>(offset_ + at + done));
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {  // shrunk after the check: an error, not a fault
+      return absl::FailedPreconditionError(absl::StrCat(
+          "shared memory region \"", name_, "\": read ", done, " of ", size,
+          " bytes", n < 0 ? absl::StrCat(": ", std::strerror(errno)) : ""));
+    }
+    done += static_cast<uint64_t>(n);
+  }
+  return out;
+}
+
+absl::Status SharedMemoryRegion::Write(uint64_t at,
+                                       absl::string_view bytes) const {
+  // A write past the end would grow the object: checked first.  Should the
+  // owner truncate it in between, the write stays within byte_size().
+  RETURN_IF_ERROR(CheckStillHolds(at, bytes.size()));
+  uint64_t done = 0;
+  while (done < bytes.size()) {
+    const ssize_t n = pwrite(fd_, bytes.data() + done, bytes.size() - done,
+                             static_cast<off_t>(offset_ + at + done));
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("shared memory region \"", name_, "\": wrote ", done,
+                       " of ", bytes.size(), " bytes",
+                       n < 0 ? absl::StrCat(": ", std::strerror(errno)) : ""));
+    }
+    done += static_cast<uint64_t>(n);
+  }
+  return absl::OkStatus();
 }
 
 absl::Status SharedMemoryRegistry::Register(const std::string& name,
@@ -108,15 +200,33 @@ absl::Status SharedMemoryRegistry::Register(const std::string& name,
     return absl::InvalidArgumentError(
         "a shared memory region needs a name, a key and a byte_size > 0");
   }
+  if (name.size() > limits_.max_name_bytes ||
+      key.size() > limits_.max_name_bytes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("a shared memory region's name and key must be at most ",
+                     limits_.max_name_bytes, " bytes, got ", name.size(),
+                     " and ", key.size()));
+  }
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (regions_.count(name) > 0) {
       return absl::AlreadyExistsError(absl::StrCat(
           "shared memory region \"", name, "\" is already registered"));
     }
+    if (static_cast<int64_t>(regions_.size()) >= limits_.max_regions) {
+      return absl::ResourceExhaustedError(
+          absl::StrCat("at most ", limits_.max_regions,
+                       " shared memory regions may be registered "
+                       "(--shm_max_regions); unregister one first"));
+    }
   }
-  const int fd = shm_open(key.c_str(), O_RDWR, 0);
+  const int fd = shm_open(key.c_str(), O_RDWR | O_CLOEXEC, 0);
   if (fd < 0) {
+    if (errno == EMFILE || errno == ENFILE) {
+      return absl::ResourceExhaustedError(
+          absl::StrCat("cannot open shared memory object \"", key,
+                       "\": ", std::strerror(errno)));
+    }
     return absl::NotFoundError(
         absl::StrCat("cannot open shared memory object \"", key,
                      "\": ", std::strerror(errno)));
@@ -131,21 +241,14 @@ absl::Status SharedMemoryRegistry::Register(const std::string& name,
                      static_cast<int64_t>(st.st_size), " bytes: ", byte_size,
                      " bytes at offset ", offset, " do not fit"));
   }
-  const uint64_t page = static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
-  const uint64_t start = offset - offset % page;
-  const size_t length = static_cast<size_t>(byte_size + (offset - start));
-  void* mapping = mmap(nullptr, length, PROT_READ | PROT_WRITE, MAP_SHARED, fd,
-                       static_cast<off_t>(start));
-  close(fd);  // the mapping keeps the object
-  if (mapping == MAP_FAILED) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("cannot map shared memory object \"", key,
-                     "\": ", std::strerror(errno)));
-  }
   std::shared_ptr<const SharedMemoryRegion> region(
-      new SharedMemoryRegion(name, key, offset, byte_size, mapping, length,
-                             static_cast<char*>(mapping) + (offset - start)));
+      new SharedMemoryRegion(name, key, offset, byte_size, fd));
   std::lock_guard<std::mutex> lock(mu_);
+  if (static_cast<int64_t>(regions_.size()) >= limits_.max_regions) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "at most ", limits_.max_regions,
+        " shared memory regions may be registered (--shm_max_regions)"));
+  }
   if (!regions_.emplace(name, std::move(region)).second) {
     return absl::AlreadyExistsError(absl::StrCat(
         "shared memory region \"", name, "\" is already registered"));
@@ -191,13 +294,6 @@ SharedMemoryRegistry::Find(absl::string_view name) const {
   return it->second;
 }
 
-uint64_t SharedMemoryRegistry::mapped_bytes() const {
-  std::lock_guard<std::mutex> lock(mu_);
-  uint64_t total = 0;
-  for (const auto& [unused, region] : regions_) total += region->byte_size();
-  return total;
-}
-
 bool UsesSharedMemory(const inference::ModelInferRequest& request) {
   for (const auto& input : request.inputs()) {
     if (NamesRegion(input.parameters())) return true;
@@ -228,8 +324,13 @@ absl::Status PrepareSharedMemory(const SharedMemoryRegistry& registry,
     ASSIGN_OR_RETURN(Placement placement,
                      PlacementOf(registry, input->mutable_parameters(), field));
     if (placement.region != nullptr) {
-      raw.emplace_back(placement.region->data() + placement.offset,
-                       placement.byte_size);
+      // Checked before anything is read: a small tensor naming a large
+      // region must not cost a large copy.
+      RETURN_IF_ERROR(CheckInputBytes(*input, placement.byte_size, field));
+      ASSIGN_OR_RETURN(
+          std::string bytes,
+          placement.region->Read(placement.offset, placement.byte_size));
+      raw.push_back(std::move(bytes));
     } else if (next_raw < request->raw_input_contents_size()) {
       raw.push_back(std::move(*request->mutable_raw_input_contents(next_raw)));
       ++next_raw;
@@ -281,8 +382,7 @@ absl::Status FinishSharedMemory(const std::vector<SharedMemoryOutput>& outputs,
                          " bytes, more than its shared_memory_byte_size (",
                          target.byte_size, ")"));
       }
-      std::memcpy(target.region->data() + target.offset, bytes->data(),
-                  bytes->size());
+      RETURN_IF_ERROR(target.region->Write(target.offset, *bytes));
       auto& params = *output->mutable_parameters();
       params[kRegion].set_string_param(target.region->name());
       params[kByteSize].set_int64_param(static_cast<int64_t>(bytes->size()));

@@ -378,10 +378,12 @@ absl::StatusOr<uint64_t> ByteCountMember(const nlohmann::json& body,
   if (!integer ||
       value.get<uint64_t>() >
           static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
+    // Only a number is shown: dumping a nested value recurses per level.
     return absl::InvalidArgumentError(absl::StrCat(
         "\"", key, "\" must be an integer in [0, ",
         std::numeric_limits<int64_t>::max(), "], got ",
-        value.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace)));
+        value.is_number() ? value.dump()
+                          : std::string("a ") + value.type_name()));
   }
   return value.get<uint64_t>();
 }

@@ -498,8 +498,24 @@ absl::StatusOr<InferBody> ParseInferBody(absl::string_view body,
       json_length.has_value() ? body.substr(*json_length) : absl::string_view();
 
   json root;
+  // Refused while parsing: every later walk of the document (flattening
+  // "data", the dump of a value in an error message) recurses per level.
+  struct TooDeep {};
+  const json::parser_callback_t depth_limit = [](int depth,
+                                                 json::parse_event_t event,
+                                                 json&) {
+    if (depth > kMaxJsonDepth && (event == json::parse_event_t::array_start ||
+                                  event == json::parse_event_t::object_start)) {
+      throw TooDeep();
+    }
+    return true;
+  };
   try {
-    root = json::parse(header.begin(), header.end());
+    root = json::parse(header.begin(), header.end(), depth_limit);
+  } catch (const TooDeep&) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the request body's JSON nests deeper than ",
+                     kMaxJsonDepth, " levels"));
   } catch (const json::exception& e) {
     return absl::InvalidArgumentError(absl::StrCat(
         "malformed JSON in the request body: ", e.what(),
@@ -603,8 +619,17 @@ absl::StatusOr<InferBody> ParseInferBody(absl::string_view body,
     binary_sizes.push_back(binary_size);
   }
 
+  // Each term is checked against what is left, so the sum cannot wrap.
   uint64_t declared = 0;
-  for (const auto& size : binary_sizes) declared += size.value_or(0);
+  for (const auto& size : binary_sizes) {
+    if (size.value_or(0) > binary.size() - declared) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "binary tensor data: the inputs' binary_data_size add up to more "
+          "than the ",
+          binary.size(), " bytes the body carries after the JSON header"));
+    }
+    declared += size.value_or(0);
+  }
   if (declared != binary.size()) {
     return absl::InvalidArgumentError(absl::StrCat(
         "binary tensor data: the inputs' binary_data_size add up to ", declared,

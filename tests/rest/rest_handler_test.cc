@@ -354,6 +354,37 @@ TEST(RestJsonTest, MixedBinaryAndJsonInputsBecomeRawContents) {
             absl::StatusCode::kInvalidArgument);
 }
 
+TEST(RestJsonTest, BinarySizesThatWouldWrapAreRefused) {
+  // 2^64 - 1 plus 2 wraps to 1, the byte the body carries: the sum must be
+  // refused before any input is cut out of the body.
+  const std::string json = R"({"inputs": [
+      {"name": "TIMESTEP", "shape": [1], "datatype": "FP32",
+       "parameters": {"binary_data_size": 18446744073709551615}},
+      {"name": "GUIDANCE", "shape": [1], "datatype": "FP32",
+       "parameters": {"binary_data_size": 2}}]})";
+  const absl::StatusOr<InferBody> body =
+      ParseInferBody(json + "x", json.size());
+  EXPECT_EQ(body.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(body.status().message()),
+              HasSubstr("add up to more than the 1 bytes"));
+}
+
+TEST(RestJsonTest, JsonNestedPastTheLimitIsRefusedWithoutRecursion) {
+  for (const std::string& field : {"data", "shape"}) {
+    std::string nested(100000, '[');
+    nested += std::string(100000, ']');
+    const std::string json =
+        absl::StrCat(R"({"inputs": [{"name": "TIMESTEP", "datatype": "FP32", )",
+                     field == "data" ? R"("shape": [1], "data": )"
+                                     : R"("data": [1], "shape": )",
+                     nested, "}]}");
+    const absl::StatusOr<InferBody> body = ParseInferBody(json, std::nullopt);
+    EXPECT_EQ(body.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(std::string(body.status().message()),
+                HasSubstr("nests deeper than 32 levels"));
+  }
+}
+
 TEST(RestSharedMemoryTest, ByteCountsMustBeWholeNonNegativeIntegers) {
   AdmissionController admission(AdmissionLimits{});
   auto backend = CreateBackend(BackendChoice::kCpu, BackendOptions());

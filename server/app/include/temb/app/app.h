@@ -67,6 +67,9 @@ struct AppOptions {
   // a header block that never ends (docs/operations.md).
   int64_t grpc_memory_quota_bytes = int64_t{256} << 20;
   BackendFailurePolicy on_backend_failure = BackendFailurePolicy::kNotServing;
+  // System shared memory regions clients may register at once (each holds
+  // one descriptor).
+  int64_t shm_max_regions = 64;
 };
 
 class App {

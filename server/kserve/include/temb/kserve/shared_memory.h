@@ -29,9 +29,13 @@
 
 namespace temb::kserve {
 
-// One mapped region; unmapped when the last holder (the registry, or a
-// request using it) lets go, so unregistering never pulls memory from under
-// a request in flight.
+// One registered region: the shared memory object's descriptor and the
+// byte range of it the client named.  Reads and writes go through the
+// descriptor (pread/pwrite), never through a mapping, so an owner that
+// truncates its object makes a request fail with an error instead of the
+// server dying of SIGBUS, and registering maps no memory at all.  Closed
+// when the last holder (the registry, or a request using it) lets go, so
+// unregistering never pulls a region from under a request in flight.
 class SharedMemoryRegion {
  public:
   ~SharedMemoryRegion();
@@ -42,38 +46,51 @@ class SharedMemoryRegion {
   const std::string& key() const { return key_; }
   uint64_t offset() const { return offset_; }
   uint64_t byte_size() const { return byte_size_; }
-  // The region's first byte (the object's byte `offset`).
-  char* data() const { return data_; }
+
+  // Bytes [at, at + size) of the region (at + size <= byte_size()).
+  // FAILED_PRECONDITION when the object is now shorter than that.
+  absl::StatusOr<std::string> Read(uint64_t at, uint64_t size) const;
+  // Writes `bytes` at `at` of the region (at + size <= byte_size());
+  // FAILED_PRECONDITION when the object is now shorter (it is never grown).
+  absl::Status Write(uint64_t at, absl::string_view bytes) const;
 
  private:
   friend class SharedMemoryRegistry;
   SharedMemoryRegion(std::string name, std::string key, uint64_t offset,
-                     uint64_t byte_size, void* mapping, size_t mapping_size,
-                     char* data)
+                     uint64_t byte_size, int fd)
       : name_(std::move(name)),
         key_(std::move(key)),
         offset_(offset),
         byte_size_(byte_size),
-        mapping_(mapping),
-        mapping_size_(mapping_size),
-        data_(data) {}
+        fd_(fd) {}
+  // FAILED_PRECONDITION unless the object still holds [at, at + size).
+  absl::Status CheckStillHolds(uint64_t at, uint64_t size) const;
 
   std::string name_;
   std::string key_;
   uint64_t offset_;
   uint64_t byte_size_;
-  void* mapping_;
-  size_t mapping_size_;
-  char* data_;
+  int fd_;
+};
+
+// Bounds on what clients may register (each region holds one descriptor).
+struct SharedMemoryLimits {
+  int64_t max_regions = 64;
+  size_t max_name_bytes = 256;  // the region's name and the object's key
 };
 
 // Thread-safe.
 class SharedMemoryRegistry {
  public:
-  // Maps bytes [offset, offset + byte_size) of the POSIX shared memory
+  explicit SharedMemoryRegistry(SharedMemoryLimits limits = {})
+      : limits_(limits) {}
+
+  // Registers bytes [offset, offset + byte_size) of the POSIX shared memory
   // object `key` (shm_open) as region `name`.  ALREADY_EXISTS for a name in
-  // use; INVALID_ARGUMENT for an empty name or key, a zero size, or a range
-  // beyond the object; NOT_FOUND when the object cannot be opened.
+  // use; INVALID_ARGUMENT for an empty or too long name or key, a zero
+  // size, or a range beyond the object; RESOURCE_EXHAUSTED past
+  // max_regions (or when the process has no descriptor left); NOT_FOUND
+  // when the object cannot be opened.
   absl::Status Register(const std::string& name, const std::string& key,
                         uint64_t offset, uint64_t byte_size);
   // Forgets region `name` (every region when empty).  NOT_FOUND for an
@@ -87,11 +104,8 @@ class SharedMemoryRegistry {
   absl::StatusOr<std::shared_ptr<const SharedMemoryRegion>> Find(
       absl::string_view name) const;
 
-  // Bytes currently mapped (for the log; bounded only by the clients'
-  // own objects).
-  uint64_t mapped_bytes() const;
-
  private:
+  const SharedMemoryLimits limits_;
   mutable std::mutex mu_;
   std::map<std::string, std::shared_ptr<const SharedMemoryRegion>, std::less<>>
       regions_;  // guarded by mu_

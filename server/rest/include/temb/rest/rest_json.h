@@ -52,10 +52,15 @@ struct InferBody {
   std::vector<std::pair<std::string, std::optional<bool>>> requested_outputs;
 };
 
+// How deeply an infer body's JSON may nest: objects and arrays, the root
+// included.  A KServe body needs 4 levels plus the rank of a "data" array.
+inline constexpr int kMaxJsonDepth = 32;
+
 // `body` is the whole HTTP body; `json_length` the value of the
 // Inference-Header-Content-Length header (nullopt: all of `body` is JSON).
 // INVALID_ARGUMENT naming the field, e.g. "inputs[0].data has 3 elements,
-// but shape [2, 1] needs 2", or "malformed JSON ...".
+// but shape [2, 1] needs 2", or "malformed JSON ...", or for JSON nested
+// deeper than kMaxJsonDepth.
 absl::StatusOr<InferBody> ParseInferBody(absl::string_view body,
                                          std::optional<uint64_t> json_length);
 
