@@ -43,6 +43,7 @@ LAYERS = [
     ("cli", ["client/cli/"]),
     ("local_ext", ["client/local/"]),
     ("transport_ext", ["client/transport/"]),
+    ("testing", ["tests/testing/"]),
     ("tests", ["tests/"]),
     ("bench", ["bench/"]),
     ("fuzz", ["fuzz/", "@build/fuzz/"]),
@@ -71,8 +72,10 @@ ALLOWED = {
     "local_ext": ["v1_convert"],
     # temb.Client's native transport: gRPC and protobuf only (a leaf).
     "transport_ext": [],
+    # The tests' shared fakes and helpers; only tests include them.
+    "testing": ["kernels"],
     # Leaves: nothing includes them.
-    "tests": ["app", "cli", "client"],
+    "tests": ["app", "cli", "client", "testing"],
     "bench": ["kernels", "proto"],
     "fuzz": ["kserve_frontend", "v1_convert"],
 }
