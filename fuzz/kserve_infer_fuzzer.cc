@@ -13,8 +13,8 @@
 #include "absl/strings/str_join.h"
 #include "embedding_checks.h"
 #include "fuzz_service.h"
-#include "google/protobuf/stubs/logging.h"
 #include "inference/grpc_service.pb.h"
+#include "proto_input.h"
 #include "temb/core/embed_service.h"
 #include "temb/kernels/dtype.h"
 #include "temb/kserve/kserve_convert.h"
@@ -85,14 +85,10 @@ void Run(const inference::ModelInferRequest& request) {
 }  // namespace temb::fuzz
 
 extern "C" int LLVMFuzzerInitialize(int*, char***) {
-  // Parse warnings (e.g. invalid UTF-8 in a string field) are expected here.
-  google::protobuf::SetLogHandler(nullptr);
-  return 0;
+  return temb::fuzz::SilenceProtobufLogs();
 }
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  inference::ModelInferRequest request;
-  if (!request.ParseFromArray(data, static_cast<int>(size))) return 0;
-  temb::fuzz::Run(request);
-  return 0;
+  return temb::fuzz::RunOnMessage<inference::ModelInferRequest>(
+      data, size, temb::fuzz::Run);
 }

@@ -12,7 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "embedding_checks.h"
 #include "fuzz_service.h"
-#include "google/protobuf/stubs/logging.h"
+#include "proto_input.h"
 #include "temb/core/embed_service.h"
 #include "temb/v1/temb.pb.h"
 #include "temb/v1_convert/conversions.h"
@@ -76,14 +76,10 @@ void Run(const v1::EmbedRequest& request) {
 }  // namespace temb::fuzz
 
 extern "C" int LLVMFuzzerInitialize(int*, char***) {
-  // Parse warnings (e.g. invalid UTF-8 in a string field) are expected here.
-  google::protobuf::SetLogHandler(nullptr);
-  return 0;
+  return temb::fuzz::SilenceProtobufLogs();
 }
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  temb::v1::EmbedRequest request;
-  if (!request.ParseFromArray(data, static_cast<int>(size))) return 0;
-  temb::fuzz::Run(request);
-  return 0;
+  return temb::fuzz::RunOnMessage<temb::v1::EmbedRequest>(data, size,
+                                                          temb::fuzz::Run);
 }

@@ -43,6 +43,7 @@ LAYERS = [
     ("cli", ["client/cli/"]),
     ("local_ext", ["client/local/"]),
     ("transport_ext", ["client/transport/"]),
+    ("testing", ["tests/testing/"]),
     ("tests", ["tests/"]),
     ("bench", ["bench/"]),
     ("fuzz", ["fuzz/", "@build/fuzz/"]),
@@ -72,8 +73,10 @@ ALLOWED = {
     # temb.Client's native transport: gRPC and protobuf, and of temb.v1 the
     # generated header's field numbers (temb::proto_header; a leaf).
     "transport_ext": ["proto"],
+    # The tests' shared fakes and helpers; only tests include them.
+    "testing": ["kernels"],
     # Leaves: nothing includes them.
-    "tests": ["app", "cli", "client"],
+    "tests": ["app", "cli", "client", "testing"],
     "bench": ["kernels", "proto"],
     "fuzz": ["kserve_frontend", "v1_convert"],
 }

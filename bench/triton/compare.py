@@ -77,7 +77,28 @@ def _stop_group(process):
             process.wait(timeout=10)
 
 
-class PlainTritonServer:
+class _TritonProcess:
+    """A Triton server process in its own process group, ready once its
+    sd15 model is; its output goes to a log file kept for errors."""
+
+    def _start(self, command, env, log_prefix, timeout):
+        self.log = tempfile.NamedTemporaryFile(  # pylint: disable=consider-using-with
+            prefix=log_prefix, suffix=".log", delete=False)
+        self.process = subprocess.Popen(  # pylint: disable=consider-using-with
+            command, env=env, stdout=self.log, stderr=subprocess.STDOUT,
+            start_new_session=True)
+        try:
+            _ready(self.http_port, self.process, time.monotonic() + timeout,
+                   self.log.name)
+        except RuntimeError:
+            self.stop()
+            raise
+
+    def stop(self):
+        _stop_group(self.process)
+
+
+class PlainTritonServer(_TritonProcess):
     """PyTriton's bundled tritonserver on bench/triton/model_repository, with
     a backend directory assembled from PyTriton's distribution (the Python
     backend and the stub for this Python version)."""
@@ -108,28 +129,16 @@ class PlainTritonServer:
             [p for p in [env.get("LD_LIBRARY_PATH")] if p])
         env["PATH"] = os.pathsep.join([str(pathlib.Path(python).parent),
                                        env["PATH"]])
-        self.log = tempfile.NamedTemporaryFile(  # pylint: disable=consider-using-with
-            prefix="triton-", suffix=".log", delete=False)
-        self.process = subprocess.Popen(  # pylint: disable=consider-using-with
+        self._start(
             [str(dist / "bin" / "tritonserver"),
              f"--model-repository={pathlib.Path(__file__).with_name('model_repository')}",
              f"--backend-directory={backends}", f"--http-port={self.http_port}",
              f"--grpc-port={self.grpc_port}", f"--metrics-port={metrics}",
              "--log-warning=false", "--log-info=false"],
-            env=env, stdout=self.log, stderr=subprocess.STDOUT,
-            start_new_session=True)
-        try:
-            _ready(self.http_port, self.process, time.monotonic() + timeout,
-                   self.log.name)
-        except RuntimeError:
-            self.stop()
-            raise
-
-    def stop(self):
-        _stop_group(self.process)
+            env, "triton-", timeout)
 
 
-class TritonServer:
+class TritonServer(_TritonProcess):
     def __init__(self, python, timeout=180):
         self.http_port, self.grpc_port, metrics = (free_port(), free_port(),
                                                    free_port())
@@ -137,24 +146,12 @@ class TritonServer:
         env["LD_LIBRARY_PATH"] = os.pathsep.join(
             [sysconfig.get_config_var("LIBDIR")] +
             [p for p in [env.get("LD_LIBRARY_PATH")] if p])
-        self.log = tempfile.NamedTemporaryFile(  # pylint: disable=consider-using-with
-            prefix="pytriton-", suffix=".log", delete=False)
-        self.process = subprocess.Popen(  # pylint: disable=consider-using-with
+        self._start(
             [python, str(pathlib.Path(__file__).with_name(
                 "pytriton_server.py")),
              f"--http-port={self.http_port}", f"--grpc-port={self.grpc_port}",
              f"--metrics-port={metrics}"],
-            env=env, stdout=self.log, stderr=subprocess.STDOUT,
-            start_new_session=True)
-        try:
-            _ready(self.http_port, self.process, time.monotonic() + timeout,
-                   self.log.name)
-        except RuntimeError:
-            self.stop()
-            raise
-
-    def stop(self):
-        _stop_group(self.process)
+            env, "pytriton-", timeout)
 
 
 def embeddings(http_port, timesteps):

@@ -15,7 +15,6 @@
 #include <unistd.h>
 
 #include <chrono>
-#include <condition_variable>
 #include <cstdlib>
 #include <deque>
 #include <filesystem>
@@ -36,15 +35,19 @@
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
 #include "temb/app/app.h"
-#include "temb/kernels/backend.h"
 #include "temb/kernels/embedding_spec.h"
-#include "temb/kernels/registry.h"
+#include "temb/testing/cpu_reference.h"
+#include "temb/testing/gated_backend.h"
+#include "temb/testing/loopback_server.h"
 #include "temb/v1/temb.grpc.pb.h"
 
 namespace temb {
 namespace {
 
 using ::grpc::health::v1::HealthCheckResponse;
+using ::temb::testing::CpuBackendBytes;
+using ::temb::testing::GatedBackend;
+using ::temb::testing::ServeOnLoopback;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 
@@ -307,56 +310,6 @@ TEST(ClientCreateTest, ConfigureContextSetsTheDeadline) {
 // ---------------------------------------------------------------------------
 // Against the real server.
 
-// The real CPU backend; Close() holds computations until Open().
-class GatedBackend final : public Backend {
- public:
-  GatedBackend() : inner_(*CreateBackend(BackendChoice::kCpu)) {}
-  BackendKind kind() const override { return inner_->kind(); }
-  std::string device() const override { return inner_->device(); }
-  absl::Status Compute(const EmbeddingSpec& spec,
-                       absl::Span<const float> timesteps,
-                       absl::Span<uint8_t> out) override {
-    {
-      std::unique_lock<std::mutex> lock(mutex_);
-      ++calls_;
-      changed_.wait(lock, [this] { return open_; });
-    }
-    return inner_->Compute(spec, timesteps, out);
-  }
-  void Close() {
-    std::lock_guard<std::mutex> lock(mutex_);
-    open_ = false;
-  }
-  void Open() {
-    std::lock_guard<std::mutex> lock(mutex_);
-    open_ = true;
-    changed_.notify_all();
-  }
-  int calls() {
-    std::lock_guard<std::mutex> lock(mutex_);
-    return calls_;
-  }
-
- private:
-  std::unique_ptr<Backend> inner_;
-  std::mutex mutex_;
-  std::condition_variable changed_;
-  bool open_ = true;
-  int calls_ = 0;
-};
-
-// The bytes the CPU backend computes for `spec`.
-std::string Direct(const EmbeddingSpec& spec, const std::vector<float>& ts) {
-  auto backend = *CreateBackend(BackendChoice::kCpu);
-  std::string out(static_cast<size_t>(OutputBytes(spec, ts.size())), '\0');
-  EXPECT_TRUE(backend
-                  ->Compute(spec, ts,
-                            absl::MakeSpan(reinterpret_cast<uint8_t*>(&out[0]),
-                                           out.size()))
-                  .ok());
-  return out;
-}
-
 v1::EmbedRequest LdmRequest(int dim, std::vector<float> timesteps,
                             const std::string& id = "") {
   v1::EmbedRequest request;
@@ -423,7 +376,7 @@ TEST_F(RealServerTest, EmbedReturnsTheServersBytes) {
   EXPECT_EQ(response->request_id(), "id-7");
   EXPECT_EQ(response->backend(), "cpu");
   EXPECT_THAT(response->embedding().shape(), ElementsAre(3, 64));
-  EXPECT_TRUE(response->embedding().data() == Direct(LdmSpec(64), ts));
+  EXPECT_TRUE(response->embedding().data() == CpuBackendBytes(LdmSpec(64), ts));
 }
 
 TEST_F(RealServerTest, ServerErrorsKeepTheirCodeAndMessage) {
@@ -480,7 +433,7 @@ TEST_F(RealServerTest, StreamAnswersInOrderThenEnds) {
   EXPECT_EQ(answer->request_id(), "r0");
   ASSERT_TRUE(answer->has_response());
   EXPECT_TRUE(answer->response().embedding().data() ==
-              Direct(LdmSpec(8), {1, 2}));
+              CpuBackendBytes(LdmSpec(8), {1, 2}));
   // A bad request is answered in its place; the stream goes on.
   answer = stream->Read();
   ASSERT_TRUE(answer.ok()) << answer.status();
@@ -638,7 +591,7 @@ TEST_F(RealServerTest, TlsVerifiesTheServerAndItsName) {
   absl::StatusOr<v1::EmbedResponse> response =
       client->Embed(LdmRequest(8, {1}));
   ASSERT_TRUE(response.ok()) << response.status();
-  EXPECT_TRUE(response->embedding().data() == Direct(LdmSpec(8), {1}));
+  EXPECT_TRUE(response->embedding().data() == CpuBackendBytes(LdmSpec(8), {1}));
 
   // The name to expect can differ from the target's host...
   options.tls_server_name = "localhost";
@@ -743,11 +696,7 @@ class ScriptedService final : public v1::EmbeddingService::Service {
 class RetryTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    grpc::ServerBuilder builder;
-    builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(),
-                             &port_);
-    builder.RegisterService(&service_);
-    server_ = builder.BuildAndStart();
+    server_ = ServeOnLoopback(&service_, &port_);
     ASSERT_NE(server_, nullptr);
     ASSERT_GT(port_, 0);
   }

@@ -8,10 +8,11 @@ import grpc
 import numpy as np
 
 from conftest import SERVER, TEMB, TembServer, temb
+from temb_testing import paused
 
 # A call the single-threaded CPU backend needs over a second for (32768 x
 # 1024 elements, angles in float64), sent on a raw channel that is already
-# connected; SIGTERM follows once the server counts it in flight.
+# connected; SIGTERM follows once the server is seen computing it.
 BIG_ROWS, BIG_DIM = 32768, 1024
 
 
@@ -41,8 +42,23 @@ def test_sigterm_drains(tmp_path, pb):
                 assert time.monotonic() < deadline, "the bench got no answer"
                 assert bench.poll() is None, bench.communicate()
                 time.sleep(0.02)
-            big = server.call_in_flight(
-                lambda: stub.Embed.future(request, timeout=60))
+            # The bench alone keeps the in-flight gauge at 1 or more, so
+            # that gauge says nothing about the big call while the bench
+            # sends: the bench pauses until the server is seen computing
+            # the big call alone (its earlier calls answered, the gauge back
+            # at 0, then up again).  A call is not seen any other way before
+            # it ends (TembServer.call_in_flight).
+            with paused(bench):
+                big = server.call_in_flight(
+                    lambda: stub.Embed.future(request, timeout=60))
+                answered = server.metric("temb_requests_total", code="OK")
+            # SIGTERM while the bench is busy again: answered once more
+            # since it resumed (the big call, still computing, is not one).
+            deadline = time.monotonic() + 30
+            while (server.metric("temb_requests_total", code="OK") <=
+                   answered and not big.done()):
+                assert time.monotonic() < deadline, "the bench did not resume"
+                time.sleep(0.005)
             assert server.terminate(timeout=60) == 0, server.log()
             response = big.result(timeout=60)
             bench_out, bench_err = bench.communicate(timeout=60)

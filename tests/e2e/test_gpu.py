@@ -242,12 +242,11 @@ def test_sigterm_drains_gpu_calls_in_flight(tmp_path, pb):
             grpc.channel_ready_future(channel).result(timeout=10)
             stub = v1_grpc.EmbeddingServiceStub(channel)
             first = stub.Embed(request, timeout=60)  # the answer to expect
+            server.wait_idle()
             calls = [stub.Embed.future(request, timeout=60) for _ in range(6)]
-            deadline = time.monotonic() + 30
-            while server.metric("temb_inflight_requests") < 1:
-                assert time.monotonic() < deadline, "no call seen in flight"
-                assert not all(c.done() for c in calls), "all ended first"
-                time.sleep(0.005)
+            assert server.wait_for_call(
+                lambda: all(c.done() for c in calls),
+                interval=0.005), "all ended first"
             assert server.terminate(timeout=60) == 0, server.log()
             completed = 0
             for call in calls:

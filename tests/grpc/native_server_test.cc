@@ -1,11 +1,6 @@
 // The native temb.v1 frontend end to end inside one process: App (the same
 // assembly temb-server runs) on 127.0.0.1:0, the real CPU backend behind a
 // gate that can hold a computation in flight, and the generated stubs.
-#include <arpa/inet.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
-#include <unistd.h>
-
 #include <chrono>
 #include <condition_variable>
 #include <cstring>
@@ -24,61 +19,23 @@
 #include "temb/core/presets.h"
 #include "temb/kernels/registry.h"
 #include "temb/metrics/prometheus_metrics.h"
+#include "temb/testing/cpu_reference.h"
+#include "temb/testing/gated_backend.h"
+#include "temb/testing/http_get.h"
 #include "temb/v1/temb.grpc.pb.h"
 #include "temb/v1_convert/preset_catalog.h"
 
 namespace temb {
 namespace {
 
+using ::temb::testing::CpuBackendBytes;
+using ::temb::testing::GatedBackend;
+using ::temb::testing::HttpGet;
 using ::testing::HasSubstr;
 using HealthStatus = grpc::health::v1::HealthCheckResponse;
 
 // Safety net for blocking calls; no assertion depends on timing.
 constexpr auto kCallTimeout = std::chrono::seconds(30);
-
-// The real CPU backend, counting calls; Close() holds computations until
-// Open().
-class GatedBackend final : public Backend {
- public:
-  GatedBackend() : inner_(*CreateBackend(BackendChoice::kCpu)) {}
-  BackendKind kind() const override { return inner_->kind(); }
-  std::string device() const override { return inner_->device(); }
-  absl::Status Compute(const EmbeddingSpec& spec,
-                       absl::Span<const float> timesteps,
-                       absl::Span<uint8_t> out) override {
-    {
-      std::unique_lock<std::mutex> lock(mutex_);
-      ++calls_;
-      changed_.notify_all();
-      changed_.wait(lock, [this] { return open_; });
-    }
-    return inner_->Compute(spec, timesteps, out);
-  }
-  void Close() {
-    std::lock_guard<std::mutex> lock(mutex_);
-    open_ = false;
-  }
-  void Open() {
-    std::lock_guard<std::mutex> lock(mutex_);
-    open_ = true;
-    changed_.notify_all();
-  }
-  void WaitForCalls(int n) {
-    std::unique_lock<std::mutex> lock(mutex_);
-    changed_.wait(lock, [&] { return calls_ >= n; });
-  }
-  int calls() {
-    std::lock_guard<std::mutex> lock(mutex_);
-    return calls_;
-  }
-
- private:
-  std::unique_ptr<Backend> inner_;
-  std::mutex mutex_;
-  std::condition_variable changed_;
-  bool open_ = true;
-  int calls_ = 0;
-};
 
 class NativeServerTest : public ::testing::Test {
  protected:
@@ -149,17 +106,6 @@ class NativeServerTest : public ::testing::Test {
   std::unique_ptr<v1::EmbeddingService::Stub> stub_;
 };
 
-// The bytes a direct CPU backend computation gives.
-std::string Direct(const EmbeddingSpec& spec, const std::vector<float>& ts) {
-  auto backend = *CreateBackend(BackendChoice::kCpu);
-  std::string out(static_cast<size_t>(OutputBytes(spec, ts.size())), '\0');
-  absl::Status status = backend->Compute(
-      spec, ts,
-      absl::MakeSpan(reinterpret_cast<uint8_t*>(out.data()), out.size()));
-  EXPECT_TRUE(status.ok()) << status;
-  return out;
-}
-
 TEST_F(NativeServerTest, EmbedEqualsTheCpuBackendBitForBit) {
   const std::vector<float> ts = {0.0f, 1.0f, 10.5f, 999.0f, -3.25f, 54321.5f};
   const std::pair<v1::DType, DType> dtypes[] = {
@@ -184,7 +130,7 @@ TEST_F(NativeServerTest, EmbedEqualsTheCpuBackendBitForBit) {
       EXPECT_THAT(
           response.embedding().shape(),
           ::testing::ElementsAre(static_cast<int64_t>(ts.size()), spec.dim));
-      EXPECT_TRUE(response.embedding().data() == Direct(spec, ts));
+      EXPECT_TRUE(response.embedding().data() == CpuBackendBytes(spec, ts));
     }
   }
 }
@@ -202,7 +148,7 @@ TEST_F(NativeServerTest, ExplicitSpecAndIntegerTimesteps) {
   spec.flip_sin_to_cos = false;
   spec.downscale_freq_shift = 1;
   EXPECT_TRUE(response.embedding().data() ==
-              Direct(spec, {0.0f, 1.0f, 999.0f, -5.0f, 16777216.0f}));
+              CpuBackendBytes(spec, {0.0f, 1.0f, 999.0f, -5.0f, 16777216.0f}));
 }
 
 TEST_F(NativeServerTest, BadRequestsGetTheirCodes) {
@@ -426,30 +372,7 @@ TEST_F(NativeServerTest, ShutdownDrainsInFlightCallsAndTurnsHealthOff) {
   ASSERT_TRUE(in_flight_status.ok()) << in_flight_status.error_message();
   EmbeddingSpec spec = BuiltInPresetCatalog().Find("sd15")->spec;
   EXPECT_TRUE(in_flight_response.embedding().data() ==
-              Direct(spec, {1.0f, 2.0f, 3.0f}));
-}
-
-// A minimal HTTP/1.0 GET on 127.0.0.1, enough for /metrics.
-std::string HttpGet(int port, const std::string& path) {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in address{};
-  address.sin_family = AF_INET;
-  address.sin_port = htons(static_cast<uint16_t>(port));
-  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  std::string reply;
-  if (connect(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)) ==
-      0) {
-    const std::string request = "GET " + path + " HTTP/1.0\r\n\r\n";
-    if (write(fd, request.data(), request.size()) ==
-        static_cast<ssize_t>(request.size())) {
-      char buffer[4096];
-      ssize_t n;
-      while ((n = read(fd, buffer, sizeof(buffer))) > 0)
-        reply.append(buffer, n);
-    }
-  }
-  close(fd);
-  return reply;
+              CpuBackendBytes(spec, {1.0f, 2.0f, 3.0f}));
 }
 
 TEST_F(NativeServerTest, MetricsCountRequests) {
@@ -573,7 +496,7 @@ TEST(NativeServerLentOutputTest, LentMemoryIsSentAndGivenBack) {
     grpc::ClientContext context;
     context.set_deadline(std::chrono::system_clock::now() + kCallTimeout);
     ASSERT_TRUE(stub->Embed(&context, request, &response).ok());
-    EXPECT_TRUE(response.embedding().data() == Direct(spec, ts));
+    EXPECT_TRUE(response.embedding().data() == CpuBackendBytes(spec, ts));
   }
   // The two large outputs were computed into the memory lent for them...
   const std::vector<const uint8_t*> lent = backend->lent();

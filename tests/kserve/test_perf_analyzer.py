@@ -2,39 +2,9 @@
 preset model over gRPC and must finish cleanly with its usual report."""
 
 import csv
-import os
-import pathlib
-import shutil
 import subprocess
-import sys
 
-import pytest
-
-
-def perf_analyzer_env():
-    """The PyPI binary links libcudart.so.12 even for CPU-only gRPC runs; the
-    nvidia-cuda-runtime-cu12 wheel ships it (scripts/requirements-dev.txt)."""
-    env = dict(os.environ)
-    try:
-        import nvidia.cuda_runtime  # pylint: disable=import-outside-toplevel
-    except ImportError:
-        pytest.fail("nvidia-cuda-runtime-cu12 is not installed "
-                    "(scripts/requirements-dev.txt)")
-    lib_dirs = [str(pathlib.Path(p) / "lib")
-                for p in nvidia.cuda_runtime.__path__]
-    env["LD_LIBRARY_PATH"] = os.pathsep.join(
-        lib_dirs + [p for p in [env.get("LD_LIBRARY_PATH")] if p])
-    return env
-
-
-def find_perf_analyzer():
-    beside_python = pathlib.Path(sys.executable).parent / "perf_analyzer"
-    if beside_python.exists():
-        return str(beside_python)
-    found = shutil.which("perf_analyzer")
-    if not found:
-        pytest.fail("perf_analyzer not found (pip install perf-analyzer)")
-    return found
+from temb_perf_analyzer import find_perf_analyzer, perf_analyzer_env
 
 
 def test_perf_analyzer_sd15(server, tmp_path):

@@ -20,10 +20,12 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "temb/core/request_observer.h"
+#include "temb/testing/http_get.h"
 
 namespace temb {
 namespace {
 
+using ::temb::testing::HttpGet;
 using ::testing::HasSubstr;
 using ::testing::Not;
 using ::testing::Optional;
@@ -292,30 +294,6 @@ TEST(PrometheusMetricsTest, ConcurrentRequestsAreAllCounted) {
   EXPECT_THAT(Sample(text, "temb_batch_size_count"), Optional(ok));
   EXPECT_THAT(Sample(text, "temb_output_bytes_total"), Optional(8 * ok));
   EXPECT_THAT(Sample(text, "temb_inflight_requests"), Optional(0.0));
-}
-
-// A minimal HTTP/1.0 GET on 127.0.0.1; the whole reply, headers included.
-std::string HttpGet(int port, const std::string& path) {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in address{};
-  address.sin_family = AF_INET;
-  address.sin_port = htons(static_cast<uint16_t>(port));
-  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  std::string reply;
-  if (connect(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)) ==
-      0) {
-    const std::string request = "GET " + path + " HTTP/1.0\r\n\r\n";
-    if (write(fd, request.data(), request.size()) ==
-        static_cast<ssize_t>(request.size())) {
-      char buffer[4096];
-      ssize_t n;
-      while ((n = read(fd, buffer, sizeof(buffer))) > 0) {
-        reply.append(buffer, n);
-      }
-    }
-  }
-  close(fd);
-  return reply;
 }
 
 // One test serves: stopping the HTTP exposer takes about a second.

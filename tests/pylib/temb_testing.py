@@ -5,6 +5,7 @@ picked ports through --port_file and --metrics_port_file, so tests never
 guess a free port. Every wait is bounded.
 """
 
+import contextlib
 import os
 import re
 import signal
@@ -129,23 +130,66 @@ class TembServer:
         return sum(v for (n, ls), v in self.metrics().items()
                    if n == name and wanted <= ls)
 
+    # Seeing one call in flight.  The server tells calls apart only once
+    # they finish (temb_requests_total, temb_output_bytes_total, the latency
+    # and batch histograms and the debug request log, the one with the
+    # request_id, are all written at the end of a call), so while a call
+    # runs the only evidence is the in-flight gauge, which counts every
+    # call.  It speaks of one call only where that call is the only one the
+    # server has: the gauge must read 0 before the call starts (any other
+    # load paused, see `paused`, or finished) and then rise.  Waiting for
+    # "the gauge >= 1" under other load returns as soon as the load is
+    # counted, possibly before the call under test was even sent.  The gauge
+    # counts a call from the moment its handler runs, before admission, but
+    # the handler parses the request and admits it in well under the time a
+    # scrape of /metrics takes.
+
+    def wait_idle(self, timeout=30):
+        """Waits until the server counts no call in flight."""
+        deadline = time.monotonic() + timeout
+        while self.metric("temb_inflight_requests") != 0:
+            assert time.monotonic() < deadline, (
+                "calls are still in flight: pause other load before "
+                "starting the call to watch")
+            time.sleep(0.02)
+
+    def wait_for_call(self, ended, timeout=30, interval=0.02):
+        """After the test started calls on an idle server (`wait_idle`):
+        True once the in-flight gauge counts one of them, False when
+        `ended()` says they all ended before it was seen."""
+        deadline = time.monotonic() + timeout
+        while not ended():
+            if self.metric("temb_inflight_requests") >= 1:
+                return True
+            assert time.monotonic() < deadline, "no call in flight"
+            time.sleep(interval)
+        return False
 
     def call_in_flight(self, start, attempts=5, timeout=30):
         """start() -> a grpc future of one call that computes for a while;
-        returns such a future once the server's in-flight gauge has shown
-        it (the call is admitted and computing).  A call that ended before
-        the gauge was seen (a descheduled test process can miss a window of
-        a few tenths of a second) is replaced by a new one."""
+        returns such a future once the server is seen computing it.  Other
+        calls must be paused or over (see `wait_idle`).  A call that ended
+        before the gauge was seen (a descheduled test process can miss a
+        window of a few tenths of a second) is replaced by a new one."""
         for _ in range(attempts):
+            self.wait_idle(timeout)
             call = start()
-            deadline = time.monotonic() + timeout
-            while not call.done():
-                if self.metric("temb_inflight_requests") >= 1:
-                    return call
-                assert time.monotonic() < deadline, "no call in flight"
-                time.sleep(0.02)
+            if self.wait_for_call(call.done, timeout):
+                return call
             call.result()  # ended early: its error, if any, surfaces here
         raise AssertionError(f"none of {attempts} calls was seen in flight")
+
+
+@contextlib.contextmanager
+def paused(process):
+    """Stops `process` (SIGSTOP) for the block and resumes it (SIGCONT)
+    after: a load generator that must not send while the test isolates one
+    call of its own.  The calls it had sent are answered meanwhile."""
+    process.send_signal(signal.SIGSTOP)
+    try:
+        yield
+    finally:
+        process.send_signal(signal.SIGCONT)
 
 
 def cli_arguments(args):

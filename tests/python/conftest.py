@@ -14,29 +14,17 @@ older than their sources, and client/python is put first on sys.path.
 
 import os
 import pathlib
-import subprocess
 import sys
 
 import pytest
 
-REPO_ROOT = pathlib.Path(__file__).resolve().parents[2]
-CLIENT_DIR = pathlib.Path(
-    os.environ.get("TEMB_CLIENT_DIR", REPO_ROOT / "client" / "python")).resolve()
-SERVER_START_SECONDS = 60
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "pylib"))
+# The session's server, client and server info come from the shared suite.
+from temb_client_suite import (CLIENT_DIR, binary_from_env,  # noqa: E402,F401
+                               client, info, server, server_binary,
+                               use_client_from_source)
 
-
-def _generate_stubs() -> None:
-    stamp = CLIENT_DIR / "temb" / "_proto" / "__init__.py"
-    sources = [CLIENT_DIR / "setup.py", CLIENT_DIR.parents[1] / "CMakeLists.txt",
-               CLIENT_DIR.parents[1] / "proto" / "temb" / "v1" / "temb.proto"]
-    if stamp.exists() and all(
-            s.stat().st_mtime <= stamp.stat().st_mtime for s in sources):
-        return
-    subprocess.run([sys.executable, "setup.py", "-q", "build_proto", "--inplace"],
-                   cwd=CLIENT_DIR, check=True, timeout=300)
-
-
-_generate_stubs()
+use_client_from_source()
 # The native extensions (temb.local's engine, temb.Client's C++ transport)
 # of the build under test: <build>/python next to <build>/bin/temb-server.
 # A build without them (sanitized, or TEMB_BUILD_PYTHON_EXTENSION=OFF) has
@@ -47,56 +35,13 @@ if not os.environ.get("TEMB_LOCAL_EXTENSION_DIR") and os.environ.get(
     os.environ["TEMB_LOCAL_EXTENSION_DIR"] = str(
         pathlib.Path(os.environ["TEMB_SERVER_BIN"]).resolve().parents[1]
         / "python")
-sys.path.insert(0, str(CLIENT_DIR))
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "pylib"))
 
-import temb  # noqa: E402  (needs the stubs and the path above)
-from temb_testing import TembServer  # noqa: E402
+import temb  # noqa: E402,F401  (needs the stubs and the path above)
 
 
 def pytest_configure(config):
     config.addinivalue_line(
         "markers", "slow: builds and installs the package in a fresh virtualenv")
-
-
-def _binary(variable):
-    value = os.environ.get(variable)
-    return pathlib.Path(value) if value and pathlib.Path(value).is_file() else None
-
-
-@pytest.fixture(scope="session")
-def server_binary():
-    if not os.environ.get("TEMB_SERVER_BIN"):
-        pytest.skip("TEMB_SERVER_BIN is not set (run through ctest, or set it "
-                    "to a temb-server binary)")
-    binary = _binary("TEMB_SERVER_BIN")
-    if binary is None:  # configured but not built: a broken setup, not a skip
-        pytest.fail(f"TEMB_SERVER_BIN={os.environ['TEMB_SERVER_BIN']} does not "
-                    "exist: build the temb-server target first")
-    return binary
-
-
-@pytest.fixture(scope="session")
-def server(server_binary, tmp_path_factory):
-    try:
-        process = TembServer(server_binary, tmp_path_factory.mktemp("server"),
-                             "--backend=cpu",
-                             start_timeout=SERVER_START_SECONDS)
-    except RuntimeError as error:
-        pytest.fail(str(error))
-    yield process
-    process.stop(timeout=15)
-
-
-@pytest.fixture(scope="session")
-def client(server):
-    with temb.Client(server.target, timeout=60) as c:
-        yield c
-
-
-@pytest.fixture(scope="session")
-def info(client):
-    return client.server_info()
 
 
 @pytest.fixture(scope="session")
@@ -106,7 +51,7 @@ def client_dir():
 
 @pytest.fixture(scope="session")
 def cli_binary():
-    binary = _binary("TEMB_CLI_BIN")
+    binary = binary_from_env("TEMB_CLI_BIN")
     if binary is None:
         pytest.skip("TEMB_CLI_BIN does not name the temb CLI binary: it was not "
                     "built, so the CLI parity checks cannot run")

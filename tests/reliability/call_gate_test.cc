@@ -13,6 +13,7 @@
 #include "grpcpp/generic/generic_stub.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
+#include "temb/testing/loopback_server.h"
 #include "temb/v1/temb.grpc.pb.h"
 
 namespace temb {
@@ -50,11 +51,7 @@ class RecordingService final
 class CallGateTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    grpc::ServerBuilder builder;
-    builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(),
-                             &port_);
-    builder.RegisterService(&service_);
-    server_ = builder.BuildAndStart();
+    server_ = testing::ServeOnLoopback(&service_, &port_);
     ASSERT_NE(server_, nullptr);
     channel_ = grpc::CreateChannel(absl::StrCat("127.0.0.1:", port_),
                                    grpc::InsecureChannelCredentials());

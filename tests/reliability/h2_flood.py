@@ -5,6 +5,7 @@ vectors of CVE-2023-33953) and streams reset before their message arrives.
 Frames are built with hyperframe and hpack (both come with the h2 package).
 Everything goes to a loopback address, bounded in bytes and time.
 """
+import contextlib
 import socket
 import struct
 import threading
@@ -20,11 +21,15 @@ CANCEL = 0x8
 SETTINGS_ACK = b"\x00\x00\x00\x04\x01\x00\x00\x00\x00"
 
 
+def _grpc_headers(path, authority):
+    """The request headers of a gRPC call."""
+    return [(":method", "POST"), (":scheme", "http"), (":path", path),
+            (":authority", authority), ("content-type", "application/grpc"),
+            ("te", "trailers")]
+
+
 def _request_headers(path, authority):
-    return Encoder().encode([
-        (":method", "POST"), (":scheme", "http"), (":path", path),
-        (":authority", authority), ("content-type", "application/grpc"),
-        ("te", "trailers")])
+    return Encoder().encode(_grpc_headers(path, authority))
 
 
 def _literal(name, value):
@@ -108,6 +113,27 @@ class _Drain(threading.Thread):
         self.closed.set()
 
 
+@contextlib.contextmanager
+def _connection(host, port, acknowledge):
+    """One HTTP/2 connection to host:port after the preface (see _preface),
+    its replies drained by a _Drain; yields (socket, drain) and closes the
+    connection when the block ends."""
+    sock = socket.create_connection((host, port), timeout=10)
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    _preface(sock, acknowledge)
+    drain = _Drain(sock)
+    drain.start()
+    try:
+        yield sock, drain
+    finally:
+        try:
+            sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+        sock.close()
+        drain.join(timeout=10)
+
+
 def continuation_flood(host, port, total_bytes, mode="repeat",
                        path="/temb.v1.EmbeddingService/Embed",
                        timeout=120.0, acknowledge=False):
@@ -117,13 +143,8 @@ def continuation_flood(host, port, total_bytes, mode="repeat",
     Returns the bytes of header block the peer accepted before it closed
     the connection (== total_bytes when it never did).  `acknowledge`:
     see _preface."""
-    sock = socket.create_connection((host, port), timeout=10)
-    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-    _preface(sock, acknowledge)
-    drain = _Drain(sock)
-    drain.start()
     sent = 0
-    try:
+    with _connection(host, port, acknowledge) as (sock, drain):
         block = _request_headers(path, f"{host}:{port}")
         if mode == "string":
             # Literal without indexing, name "x-flood", value ~4 GiB long.
@@ -148,13 +169,6 @@ def continuation_flood(host, port, total_bytes, mode="repeat",
             except OSError:
                 break  # reset: the peer refused the header block
             sent += per_chunk
-    finally:
-        try:
-            sock.shutdown(socket.SHUT_RDWR)
-        except OSError:
-            pass
-        sock.close()
-        drain.join(timeout=10)
     return sent
 
 
@@ -163,16 +177,9 @@ def reset_before_message(host, port, calls,
     """On one connection, opens `calls` streams whose request headers are
     complete but whose message never comes: each is reset (RST_STREAM
     CANCEL) right after its headers.  Returns when all were sent."""
-    sock = socket.create_connection((host, port), timeout=10)
-    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-    _preface(sock, acknowledge=True)
-    drain = _Drain(sock)
-    drain.start()
     encoder = Encoder()
-    headers = [(":method", "POST"), (":scheme", "http"), (":path", path),
-               (":authority", f"{host}:{port}"),
-               ("content-type", "application/grpc"), ("te", "trailers")]
-    try:
+    headers = _grpc_headers(path, f"{host}:{port}")
+    with _connection(host, port, acknowledge=True) as (sock, _):
         out = bytearray()
         for i in range(calls):
             stream_id = 1 + 2 * i
@@ -186,13 +193,6 @@ def reset_before_message(host, port, calls,
                 out.clear()
         sock.sendall(bytes(out))
         time.sleep(0.5)  # let the server read everything before the close
-    finally:
-        try:
-            sock.shutdown(socket.SHUT_RDWR)
-        except OSError:
-            pass
-        sock.close()
-        drain.join(timeout=10)
 
 
 def grpc_message(payload):
@@ -227,10 +227,7 @@ def large_messages(host, port, streams, message_bytes, timeout=60.0,
     ids = []
     for _ in range(streams):
         stream_id = conn.get_next_available_stream_id()
-        conn.send_headers(stream_id, [
-            (":method", "POST"), (":scheme", "http"), (":path", path),
-            (":authority", f"{host}:{port}"),
-            ("content-type", "application/grpc"), ("te", "trailers")])
+        conn.send_headers(stream_id, _grpc_headers(path, f"{host}:{port}"))
         ids.append(stream_id)
     remaining = {i: message_bytes + 5 for i in ids}
     status = {i: None for i in ids}

@@ -15,7 +15,7 @@ import tritonclient.utils.shared_memory as shm
 from tritonclient.utils import InferenceServerException
 
 from test_curl import curl
-from test_perf_analyzer import find_perf_analyzer, perf_analyzer_env
+from temb_perf_analyzer import find_perf_analyzer, perf_analyzer_env
 
 STEPS = np.array([[999.0], [500.0], [1.0], [0.0]], dtype=np.float32)
 OUT_BYTES = STEPS.shape[0] * 320 * 4
