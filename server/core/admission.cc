@@ -139,9 +139,9 @@ absl::StatusOr<AdmissionTicket> AdmissionController::Admit(
   if (limits_.max_inflight > 0 && inflight_ >= limits_.max_inflight) {
     return RefuseLocked(
         "max_inflight",
-        OverloadedError(absl::StrCat("server overloaded: max_inflight (",
-                                limits_.max_inflight,
-                                ") calls are already in flight; retry later")));
+        OverloadedError(absl::StrCat(
+            "server overloaded: max_inflight (", limits_.max_inflight,
+            ") calls are already in flight; retry later")));
   }
   if (bytes < 0) bytes = 0;
   if (absl::Status status = ReserveLocked(0, bytes); !status.ok()) {
