@@ -4,8 +4,7 @@
 #include <utility>
 #include <vector>
 
-#include "absl/container/flat_hash_map.h"
-#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "temb/base/quoted.h"
@@ -238,6 +237,20 @@ absl::StatusOr<Embedding> EmbedService::Embed(
   return embedding;
 }
 
+namespace {
+
+// A shape error of `part` with the field named where the part sits
+// ("parts[2].timesteps_shape ..."): EmbeddingShape's messages start with
+// the field it was given.  Built only on error, so that a valid request
+// allocates no field names.
+absl::Status ShapeError(const RequestPart& part, const absl::Status& status) {
+  if (status.ok() || part.field.empty()) return status;
+  return absl::Status(status.code(),
+                      absl::StrCat(part.field, ".", status.message()));
+}
+
+}  // namespace
+
 absl::StatusOr<Response> EmbedService::Serve(
     const Request& request, AdmissionTicket* ticket,
     absl::Span<OutputAllocator* const> outputs) const {
@@ -258,8 +271,7 @@ absl::StatusOr<Response> EmbedService::Serve(
   }
   // Part names are checked before any work: a part given twice (in any case:
   // KServe input names are matched case-insensitively) is a mistake, not two
-  // answers.
-  absl::flat_hash_map<std::string, size_t> seen;
+  // answers.  At most kMaxParts: pairwise, without allocating.
   for (size_t i = 0; i < count; ++i) {
     const RequestPart& part = request.parts[i];
     if (part.name.size() > kMaxPartNameBytes) {
@@ -268,26 +280,24 @@ absl::StatusOr<Response> EmbedService::Serve(
                        " bytes, got ", part.name.size()));
     }
     if (part.name.empty()) continue;  // unnamed parts carry their own specs
-    const auto [earlier, added] =
-        seen.emplace(absl::AsciiStrToLower(part.name), i);
-    if (!added) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          part.field, ".name: part ", Quoted(part.name), " given twice (as ",
-          request.parts[earlier->second].field, ")"));
+    for (size_t earlier = 0; earlier < i; ++earlier) {
+      if (absl::EqualsIgnoreCase(request.parts[earlier].name, part.name)) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            part.field, ".name: part ", Quoted(part.name), " given twice (as ",
+            request.parts[earlier].field, ")"));
+      }
     }
   }
   Response response;
   response.parts.reserve(count);
   for (size_t i = 0; i < count; ++i) {
     const RequestPart& part = request.parts[i];
-    const std::string shape_field =
-        part.field.empty() ? std::string(request.shape_field)
-                           : absl::StrCat(part.field, ".", request.shape_field);
     // A wrong shape must not cost a computation.
-    RETURN_IF_ERROR(EmbeddingShape(part.timesteps_shape,
-                                   static_cast<int64_t>(part.timesteps.size()),
-                                   0, shape_field)
-                        .status());
+    RETURN_IF_ERROR(ShapeError(
+        part, EmbeddingShape(part.timesteps_shape,
+                             static_cast<int64_t>(part.timesteps.size()), 0,
+                             request.shape_field)
+                  .status()));
     absl::StatusOr<Embedding> embedding = [&]() -> absl::StatusOr<Embedding> {
       SpecRequest spec = request.spec;
       if (!part.field.empty()) {  // a part, not the request's own fields
@@ -304,9 +314,10 @@ absl::StatusOr<Response> EmbedService::Serve(
                           absl::StrCat(part.field, " (", Quoted(part.name),
                                        "): ", embedding.status().message()));
     }
-    ASSIGN_OR_RETURN(std::vector<int64_t> shape,
-                     EmbeddingShape(part.timesteps_shape, embedding->rows,
-                                    embedding->spec.dim, shape_field));
+    absl::StatusOr<std::vector<int64_t>> shape =
+        EmbeddingShape(part.timesteps_shape, embedding->rows,
+                       embedding->spec.dim, request.shape_field);
+    RETURN_IF_ERROR(ShapeError(part, shape.status()));
     response.rows += embedding->rows;
     response.output_bytes += embedding->size_bytes;
     // Each part passed max_output_bytes; the answer as a whole must too.
@@ -317,7 +328,7 @@ absl::StatusOr<Response> EmbedService::Serve(
           response.output_bytes, " up to ", part.field));
     }
     response.parts.push_back(
-        {part.name, std::move(shape), *std::move(embedding)});
+        {part.name, *std::move(shape), *std::move(embedding)});
   }
   return response;
 }
