@@ -133,7 +133,8 @@ absl::StatusOr<AdmissionTicket> AdmissionController::Admit(
   if (deadline <= absl::Now()) {
     return RefuseLocked(
         "deadline_exceeded",
-        absl::DeadlineExceededError("the deadline passed before the call was "
+        // Worded as gRPC words its own expiry (see call_gate.cc).
+        absl::DeadlineExceededError("Deadline Exceeded before the call was "
                                     "admitted; nothing was computed"));
   }
   if (limits_.max_inflight > 0 && inflight_ >= limits_.max_inflight) {

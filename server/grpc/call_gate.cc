@@ -79,7 +79,10 @@ absl::StatusOr<AdmissionTicket> CallGate::Admit(
     return absl::CancelledError("the call was cancelled before computing");
   }
   if (context.deadline() <= std::chrono::system_clock::now()) {
-    return absl::DeadlineExceededError("the deadline passed before computing");
+    // Worded as gRPC words its own expiry, so that a client sees one message
+    // whichever side noticed first.
+    return absl::DeadlineExceededError(
+        "Deadline Exceeded before computing; nothing was computed");
   }
   return ticket;
 }
