@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The GPU checks, on a GPU machine, from the repository root and a bundle made
-# by scripts/gpu-bundle.sh.  Two phases, so that a short device lease can run
-# them as two calls (or rerun one):
+# by scripts/gpu-bundle.sh.  Two phases, so that a GPU machine held for a few
+# minutes can run them as two runs (or rerun one):
 #   tests  the CUDA/CPU parity suite, the auto backend under load and after
 #          fork, the server on the GPU (every preset and dtype against the
 #          CPU server, routing under 32 clients, a drain with GPU calls in
