@@ -28,7 +28,7 @@ ARG JOBS=
 ARG BUILD_PACKAGES="g++ make ninja-build pkg-config ca-certificates \
   python3-venv libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev \
   protobuf-compiler libabsl-dev prometheus-cpp-dev libsleef-dev \
-  libspdlog-dev libfmt-dev nlohmann-json3-dev libcpp-httplib-dev"
+  libspdlog-dev libfmt-dev nlohmann-json3-dev libboost-dev"
 
 # ---- cpu -------------------------------------------------------------------
 

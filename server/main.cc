@@ -47,6 +47,21 @@ ABSL_FLAG(std::string, http_address, "",
           "default) disables REST. TLS and tokens as for gRPC");
 ABSL_FLAG(std::string, http_port_file, "",
           "write the bound REST port to this file once serving");
+ABSL_FLAG(int, http_max_connections, temb::AppOptions().http_max_connections,
+          "REST connections open at once; more are closed as soon as they "
+          "are accepted");
+ABSL_FLAG(int, http_max_header_bytes, temb::AppOptions().http_max_header_bytes,
+          "largest REST request header (request line and fields); beyond it "
+          "431 and the connection is closed");
+ABSL_FLAG(absl::Duration, http_header_timeout,
+          temb::AppOptions().http_header_timeout,
+          "time a REST connection has, from its start or its previous answer, "
+          "to send a whole request header; idle keep-alive connections close "
+          "then too");
+ABSL_FLAG(absl::Duration, http_body_timeout,
+          temb::AppOptions().http_body_timeout,
+          "time a REST request body has to arrive once its header has, and a "
+          "response to be taken by the client");
 ABSL_FLAG(std::string, log_level, "info",
           "trace | debug | info | warn | error");
 ABSL_FLAG(std::string, log_format, "text", "text (key=value) | json");
@@ -142,6 +157,10 @@ int main(int argc, char** argv) {
   options.admission.max_queued_bytes = absl::GetFlag(FLAGS_max_queued_bytes);
   options.grpc_memory_quota_bytes = absl::GetFlag(FLAGS_grpc_memory_quota);
   options.shm_max_regions = absl::GetFlag(FLAGS_shm_max_regions);
+  options.http_max_connections = absl::GetFlag(FLAGS_http_max_connections);
+  options.http_max_header_bytes = absl::GetFlag(FLAGS_http_max_header_bytes);
+  options.http_header_timeout = absl::GetFlag(FLAGS_http_header_timeout);
+  options.http_body_timeout = absl::GetFlag(FLAGS_http_body_timeout);
   options.on_backend_failure = *on_backend_failure;
   options.tls = {absl::GetFlag(FLAGS_tls_cert), absl::GetFlag(FLAGS_tls_key),
                  absl::GetFlag(FLAGS_tls_client_ca)};

@@ -45,6 +45,11 @@ namespace {
 constexpr int kMaxCpuThreads = 1024;
 // The longest drain: beyond any termination grace an orchestrator grants.
 constexpr absl::Duration kMaxDrainGrace = absl::Hours(24);
+// The REST port's limits: a header must hold a request line and a bearer
+// token; beyond these a flag is more likely a typo than a need.
+constexpr int kMaxHttpConnections = 1 << 20;
+constexpr int kMinHttpHeaderBytes = 1024;
+constexpr int kMaxHttpHeaderBytes = 1 << 20;
 // Below this gRPC cannot keep a few connections and their buffers.
 constexpr int64_t kMinMemoryQuotaBytes = int64_t{16} << 20;
 
@@ -123,6 +128,27 @@ absl::Status ValidateAppOptions(const AppOptions& options) {
     return Invalid("shm_max_regions",
                    absl::StrCat("must be >= 0 (0: no registration), got ",
                                 options.shm_max_regions));
+  }
+  if (options.http_max_connections < 1 ||
+      options.http_max_connections > kMaxHttpConnections) {
+    return Invalid("http_max_connections",
+                   absl::StrCat("must be from 1 to ", kMaxHttpConnections,
+                                ", got ", options.http_max_connections));
+  }
+  if (options.http_max_header_bytes < kMinHttpHeaderBytes ||
+      options.http_max_header_bytes > kMaxHttpHeaderBytes) {
+    return Invalid("http_max_header_bytes",
+                   absl::StrCat("must be from ", kMinHttpHeaderBytes, " to ",
+                                kMaxHttpHeaderBytes, ", got ",
+                                options.http_max_header_bytes));
+  }
+  for (const auto& [flag, timeout] :
+       {std::pair{"http_header_timeout", options.http_header_timeout},
+        std::pair{"http_body_timeout", options.http_body_timeout}}) {
+    if (timeout < absl::Milliseconds(100) || timeout > absl::Hours(1)) {
+      return Invalid(flag, absl::StrCat("must be from 100ms to 1h, got ",
+                                        absl::FormatDuration(timeout)));
+    }
   }
   const int64_t min_quota = std::max<int64_t>(
       kMinMemoryQuotaBytes, int64_t{4} * MaxReceiveMessageBytes(limits));
@@ -264,7 +290,11 @@ absl::StatusOr<std::unique_ptr<App>> App::Start(
     http_options.tls_cert_file = options.tls.cert_file;
     http_options.tls_key_file = options.tls.key_file;
     http_options.tls_client_ca_file = options.tls.client_ca_file;
-    http_options.max_body_bytes = rest::MaxRequestBodyBytes(limits);
+    http_options.max_connections = options.http_max_connections;
+    http_options.max_header_bytes =
+        static_cast<uint32_t>(options.http_max_header_bytes);
+    http_options.header_timeout = options.http_header_timeout;
+    http_options.body_timeout = options.http_body_timeout;
     ASSIGN_OR_RETURN(app->http_,
                      rest::HttpServer::Start(http_options, app->rest_.get()));
   }
@@ -303,6 +333,7 @@ absl::StatusOr<std::unique_ptr<App>> App::Start(
        {"max_inflight", options.admission.max_inflight},
        {"max_queued_bytes", options.admission.max_queued_bytes},
        {"shm_max_regions", options.shm_max_regions},
+       {"http_max_connections", options.http_max_connections},
        {"tls", options.tls.cert_file.empty()
                    ? "off"
                    : (options.tls.client_ca_file.empty() ? "tls" : "mtls")},
@@ -333,8 +364,8 @@ void App::Shutdown() {
              {{"idle", idle},
               {"inflight", admission_->inflight()},
               {"grace_left_seconds", absl::ToDoubleSeconds(left)}});
-    // REST answers being sent finish; idle keep-alive connections may hold
-    // this for up to their 5 s timeout, so gRPC gets what is left after.
+    // REST answers being sent finish and idle connections are closed at
+    // once; gRPC gets what is left of the grace after.
     if (http_ != nullptr) http_->Stop();
     server_->Shutdown(std::max(deadline - absl::Now(), absl::ZeroDuration()));
     LogEvent(LogLevel::kInfo, "stopped");

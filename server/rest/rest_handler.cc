@@ -40,14 +40,8 @@ void SetError(const absl::Status& status, HttpResponse* response) {
   }
 }
 
-// A probe's answer: 200 or `failure`, empty bodies (as Triton), except for
-// authentication errors, which say why.
-void SetProbe(const absl::Status& auth, bool ok, int failure,
-              HttpResponse* response) {
-  if (!auth.ok()) {
-    SetError(auth, response);
-    return;
-  }
+// A probe's answer: 200 or `failure`, with an empty body (as Triton).
+void SetProbe(bool ok, int failure, HttpResponse* response) {
   response->status = ok ? 200 : failure;
   response->content_type = "text/plain";
   response->body.clear();
@@ -83,6 +77,42 @@ absl::Status CheckContentEncoding(const HttpRequest& request) {
   return absl::InvalidArgumentError(
       absl::StrCat("Content-Encoding \"", request.content_encoding,
                    "\" is not supported: send the body uncompressed"));
+}
+
+// /v2/models/{m}[/versions/{v}][/{action}]
+struct ModelRoute {
+  std::string model;
+  std::string version;
+  std::string action;  // "", "ready", "config", "stats" or "infer"
+};
+
+std::optional<ModelRoute> ParseModelPath(absl::string_view path) {
+  if (!absl::ConsumePrefix(&path, "/v2/models/")) return std::nullopt;
+  const std::vector<std::string> parts = absl::StrSplit(path, '/');
+  ModelRoute route;
+  route.model = parts[0];
+  if (route.model.empty()) return std::nullopt;
+  size_t next = 1;
+  if (parts.size() >= 3 && parts[1] == "versions") {
+    route.version = parts[2];
+    if (route.version.empty()) return std::nullopt;
+    next = 3;
+  }
+  if (parts.size() == next + 1) {
+    route.action = parts[next];
+    const bool known = route.action == "ready" || route.action == "config" ||
+                       route.action == "stats" || route.action == "infer";
+    if (!known) return std::nullopt;
+  } else if (parts.size() > next) {
+    return std::nullopt;
+  }
+  return route;
+}
+
+bool IsInfer(const HttpRequest& request) {
+  if (request.method != "POST") return false;
+  const std::optional<ModelRoute> route = ParseModelPath(request.path);
+  return route.has_value() && route->action == "infer";
 }
 
 }  // namespace
@@ -154,24 +184,72 @@ absl::Status RestHandler::Authenticate(const HttpRequest& request) const {
   return status;
 }
 
-absl::Status RestHandler::Enter(const HttpRequest& request) const {
-  if (absl::Status status = Authenticate(request); !status.ok()) return status;
-  return admission_->CheckServing();
+absl::Status RestHandler::Enter() const { return admission_->CheckServing(); }
+
+std::optional<BodyPermit> RestHandler::Accept(
+    const HttpRequest& head, std::optional<uint64_t> content_length,
+    HttpResponse* refusal) const {
+  absl::Status status = Authenticate(head);
+  const bool body = !content_length.has_value() || *content_length > 0;
+  if (status.ok() && body) status = CheckContentEncoding(head);
+  const bool infer = IsInfer(head);
+  const uint64_t limit = static_cast<uint64_t>(
+      infer ? MaxRequestBodyBytes(core_.limits()) : kMaxControlBodyBytes);
+  if (status.ok() && content_length.value_or(0) > limit) {
+    SetJson(413,
+            ErrorJson(absl::StrCat("the request body (", *content_length,
+                                   " bytes) is larger than this endpoint's "
+                                   "limit (",
+                                   limit, " bytes)")),
+            refusal);
+    return std::nullopt;
+  }
+  AdmissionTicket ticket;
+  if (status.ok() && infer) {
+    // As on gRPC: admission (draining, overload) before any work on the
+    // body, and the body's bytes held from before they are read.
+    absl::StatusOr<AdmissionTicket> admitted =
+        admission_->Admit(static_cast<int64_t>(content_length.value_or(limit)),
+                          absl::InfiniteFuture());
+    if (admitted.ok()) {
+      ticket = *std::move(admitted);
+    } else {
+      status = admitted.status();
+    }
+  }
+  if (!status.ok()) {
+    if (infer) {
+      // Counted, logged and in the statistics like any failed call.
+      RequestTimer timer(observer_, kInferMethod);
+      kserve::InferStatsTimer stats(statistics_);
+      stats.Finish(status, ParseModelPath(head.path)->model, 0);
+      timer.Finish(status, 0, 0, "");
+    }
+    SetError(status, refusal);
+    return std::nullopt;
+  }
+  return BodyPermit(std::move(ticket), limit);
 }
 
 void RestHandler::Handle(const HttpRequest& request,
+                         HttpResponse* response) const {
+  std::optional<BodyPermit> permit =
+      Accept(request, request.body.size(), response);
+  if (permit.has_value()) Handle(request, *std::move(permit), response);
+}
+
+void RestHandler::Handle(const HttpRequest& request, BodyPermit permit,
                          HttpResponse* response) const {
   const absl::string_view path = request.path;
   const bool get = request.method == "GET";
   if (path == "/v2/health/live" || path == "/v2/health/ready") {
     if (!get) return SetMethodNotAllowed("GET", response);
-    const absl::Status auth = Authenticate(request);
-    if (path == "/v2/health/live") return SetProbe(auth, true, 200, response);
-    return SetProbe(auth, admission_->serving(), 503, response);
+    return SetProbe(path == "/v2/health/live" || admission_->serving(), 503,
+                    response);
   }
   if (path == "/v2" || path == "/v2/") {
     if (!get) return SetMethodNotAllowed("GET", response);
-    if (absl::Status status = Enter(request); !status.ok()) {
+    if (absl::Status status = Enter(); !status.ok()) {
       return SetError(status, response);
     }
     inference::ServerMetadataResponse metadata;
@@ -182,32 +260,11 @@ void RestHandler::Handle(const HttpRequest& request,
   if (SharedMemoryEndpoint(request, response)) return;
   if (path == "/v2/models/stats") {
     if (!get) return SetMethodNotAllowed("GET", response);
-    return Statistics(request, "", "", response);
+    return Statistics("", "", response);
   }
-  // /v2/models/{m}[/versions/{v}][/{action}]
-  constexpr absl::string_view kModels = "/v2/models/";
-  if (absl::StartsWith(path, kModels)) {
-    const std::vector<std::string> parts =
-        absl::StrSplit(path.substr(kModels.size()), '/');
-    std::string version;
-    std::string action;
-    bool valid = !parts[0].empty();
-    size_t next = 1;
-    if (valid && parts.size() >= 3 && parts[1] == "versions") {
-      version = parts[2];
-      valid = !version.empty();
-      next = 3;
-    }
-    if (valid && parts.size() == next + 1) {
-      action = parts[next];
-      valid = action == "ready" || action == "config" || action == "stats" ||
-              action == "infer";
-    } else if (parts.size() > next) {
-      valid = false;
-    }
-    if (valid) {
-      return ModelEndpoint(request, parts[0], version, action, response);
-    }
+  if (const std::optional<ModelRoute> route = ParseModelPath(path)) {
+    return ModelEndpoint(request, std::move(permit), route->model,
+                         route->version, route->action, response);
   }
   SetJson(404,
           ErrorJson(absl::StrCat("no endpoint ", request.method, " ", path,
@@ -217,7 +274,7 @@ void RestHandler::Handle(const HttpRequest& request,
           response);
 }
 
-void RestHandler::ModelEndpoint(const HttpRequest& request,
+void RestHandler::ModelEndpoint(const HttpRequest& request, BodyPermit permit,
                                 const std::string& model,
                                 const std::string& version,
                                 const std::string& action,
@@ -226,21 +283,18 @@ void RestHandler::ModelEndpoint(const HttpRequest& request,
     if (request.method != "POST") {
       return SetMethodNotAllowed("POST", response);
     }
-    return Infer(request, model, version, response);
+    return Infer(request, std::move(permit), model, version, response);
   }
   if (request.method != "GET") return SetMethodNotAllowed("GET", response);
-  if (action == "stats") return Statistics(request, model, version, response);
+  if (action == "stats") return Statistics(model, version, response);
   if (action == "ready") {
     // Unknown models are not ready: 404 says why; draining: 503.
-    const absl::Status auth = Authenticate(request);
-    if (auth.ok()) {
-      absl::StatusOr<const Preset*> found =
-          kserve::FindModel(core_.presets(), model, version);
-      if (!found.ok()) return SetError(found.status(), response);
-    }
-    return SetProbe(auth, admission_->serving(), 503, response);
+    absl::StatusOr<const Preset*> found =
+        kserve::FindModel(core_.presets(), model, version);
+    if (!found.ok()) return SetError(found.status(), response);
+    return SetProbe(admission_->serving(), 503, response);
   }
-  if (absl::Status status = Enter(request); !status.ok()) {
+  if (absl::Status status = Enter(); !status.ok()) {
     return SetError(status, response);
   }
   absl::StatusOr<const Preset*> found =
@@ -256,11 +310,10 @@ void RestHandler::ModelEndpoint(const HttpRequest& request,
   SetJson(200, MessageToJson(metadata), response);
 }
 
-void RestHandler::Statistics(const HttpRequest& request,
-                             const std::string& model,
+void RestHandler::Statistics(const std::string& model,
                              const std::string& version,
                              HttpResponse* response) const {
-  if (absl::Status status = Enter(request); !status.ok()) {
+  if (absl::Status status = Enter(); !status.ok()) {
     return SetError(status, response);
   }
   if (statistics_ == nullptr) {
@@ -278,17 +331,17 @@ void RestHandler::Statistics(const HttpRequest& request,
 absl::StatusOr<EncodedInferResponse> RestHandler::Answer(
     const HttpRequest& request, const std::string& model,
     const std::string& version, InferredCall* call) const {
-  // As on gRPC: authentication, then admission (draining, overload) before
-  // any work on the body.
-  RETURN_IF_ERROR(Authenticate(request));
-  ASSIGN_OR_RETURN(call->ticket,
-                   admission_->Admit(static_cast<int64_t>(request.body.size()),
-                                     absl::InfiniteFuture()));
+  // Authenticated and admitted by Accept, before the body was read.
   call->stats.Lap(kserve::InferPhase::kQueue);
-  RETURN_IF_ERROR(CheckContentEncoding(request));
   ASSIGN_OR_RETURN(const std::optional<uint64_t> json_length,
                    JsonLength(request));
-  ASSIGN_OR_RETURN(InferBody body, ParseInferBody(request.body, json_length));
+  // What the body costs once parsed is held like its bytes.
+  AdmissionTicket& ticket = call->ticket;
+  ASSIGN_OR_RETURN(
+      InferBody body,
+      ParseInferBody(request.body, json_length, [&ticket](int64_t bytes) {
+        return ticket.Reserve(bytes);
+      }));
   body.request.set_model_name(model);
   body.request.set_model_version(version);
   call->id = body.request.id();
@@ -303,11 +356,12 @@ absl::StatusOr<EncodedInferResponse> RestHandler::Answer(
   return EncodeInferResponse(body, &answer);
 }
 
-void RestHandler::Infer(const HttpRequest& request, const std::string& model,
-                        const std::string& version,
+void RestHandler::Infer(const HttpRequest& request, BodyPermit permit,
+                        const std::string& model, const std::string& version,
                         HttpResponse* response) const {
   RequestTimer timer(observer_, kInferMethod);
   InferredCall call(statistics_);
+  call.ticket = std::move(permit.ticket_);
   absl::StatusOr<EncodedInferResponse> encoded =
       Answer(request, model, version, &call);
   call.stats.Lap(kserve::InferPhase::kComputeOutput);
@@ -448,7 +502,7 @@ bool RestHandler::SharedMemoryEndpoint(const HttpRequest& request,
 
 absl::StatusOr<std::string> RestHandler::SharedMemoryAnswer(
     const HttpRequest& request, const SharedMemoryRoute& route) const {
-  RETURN_IF_ERROR(Enter(request));
+  RETURN_IF_ERROR(Enter());
   if (route.cuda) {
     // No CUDA region is ever registered.
     if (route.action == "register") {

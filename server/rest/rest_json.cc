@@ -195,14 +195,6 @@ absl::StatusOr<std::string> StringMember(const json& object, const char* key,
   return value->get<std::string>();
 }
 
-void Flatten(const json& data, std::vector<const json*>* out) {
-  if (data.is_array()) {
-    for (const json& element : data) Flatten(element, out);
-  } else {
-    out->push_back(&data);
-  }
-}
-
 template <typename Int>
 absl::StatusOr<Int> IntegerElement(const json& value, absl::string_view field) {
   if (!value.is_number_integer()) return Invalid(field, "must be an integer");
@@ -291,13 +283,12 @@ absl::Status AppendElement(TensorType type, const json& value,
   return absl::InternalError("no JSON form for this datatype");
 }
 
-// JSON "data" of one input into the typed contents of its datatype.
-absl::Status DataFromJson(const json& data, const std::string& datatype,
-                          int64_t count, absl::string_view field,
+// The elements of one input's "data" (flattened while parsing) into the
+// typed contents of its datatype.
+absl::Status DataFromJson(const std::vector<json>& elements,
+                          const std::string& datatype, int64_t count,
+                          absl::string_view field, ReserveParseBytes reserve,
                           InferTensorContents* contents) {
-  if (!data.is_array()) {
-    return Invalid(field, "must be an array (nested arrays are flattened)");
-  }
   const std::optional<TensorType> type = ParseTensorType(datatype);
   if (!type.has_value()) {
     return absl::InvalidArgumentError(
@@ -308,15 +299,26 @@ absl::Status DataFromJson(const json& data, const std::string& datatype,
         field, ": ", datatype,
         " tensors travel only as binary data (parameters.binary_data_size)"));
   }
-  std::vector<const json*> elements;
-  Flatten(data, &elements);
   if (static_cast<int64_t>(elements.size()) != count) {
     return absl::InvalidArgumentError(
         absl::StrCat(field, " has ", elements.size(),
                      " elements, but the input's shape needs ", count));
   }
+  // Typed contents take at most 8 bytes an element, twice while a repeated
+  // field grows, and their raw copy (next to binary inputs) 8 more; a
+  // string is copied twice more with its header.
+  int64_t bytes = static_cast<int64_t>(elements.size()) * 24;
+  if (type == TensorType::kBytes) {
+    for (const json& element : elements) {
+      if (element.is_string()) {
+        bytes += 2 * (32 + static_cast<int64_t>(
+                               element.get_ref<const std::string&>().size()));
+      }
+    }
+  }
+  RETURN_IF_ERROR(reserve(bytes));
   for (size_t i = 0; i < elements.size(); ++i) {
-    RETURN_IF_ERROR(AppendElement(*type, *elements[i],
+    RETURN_IF_ERROR(AppendElement(*type, elements[i],
                                   absl::StrCat(field, "[", i, "]"), contents));
   }
   return absl::OkStatus();
@@ -485,8 +487,168 @@ std::string ErrorJson(absl::string_view message) {
   return Dump(json{{"error", std::string(message)}});
 }
 
+namespace {
+
+// Follows the nlohmann parser's events through an infer body: keeps the
+// elements of each inputs[i].data out of the document, flat (a nested
+// [[x], [x]] would otherwise hold an array per row, tens of bytes for each
+// few bytes of text), refuses nesting deeper than kMaxJsonDepth (every
+// later walk of a document recurses per level), and asks `reserve` for
+// what the document and the elements will hold, in steps, before they hold
+// it.
+class InferBodyParse {
+ public:
+  explicit InferBodyParse(ReserveParseBytes reserve) : reserve_(reserve) {}
+
+  // Why the parse was stopped: thrown out of the parser's callback.
+  struct Stop {
+    absl::Status status;
+  };
+
+  // The parser's callback; false drops the value from the document.
+  bool OnEvent(json::parse_event_t event, json& parsed) {
+    using Event = json::parse_event_t;
+    switch (event) {
+      case Event::object_start:
+      case Event::array_start:
+        return Open(event == Event::array_start);
+      case Event::key:
+        frames_.back().key = KeyOf(parsed.get_ref<const std::string&>());
+        Charge(kKeyBytes + parsed.get_ref<const std::string&>().size());
+        return true;
+      case Event::value:
+        Charge(kValueBytes + (parsed.is_string()
+                                  ? parsed.get_ref<const std::string&>().size()
+                                  : 0));
+        if (InData()) {
+          data_[input_].elements.push_back(std::move(parsed));
+          return false;
+        }
+        return true;
+      case Event::object_end:
+      case Event::array_end: {
+        const Kind kind = frames_.back().kind;
+        frames_.pop_back();
+        // Rows inside "data" are emptied as they are parsed; drop them.
+        return kind != Kind::kDataRow;
+      }
+    }
+    return true;
+  }
+
+  // Reserves what was charged since the last step.
+  absl::Status Settle() {
+    const int64_t bytes = charged_;
+    charged_ = 0;
+    return bytes > 0 ? reserve_(bytes) : absl::OkStatus();
+  }
+
+  // The flattened elements of inputs[i].data; nullptr when it had none.
+  const std::vector<json>* Data(size_t i) const {
+    return i < data_.size() && data_[i].present ? &data_[i].elements : nullptr;
+  }
+  void Release(size_t i) {
+    if (i < data_.size()) std::vector<json>().swap(data_[i].elements);
+  }
+
+ private:
+  // A generous estimate of the heap a parsed node takes with its
+  // allocator overhead and its slot in the parent: an array or object, a
+  // key (a map node), a scalar or a string's header.
+  static constexpr int64_t kContainerBytes = 128;
+  static constexpr int64_t kKeyBytes = 96;
+  static constexpr int64_t kValueBytes = 48;
+  static constexpr int64_t kStepBytes = int64_t{64} << 10;
+
+  enum class Key { kOther, kInputs, kData };
+  enum class Kind { kObject, kArray, kInputs, kInput, kData, kDataRow };
+  struct Frame {
+    Kind kind;
+    Key key = Key::kOther;  // objects: the key whose value comes next
+  };
+  struct InputData {
+    bool present = false;
+    std::vector<json> elements;
+  };
+
+  static Key KeyOf(const std::string& key) {
+    if (key == "inputs") return Key::kInputs;
+    if (key == "data") return Key::kData;
+    return Key::kOther;
+  }
+
+  bool InData() const {
+    return !frames_.empty() && (frames_.back().kind == Kind::kData ||
+                                frames_.back().kind == Kind::kDataRow);
+  }
+
+  bool Open(bool array) {
+    if (frames_.size() >= static_cast<size_t>(kMaxJsonDepth)) {
+      throw Stop{absl::InvalidArgumentError(
+          absl::StrCat("the request body's JSON nests deeper than ",
+                       kMaxJsonDepth, " levels"))};
+    }
+    Kind kind = array ? Kind::kArray : Kind::kObject;
+    const Frame* parent = frames_.empty() ? nullptr : &frames_.back();
+    if (InData()) {
+      if (!array) {
+        throw Stop{absl::InvalidArgumentError(
+            absl::StrCat("inputs[", input_,
+                         "].data: elements must be numbers, booleans or "
+                         "strings (nested arrays are flattened), not "
+                         "objects"))};
+      }
+      kind = Kind::kDataRow;
+    } else if (parent != nullptr && parent->kind == Kind::kInputs && !array) {
+      kind = Kind::kInput;
+      input_ = data_.size();
+      data_.emplace_back();
+    } else if (array && parent != nullptr && frames_.size() == 1 &&
+               parent->key == Key::kInputs) {
+      kind = Kind::kInputs;
+    } else if (array && parent != nullptr && parent->kind == Kind::kInput &&
+               parent->key == Key::kData) {
+      if (data_[input_].present) {
+        throw Stop{absl::InvalidArgumentError(
+            absl::StrCat("inputs[", input_, "] has \"data\" twice"))};
+      }
+      data_[input_].present = true;
+      kind = Kind::kData;
+    }
+    frames_.push_back(Frame{kind});
+    // A row inside "data" is dropped, emptied, as it closes: only the
+    // elements it held stay (charged as they are parsed).
+    if (kind != Kind::kDataRow) Charge(kContainerBytes);
+    return true;
+  }
+
+  void Charge(int64_t bytes) {
+    charged_ += bytes;
+    if (charged_ >= kStepBytes) {
+      if (absl::Status status = Settle(); !status.ok()) {
+        throw Stop{std::move(status)};
+      }
+    }
+  }
+
+  ReserveParseBytes reserve_;
+  std::vector<Frame> frames_;
+  std::vector<InputData> data_;
+  size_t input_ = 0;
+  int64_t charged_ = 0;
+};
+
+}  // namespace
+
 absl::StatusOr<InferBody> ParseInferBody(absl::string_view body,
                                          std::optional<uint64_t> json_length) {
+  return ParseInferBody(body, json_length,
+                        [](int64_t) { return absl::OkStatus(); });
+}
+
+absl::StatusOr<InferBody> ParseInferBody(absl::string_view body,
+                                         std::optional<uint64_t> json_length,
+                                         ReserveParseBytes reserve) {
   if (json_length.has_value() && *json_length > body.size()) {
     return absl::InvalidArgumentError(
         absl::StrCat("Inference-Header-Content-Length (", *json_length,
@@ -497,25 +659,17 @@ absl::StatusOr<InferBody> ParseInferBody(absl::string_view body,
   absl::string_view binary =
       json_length.has_value() ? body.substr(*json_length) : absl::string_view();
 
+  // The lexer holds a copy of the longest token while it reads it.
+  RETURN_IF_ERROR(reserve(static_cast<int64_t>(header.size())));
+  InferBodyParse parse(reserve);
   json root;
-  // Refused while parsing: every later walk of the document (flattening
-  // "data", the dump of a value in an error message) recurses per level.
-  struct TooDeep {};
-  const json::parser_callback_t depth_limit = [](int depth,
-                                                 json::parse_event_t event,
-                                                 json&) {
-    if (depth > kMaxJsonDepth && (event == json::parse_event_t::array_start ||
-                                  event == json::parse_event_t::object_start)) {
-      throw TooDeep();
-    }
-    return true;
-  };
   try {
-    root = json::parse(header.begin(), header.end(), depth_limit);
-  } catch (const TooDeep&) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("the request body's JSON nests deeper than ",
-                     kMaxJsonDepth, " levels"));
+    root = json::parse(header.begin(), header.end(),
+                       [&parse](int, json::parse_event_t event, json& parsed) {
+                         return parse.OnEvent(event, parsed);
+                       });
+  } catch (const InferBodyParse::Stop& stop) {
+    return stop.status;
   } catch (const json::exception& e) {
     return absl::InvalidArgumentError(absl::StrCat(
         "malformed JSON in the request body: ", e.what(),
@@ -524,6 +678,7 @@ absl::StatusOr<InferBody> ParseInferBody(absl::string_view body,
             : " (binary tensor data needs the Inference-Header-Content-Length "
               "header)"));
   }
+  RETURN_IF_ERROR(parse.Settle());
   if (!root.is_object()) {
     return absl::InvalidArgumentError("the request body must be a JSON object");
   }
@@ -608,9 +763,16 @@ absl::StatusOr<InferBody> ParseInferBody(absl::string_view body,
       }
       any_binary = true;
     } else if (data != nullptr) {
-      RETURN_IF_ERROR(DataFromJson(*data, tensor->datatype(), count,
-                                   field + ".data",
+      // An array's elements were kept aside, flat, while parsing.
+      const std::vector<json>* elements = parse.Data(i);
+      if (!data->is_array() || elements == nullptr) {
+        return Invalid(field + ".data",
+                       "must be an array (nested arrays are flattened)");
+      }
+      RETURN_IF_ERROR(DataFromJson(*elements, tensor->datatype(), count,
+                                   field + ".data", reserve,
                                    tensor->mutable_contents()));
+      parse.Release(i);
     } else if (tensor->parameters().count("shared_memory_region") == 0) {
       return Invalid(field,
                      "needs \"data\", parameters.binary_data_size or "
@@ -641,6 +803,9 @@ absl::StatusOr<InferBody> ParseInferBody(absl::string_view body,
               "header)"));
   }
   if (any_binary) {
+    // Binary inputs are copied out of the body (JSON ones' raw copies were
+    // reserved with their typed contents).
+    RETURN_IF_ERROR(reserve(static_cast<int64_t>(binary.size())));
     for (int i = 0; i < request.inputs_size(); ++i) {
       auto* tensor = request.mutable_inputs(i);
       if (binary_sizes[i].has_value()) {

@@ -70,6 +70,11 @@ struct AppOptions {
   // System shared memory regions clients may register at once (each holds
   // one descriptor).
   int64_t shm_max_regions = 64;
+  // The REST port's connection limits (rest::HttpServerOptions).
+  int http_max_connections = 1024;
+  int http_max_header_bytes = 16 << 10;
+  absl::Duration http_header_timeout = absl::Seconds(10);
+  absl::Duration http_body_timeout = absl::Seconds(30);
 };
 
 class App {

@@ -1,9 +1,13 @@
-// HttpServer: the HTTP/1.1 listener in front of a RestHandler (cpp-httplib;
-// docs/kserve.md has the measurements and why not civetweb).  Keep-alive
-// connections, a pool of `threads` workers (an open connection holds one
-// until it idles for keep_alive_ms), TCP_NODELAY, request bodies up to
-// max_body_bytes (413 beyond), compressed bodies refused (400), TLS 1.2+ and
-// mutual TLS from the same PEM files as the gRPC port.
+// HttpServer: the HTTP/1.1 listener in front of a RestHandler, on
+// Boost.Beast and Asio (docs/kserve.md says why).  Connections are served
+// asynchronously by a pool of `threads` threads, so a connection costs a
+// buffer, never a thread, while its client is slow; requests on one
+// connection (pipelined or not) are answered in order.  Every limit is
+// enforced before anything beyond it is buffered: header bytes and fields,
+// the body limit RestHandler::Accept gives for every framing
+// (Content-Length, chunked), the time a client may take to send a header
+// and a body, and the number of open connections.  TLS 1.2+ and mutual TLS
+// from the same PEM files as the gRPC port.
 #ifndef TEMB_REST_HTTP_SERVER_H_
 #define TEMB_REST_HTTP_SERVER_H_
 
@@ -12,6 +16,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
 #include "temb/rest/rest_handler.h"
 
 namespace temb::rest {
@@ -26,14 +31,22 @@ struct HttpServerOptions {
   std::string tls_cert_file;
   std::string tls_key_file;
   std::string tls_client_ca_file;
-  // Connections served at once (each holds a worker while open).  More
-  // wait for a free worker.
+  // Threads serving connections and running the handler; each handles
+  // one request at a time.
   int threads = 64;
-  // Largest request body; larger ones get 413 unread.
-  int64_t max_body_bytes = int64_t{64} << 20;
-  // An idle keep-alive connection is closed after this long (whole
-  // seconds; Stop() may wait this long for idle connections).
-  int keep_alive_ms = 5000;
+  // Connections open at once; more are closed as soon as they are accepted.
+  int max_connections = 1024;
+  // Bytes of a request's header (request line and fields) and its number
+  // of fields: beyond either, 431 and the connection is closed.
+  uint32_t max_header_bytes = 16 << 10;
+  int max_header_fields = 100;
+  // From a connection's start (its TLS handshake included) or the end of
+  // its previous answer to a whole request header: an idle keep-alive
+  // connection, or a client sending its header slowly, is closed then.
+  absl::Duration header_timeout = absl::Seconds(10);
+  // For a request's body to arrive once its header has, and for a response
+  // to be taken by the client.
+  absl::Duration body_timeout = absl::Seconds(30);
 };
 
 class HttpServer {
@@ -48,8 +61,9 @@ class HttpServer {
 
   int port() const { return port_; }
 
-  // Closes the listener and waits for the requests being answered.
-  // Idempotent.
+  // Closes the listener and the idle connections, lets the requests being
+  // answered finish (their responses are sent, then their connections
+  // closed) and returns when every connection is gone.  Idempotent.
   void Stop();
 
   struct Impl;

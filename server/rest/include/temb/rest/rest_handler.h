@@ -48,7 +48,8 @@
 
 namespace temb::rest {
 
-// What the handler needs of an HTTP request; the adapter fills it.
+// What the handler needs of an HTTP request; the adapter fills it (the
+// header fields before the body is read, see RestHandler::Accept).
 struct HttpRequest {
   std::string method;            // "GET", "POST", ...
   std::string path;              // percent-decoded, without the query string
@@ -87,6 +88,30 @@ int HttpStatusFor(const absl::Status& status);
 // the header (ids, parameters).  Larger bodies are refused unread (413).
 int64_t MaxRequestBodyBytes(const Limits& limits);
 
+// The largest body of any other request: a shared-memory registration
+// ({"key", "offset", "byte_size"}, a key of at most 256 bytes) needs less
+// than 1 KiB; other endpoints take no body.
+inline constexpr int64_t kMaxControlBodyBytes = 4096;
+
+// Leave to read a request's body, given by RestHandler::Accept once the
+// header has arrived: at most max_body_bytes() of it, and for an inference
+// call the admission holding those bytes (and, later, what the request
+// costs once parsed and its response) until the answer is sent.
+class BodyPermit {
+ public:
+  BodyPermit(BodyPermit&&) = default;
+  BodyPermit& operator=(BodyPermit&&) = default;
+  uint64_t max_body_bytes() const { return max_body_bytes_; }
+
+ private:
+  friend class RestHandler;
+  BodyPermit(AdmissionTicket ticket, uint64_t max_body_bytes)
+      : ticket_(std::move(ticket)), max_body_bytes_(max_body_bytes) {}
+
+  AdmissionTicket ticket_;
+  uint64_t max_body_bytes_ = 0;
+};
+
 // A shared-memory endpoint: /v2/{system,cuda}sharedmemory/
 // [region/{name}/]{status|register|unregister}.
 struct SharedMemoryRoute {
@@ -105,18 +130,31 @@ class RestHandler {
               kserve::InferenceStatistics* statistics,
               kserve::SharedMemoryRegistry* shared_memory = nullptr);
 
-  // Thread-safe.
+  // Once a request's header has arrived (`head` without its body) and
+  // before any of the body is read: authentication (every endpoint, health
+  // included, when tokens are on), Content-Encoding, the endpoint's body
+  // limit against `content_length` (nullopt: chunked, length unknown), and
+  // for an inference call admission of the body's bytes (the limit's, when
+  // chunked).  nullopt: `refusal` is the answer (401, 400, 413, 429, 503),
+  // to send without reading the body.  Thread-safe.
+  std::optional<BodyPermit> Accept(const HttpRequest& head,
+                                   std::optional<uint64_t> content_length,
+                                   HttpResponse* refusal) const;
+  // The whole request, its body read under `permit`.  Thread-safe.
+  void Handle(const HttpRequest& request, BodyPermit permit,
+              HttpResponse* response) const;
+  // Accept, then Handle: for a request already whole (tests, tools).
   void Handle(const HttpRequest& request, HttpResponse* response) const;
 
  private:
   absl::Status Authenticate(const HttpRequest& request) const;
-  // Authenticate, then UNAVAILABLE unless serving (calls that compute
-  // nothing: metadata, config, statistics).
-  absl::Status Enter(const HttpRequest& request) const;
+  // UNAVAILABLE unless serving (calls that compute nothing: metadata,
+  // config, statistics).  Authentication was Accept's.
+  absl::Status Enter() const;
 
-  void ModelEndpoint(const HttpRequest& request, const std::string& model,
-                     const std::string& version, const std::string& action,
-                     HttpResponse* response) const;
+  void ModelEndpoint(const HttpRequest& request, BodyPermit permit,
+                     const std::string& model, const std::string& version,
+                     const std::string& action, HttpResponse* response) const;
   // An infer call's state while it is answered: its admission, its
   // statistics, and what the request logs need.
   struct InferredCall {
@@ -127,15 +165,16 @@ class RestHandler {
     std::string id;     // the request's
     int64_t batch = 0;  // timesteps answered
   };
-  void Infer(const HttpRequest& request, const std::string& model,
-             const std::string& version, HttpResponse* response) const;
+  void Infer(const HttpRequest& request, BodyPermit permit,
+             const std::string& model, const std::string& version,
+             HttpResponse* response) const;
   // Parse, the KServe inference path gRPC uses too, encode.
   absl::StatusOr<EncodedInferResponse> Answer(const HttpRequest& request,
                                               const std::string& model,
                                               const std::string& version,
                                               InferredCall* call) const;
-  void Statistics(const HttpRequest& request, const std::string& model,
-                  const std::string& version, HttpResponse* response) const;
+  void Statistics(const std::string& model, const std::string& version,
+                  HttpResponse* response) const;
   // /v2/{system,cuda}sharedmemory/...; false when `path` is none of them.
   bool SharedMemoryEndpoint(const HttpRequest& request,
                             HttpResponse* response) const;

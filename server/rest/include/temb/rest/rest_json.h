@@ -22,6 +22,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
@@ -56,11 +57,26 @@ struct InferBody {
 // included.  A KServe body needs 4 levels plus the rank of a "data" array.
 inline constexpr int kMaxJsonDepth = 32;
 
+// Asked for the memory a parse is about to hold beyond the body itself, a
+// step at a time, before it holds it; a non-OK answer stops the parse with
+// that status.  (The REST frontend reserves it from the request's
+// admission, so a body that parses into many times its size is bounded by
+// max_queued_bytes like its bytes are.)
+using ReserveParseBytes = absl::FunctionRef<absl::Status(int64_t bytes)>;
+
 // `body` is the whole HTTP body; `json_length` the value of the
 // Inference-Header-Content-Length header (nullopt: all of `body` is JSON).
 // INVALID_ARGUMENT naming the field, e.g. "inputs[0].data has 3 elements,
 // but shape [2, 1] needs 2", or "malformed JSON ...", or for JSON nested
-// deeper than kMaxJsonDepth.
+// deeper than kMaxJsonDepth; whatever `reserve` answers when it refuses.
+// The elements of each "data" array are kept flat while parsing (a nested
+// [[x], [x], ...] costs no more than [x, x, ...]), and what the parse holds
+// (document, elements, typed contents, raw copies) is asked of `reserve`
+// before it is allocated, by a conservative estimate.
+absl::StatusOr<InferBody> ParseInferBody(absl::string_view body,
+                                         std::optional<uint64_t> json_length,
+                                         ReserveParseBytes reserve);
+// Without a memory budget (tests, tools).
 absl::StatusOr<InferBody> ParseInferBody(absl::string_view body,
                                          std::optional<uint64_t> json_length);
 
