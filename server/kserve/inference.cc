@@ -1,5 +1,6 @@
 #include "temb/kserve/inference.h"
 
+#include <algorithm>
 #include <vector>
 
 #include "temb/kserve/kserve_convert.h"
@@ -21,8 +22,11 @@ absl::Status RunInference(const EmbedService& core,
   // same Infer.
   inference::ModelInferRequest resolved = request;
   std::vector<SharedMemoryOutput> targets;
-  absl::Status status =
-      PrepareSharedMemory(*shared_memory, &resolved, &targets);
+  // No valid input is wider than max_batch 8-byte timesteps.
+  const uint64_t max_input_bytes =
+      static_cast<uint64_t>(std::max<int64_t>(core.limits().max_batch, 0)) * 8;
+  absl::Status status = PrepareSharedMemory(*shared_memory, max_input_bytes,
+                                            ticket, &resolved, &targets);
   if (status.ok()) status = Infer(core, resolved, response, ticket);
   if (status.ok()) status = FinishSharedMemory(targets, response);
   return status;

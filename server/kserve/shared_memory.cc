@@ -305,6 +305,8 @@ bool UsesSharedMemory(const inference::ModelInferRequest& request) {
 }
 
 absl::Status PrepareSharedMemory(const SharedMemoryRegistry& registry,
+                                 uint64_t max_input_bytes,
+                                 AdmissionTicket* ticket,
                                  inference::ModelInferRequest* request,
                                  std::vector<SharedMemoryOutput>* outputs) {
   outputs->clear();
@@ -327,6 +329,16 @@ absl::Status PrepareSharedMemory(const SharedMemoryRegistry& registry,
       // Checked before anything is read: a small tensor naming a large
       // region must not cost a large copy.
       RETURN_IF_ERROR(CheckInputBytes(*input, placement.byte_size, field));
+      if (placement.byte_size > max_input_bytes) {
+        return absl::ResourceExhaustedError(absl::StrCat(
+            field, "parameters[\"", kByteSize, "\"] is ", placement.byte_size,
+            " bytes; the largest input this server takes is ", max_input_bytes,
+            " (max_batch 8-byte timesteps)"));
+      }
+      if (ticket != nullptr) {
+        RETURN_IF_ERROR(
+            ticket->Reserve(static_cast<int64_t>(placement.byte_size)));
+      }
       ASSIGN_OR_RETURN(
           std::string bytes,
           placement.region->Read(placement.offset, placement.byte_size));

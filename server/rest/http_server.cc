@@ -13,12 +13,12 @@
 
 #include <atomic>
 #include <boost/asio/dispatch.hpp>
+#include <boost/asio/executor_work_guard.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/ssl/context.hpp>
 #include <boost/asio/steady_timer.hpp>
-#include <boost/asio/strand.hpp>
 #include <boost/asio/write.hpp>
 #include <boost/beast/core/error.hpp>
 #include <boost/beast/core/flat_buffer.hpp>
@@ -257,11 +257,15 @@ class Stoppable {
 
 struct HttpServer::Impl {
   Impl(const HttpServerOptions& options, const RestHandler* handler)
-      : options(options),
-        handler(handler),
-        io(std::max(1, options.threads)),
-        acceptor(asio::make_strand(io)),
-        retry_accept(acceptor.get_executor()) {}
+      : options(options), handler(handler) {
+    for (int i = 0; i < std::max(1, options.threads); ++i) {
+      // Concurrency hint 1: each context is run by one thread.
+      contexts.push_back(std::make_unique<asio::io_context>(1));
+      keep_running.emplace_back(contexts.back()->get_executor());
+    }
+    acceptor.emplace(*contexts.front());
+    retry_accept.emplace(*contexts.front());
+  }
 
   void Accept();
   void OnAccepted(tcp::socket socket);
@@ -279,18 +283,26 @@ struct HttpServer::Impl {
   std::mutex mu;
   std::unordered_map<Stoppable*, std::weak_ptr<Stoppable>> connections;
   std::optional<asio::ssl::context> tls;
-  asio::io_context io;
-  tcp::acceptor acceptor;
-  asio::steady_timer retry_accept;
+  // One io context per thread, connections dealt out in turn: all of a
+  // connection's steps run on its context's one thread, with no handoff
+  // between threads (one context shared by every thread measured up to 2x
+  // slower per request), and a handler computing blocks only the
+  // connections of its own thread.
+  std::vector<std::unique_ptr<asio::io_context>> contexts;
+  std::vector<asio::executor_work_guard<asio::io_context::executor_type>>
+      keep_running;         // a context without connections waits for one
+  size_t next_context = 0;  // the acceptor's thread only
+  std::optional<tcp::acceptor> acceptor;
+  std::optional<asio::steady_timer> retry_accept;
   std::vector<std::thread> threads;
 };
 
 namespace {
 
 // One client connection, plaintext (beast::tcp_stream) or TLS
-// (beast::ssl_stream over it).  Every step runs on the connection's strand;
-// a step that waits on the client runs under the stream's deadline, whose
-// expiry closes the socket.
+// (beast::ssl_stream over it).  Every step runs on the one thread of the
+// connection's io context; a step that waits on the client runs under the
+// stream's deadline, whose expiry closes the socket.
 template <typename Stream>
 class Connection final
     : public Stoppable,
@@ -543,20 +555,21 @@ class Connection final
 }  // namespace
 
 void HttpServer::Impl::Accept() {
-  acceptor.async_accept(
-      asio::make_strand(io), [this](error_code ec, tcp::socket socket) {
-        if (stopping || ec == asio::error::operation_aborted) return;
-        if (ec) {
-          // Out of descriptors, say: try again shortly rather than spin.
-          retry_accept.expires_after(std::chrono::milliseconds(50));
-          retry_accept.async_wait([this](error_code wait) {
-            if (!wait && !stopping) Accept();
-          });
-          return;
-        }
-        OnAccepted(std::move(socket));
-        Accept();
+  asio::io_context& context = *contexts[next_context];
+  next_context = (next_context + 1) % contexts.size();
+  acceptor->async_accept(context, [this](error_code ec, tcp::socket socket) {
+    if (stopping || ec == asio::error::operation_aborted) return;
+    if (ec) {
+      // Out of descriptors, say: try again shortly rather than spin.
+      retry_accept->expires_after(std::chrono::milliseconds(50));
+      retry_accept->async_wait([this](error_code wait) {
+        if (!wait && !stopping) Accept();
       });
+      return;
+    }
+    OnAccepted(std::move(socket));
+    Accept();
+  });
 }
 
 void HttpServer::Impl::OnAccepted(tcp::socket socket) {
@@ -599,10 +612,10 @@ void HttpServer::Impl::Untrack(Stoppable* connection) {
 void HttpServer::Impl::Stop() {
   std::call_once(stopped, [this] {
     stopping = true;
-    asio::post(acceptor.get_executor(), [this] {
+    asio::post(acceptor->get_executor(), [this] {
       error_code ignored;
-      acceptor.close(ignored);
-      retry_accept.cancel();
+      acceptor->close(ignored);
+      retry_accept->cancel();
     });
     std::vector<std::shared_ptr<Stoppable>> open;
     {
@@ -614,6 +627,7 @@ void HttpServer::Impl::Stop() {
     for (const auto& connection : open) connection->RequestStop();
     open.clear();
     // The threads return once every connection is gone.
+    for (auto& guard : keep_running) guard.reset();
     for (std::thread& thread : threads) thread.join();
   });
 }
@@ -682,7 +696,7 @@ absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(
                      "\" is not an IP address (give one, e.g. 0.0.0.0)"));
   }
   const tcp::endpoint endpoint(ip, static_cast<unsigned short>(port));
-  tcp::acceptor& acceptor = impl->acceptor;
+  tcp::acceptor& acceptor = *impl->acceptor;
   // SO_REUSEADDR (restarts reuse a port in TIME_WAIT), but not
   // SO_REUSEPORT: a second server on a busy port must fail, as gRPC does.
   acceptor.open(endpoint.protocol(), ec);
@@ -696,7 +710,8 @@ absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(
   const int bound = acceptor.local_endpoint().port();
   impl->Accept();
   for (int i = 0; i < std::max(1, options.threads); ++i) {
-    impl->threads.emplace_back([raw = impl.get()] { raw->io.run(); });
+    impl->threads.emplace_back(
+        [context = impl->contexts[i].get()] { context->run(); });
   }
   return std::unique_ptr<HttpServer>(new HttpServer(std::move(impl), bound));
 }

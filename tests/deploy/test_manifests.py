@@ -385,6 +385,16 @@ def test_memory_limit_holds_the_documented_bound(rendered, server_flags,
             "without MALLOC_ARENA_MAX the kept heap grows with the cores"
         bound = (IDLE_SERVER_BYTES + 3 * quota + 2 * queued
                  + int(env["MALLOC_ARENA_MAX"]) * MALLOC_ARENA_BYTES)
+        if flags.get("http_address"):
+            # The REST port's connections: C x (H + 32 KiB), H + 128 KiB
+            # with HTTPS, and 64 threads' unsettled parse estimates.
+            connections = int(flags.get(
+                "http_max_connections", server_flags["http_max_connections"]))
+            header = int(flags.get("http_max_header_bytes",
+                                   server_flags["http_max_header_bytes"]))
+            per_connection = header + (
+                (128 << 10) if flags.get("tls_cert") else (32 << 10))
+            bound += connections * per_connection + 64 * (64 << 10)
         limits = container["resources"]["limits"]
         if "nvidia.com/gpu" in limits:
             bound += PINNED_POOL_BYTES + CUDA_RUNTIME_ALLOWANCE_BYTES

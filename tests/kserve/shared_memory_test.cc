@@ -21,6 +21,9 @@ namespace {
 
 using ::testing::HasSubstr;
 
+// max_batch 65536 8-byte timesteps, the default server's largest input.
+constexpr uint64_t kMaxInputBytes = uint64_t{65536} * 8;
+
 // A POSIX shared memory object of `bytes` bytes, unlinked at the end.
 class SharedObject {
  public:
@@ -65,7 +68,8 @@ TEST(SharedMemoryTest, AnObjectTruncatedByItsOwnerIsAnErrorNotAFault) {
 
   inference::ModelInferRequest request = InputInRegion("in", 4, 16);
   std::vector<SharedMemoryOutput> outputs;
-  const absl::Status read = PrepareSharedMemory(registry, &request, &outputs);
+  const absl::Status read = PrepareSharedMemory(registry, kMaxInputBytes,
+                                                nullptr, &request, &outputs);
   EXPECT_EQ(read.code(), absl::StatusCode::kFailedPrecondition) << read;
   EXPECT_THAT(read.message(), HasSubstr("truncated"));
 
@@ -99,13 +103,48 @@ TEST(SharedMemoryTest, AnInputsByteSizeIsCheckedBeforeAnythingIsRead) {
   // A [1, 1] FP32 input takes 4 bytes, not the region's 64 MiB.
   inference::ModelInferRequest request = InputInRegion("big", 1, 64 << 20);
   std::vector<SharedMemoryOutput> outputs;
-  const absl::Status status = PrepareSharedMemory(registry, &request, &outputs);
+  const absl::Status status = PrepareSharedMemory(registry, kMaxInputBytes,
+                                                  nullptr, &request, &outputs);
   EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(status.message(),
               HasSubstr("inputs[0].parameters[\"shared_memory_byte_size\"] is "
                         "67108864, but the input's shape and datatype take 4 "
                         "bytes"));
   EXPECT_EQ(request.raw_input_contents_size(), 0);
+}
+
+TEST(SharedMemoryTest, AnInputIsBoundedAndHeldInAdmissionBeforeItIsRead) {
+  SharedObject object(64 << 20);
+  SharedMemoryRegistry registry;
+  ASSERT_TRUE(registry.Register("big", object.key(), 0, 64 << 20).ok());
+  // Shape and byte size agree, but no valid request is this wide.
+  inference::ModelInferRequest wide =
+      InputInRegion("big", (64 << 20) / 4, 64 << 20);
+  std::vector<SharedMemoryOutput> outputs;
+  const absl::Status status =
+      PrepareSharedMemory(registry, kMaxInputBytes, nullptr, &wide, &outputs);
+  EXPECT_EQ(status.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(status.message(), HasSubstr("the largest input this server "
+                                          "takes is 524288"));
+  EXPECT_EQ(wide.raw_input_contents_size(), 0);
+
+  // Within it, the bytes are reserved from the request's admission first.
+  AdmissionLimits limits;
+  limits.max_queued_bytes = 1000;
+  AdmissionController admission(limits);
+  absl::StatusOr<AdmissionTicket> ticket =
+      admission.Admit(100, absl::InfiniteFuture());
+  ASSERT_TRUE(ticket.ok());
+  inference::ModelInferRequest held = InputInRegion("big", 512, 2048);
+  const absl::Status over =
+      PrepareSharedMemory(registry, kMaxInputBytes, &*ticket, &held, &outputs);
+  EXPECT_TRUE(IsOverloaded(over)) << over;
+  EXPECT_EQ(held.raw_input_contents_size(), 0);
+  inference::ModelInferRequest fits = InputInRegion("big", 200, 800);
+  EXPECT_TRUE(
+      PrepareSharedMemory(registry, kMaxInputBytes, &*ticket, &fits, &outputs)
+          .ok());
+  EXPECT_EQ(admission.held_bytes(), 900);
 }
 
 TEST(SharedMemoryTest, RegistrationsAreBoundedInNumberAndNameLength) {

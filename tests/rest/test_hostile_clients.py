@@ -118,10 +118,10 @@ def arena_env(monkeypatch):
 
 
 def memory_bound(quota, queued, arenas, connections, header_bytes):
-    """docs/operations.md, above the idle server: 3Q + 2B + A x 64 MiB +
-    C x (H + 64 KiB) + 64 threads x 64 KiB (estimates not yet settled)."""
+    """docs/operations.md, above the idle server (plaintext REST):
+    3Q + 2B + A x 64 MiB + C x (H + 32 KiB) + 64 threads x 64 KiB."""
     return (3 * quota + 2 * queued + arenas * 64 * MiB +
-            connections * (header_bytes + 64 * KiB) + 64 * 64 * KiB)
+            connections * (header_bytes + 32 * KiB) + 64 * 64 * KiB)
 
 
 # ---- the process dies (1-4) -------------------------------------------------
@@ -363,6 +363,15 @@ def test_8_shared_memory_input_size_is_checked_before_any_copy(server):
         for status, _, body in results:
             assert status == 400, body
             assert "shared_memory_byte_size" in error_of(body)
+        # A shape that does take the whole region is wider than any valid
+        # input (max_batch 8-byte timesteps): refused before the read too.
+        wide = json.loads(request)
+        wide["inputs"][0].update(shape=[size // 8, 1], datatype="FP64")
+        status, _, body = curl(server.url + "/v2/models/sd15/infer",
+                               method="POST", data=json.dumps(wide).encode())
+        assert status == 400, body
+        assert "the largest input this server takes is 524288" in \
+            error_of(body)
         assert peak_rss(server) - base < 64 * MiB  # the old server: +1.5 GiB
     finally:
         curl(server.url + f"/v2/systemsharedmemory/region/b-{tag}/unregister",

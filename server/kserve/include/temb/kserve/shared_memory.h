@@ -26,6 +26,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "inference/grpc_service.pb.h"
+#include "temb/core/admission.h"
 
 namespace temb::kserve {
 
@@ -125,8 +126,14 @@ struct SharedMemoryOutput {
 // outputs into `outputs`.  A request without shared memory parameters is
 // left alone and `outputs` stays empty.  INVALID_ARGUMENT naming the field
 // (unknown region, range beyond the region, a byte size that is not a
-// non-negative int64, shared memory next to typed contents).
+// non-negative int64, shared memory next to typed contents).  Before an
+// input is read: its byte size must be what its shape and datatype take
+// and at most `max_input_bytes` (RESOURCE_EXHAUSTED naming it), and its
+// bytes are reserved from `ticket` (may be null), so that what regions
+// hand in is held like message bytes.
 absl::Status PrepareSharedMemory(const SharedMemoryRegistry& registry,
+                                 uint64_t max_input_bytes,
+                                 AdmissionTicket* ticket,
                                  inference::ModelInferRequest* request,
                                  std::vector<SharedMemoryOutput>* outputs);
 
