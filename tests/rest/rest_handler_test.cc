@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <cstring>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -270,6 +271,92 @@ TEST_F(RestHandlerTest, LimitsAre400AndOverload429) {
   EXPECT_EQ(overloaded.status, 429);
   EXPECT_THAT(Json(overloaded)["error"].get<std::string>(),
               HasSubstr("max_queued_bytes"));
+}
+
+TEST_F(RestHandlerTest, AcceptDecidesOnTheHeaderBeforeTheBodyIsRead) {
+  HttpRequest head;
+  head.method = "POST";
+  head.path = "/v2/models/sd15/infer";
+  HttpResponse refusal;
+  // max_batch 64: 64 x 32 bytes + 64 KiB for an inference body.
+  const uint64_t limit = 64 * 32 + (64 << 10);
+  std::optional<BodyPermit> permit = handler_->Accept(head, 1000, &refusal);
+  ASSERT_TRUE(permit.has_value());
+  EXPECT_EQ(permit->max_body_bytes(), limit);
+  // The declared length is held from now on; a chunked body holds the
+  // limit.
+  EXPECT_EQ(admission_->held_bytes(), 1000);
+  EXPECT_EQ(admission_->inflight(), 1);
+  permit.reset();
+  EXPECT_EQ(admission_->held_bytes(), 0);
+  permit = handler_->Accept(head, std::nullopt, &refusal);
+  ASSERT_TRUE(permit.has_value());
+  EXPECT_EQ(admission_->held_bytes(), static_cast<int64_t>(limit));
+  permit.reset();
+
+  // Over the limit: 413, nothing admitted.
+  EXPECT_FALSE(handler_->Accept(head, limit + 1, &refusal).has_value());
+  EXPECT_EQ(refusal.status, 413);
+  EXPECT_THAT(Json(refusal)["error"].get<std::string>(),
+              HasSubstr("larger than this endpoint's limit (67584 bytes)"));
+  EXPECT_EQ(admission_->inflight(), 0);
+
+  // Other endpoints take small bodies and admit nothing.
+  head.path = "/v2/systemsharedmemory/region/r/register";
+  permit = handler_->Accept(head, 100, &refusal);
+  ASSERT_TRUE(permit.has_value());
+  EXPECT_EQ(permit->max_body_bytes(), uint64_t{kMaxControlBodyBytes});
+  EXPECT_EQ(admission_->inflight(), 0);
+  EXPECT_FALSE(
+      handler_->Accept(head, kMaxControlBodyBytes + 1, &refusal).has_value());
+  EXPECT_EQ(refusal.status, 413);
+
+  // A compressed body is refused before it is read.
+  head.path = "/v2/models/sd15/infer";
+  head.content_encoding = "gzip";
+  EXPECT_FALSE(handler_->Accept(head, 10, &refusal).has_value());
+  EXPECT_EQ(refusal.status, 400);
+  EXPECT_EQ(admission_->inflight(), 0);
+
+  // Without a token, 401 for every endpoint, body unread.
+  auto tokens = TokenVerifier::FromTokens({"secret"});
+  ASSERT_TRUE(tokens.ok());
+  Build(AdmissionLimits{}, &*tokens);
+  head.content_encoding.clear();
+  EXPECT_FALSE(handler_->Accept(head, std::nullopt, &refusal).has_value());
+  EXPECT_EQ(refusal.status, 401);
+  EXPECT_EQ(admission_->inflight(), 0);
+  head.authorization = "Bearer secret";
+  EXPECT_TRUE(handler_->Accept(head, 10, &refusal).has_value());
+}
+
+TEST_F(RestHandlerTest, WhatABodyCostsOnceParsedIsHeldInAdmission) {
+  // 4,000 rows of [1]: 16 KB of text, several times that once parsed.
+  std::string rows;
+  for (int i = 0; i < 4000; ++i) rows += i == 0 ? "[1]" : ",[1]";
+  const std::string body = absl::StrCat(
+      R"({"inputs": [{"name": "TIMESTEP", "shape": [4000, 1],
+          "datatype": "FP32", "data": [)",
+      rows, "]}]}");
+  int64_t reserved = 0;
+  absl::StatusOr<InferBody> parsed =
+      ParseInferBody(body, std::nullopt, [&reserved](int64_t bytes) {
+        reserved += bytes;
+        return absl::OkStatus();
+      });
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  EXPECT_EQ(parsed->request.inputs(0).contents().fp32_contents_size(), 4000);
+  // The lexer's copy, 48 bytes an element kept aside and 24 for its typed
+  // and raw copies, at least.
+  EXPECT_GE(reserved, static_cast<int64_t>(body.size()) + 4000 * (48 + 24));
+
+  // A budget smaller than that refuses the parse with its own answer.
+  Build(AdmissionLimits{0, static_cast<int64_t>(body.size()) + 4096}, nullptr);
+  const HttpResponse refused = Call("POST", "/v2/models/sd15/infer", body);
+  EXPECT_EQ(refused.status, 429);
+  EXPECT_THAT(Json(refused)["error"].get<std::string>(),
+              HasSubstr("max_queued_bytes"));
+  EXPECT_EQ(admission_->held_bytes(), 0);
 }
 
 TEST_F(RestHandlerTest, DrainingIs503AndNotReady) {
