@@ -295,6 +295,10 @@ absl::StatusOr<std::unique_ptr<App>> App::Start(
         static_cast<uint32_t>(options.http_max_header_bytes);
     http_options.header_timeout = options.http_header_timeout;
     http_options.body_timeout = options.http_body_timeout;
+    http_options.on_error = [](absl::string_view what) {
+      LogEvent(LogLevel::kError, "http_connection_failed",
+               {{"error", std::string(what)}});
+    };
     ASSIGN_OR_RETURN(app->http_,
                      rest::HttpServer::Start(http_options, app->rest_.get()));
   }

@@ -30,6 +30,7 @@
 #include <boost/beast/http/status.hpp>
 #include <boost/beast/ssl/ssl_stream.hpp>
 #include <chrono>
+#include <exception>
 #include <limits>
 #include <memory>
 #include <mutex>
@@ -510,6 +511,11 @@ class Connection final
   void Close() {
     if (closing_) return;
     closing_ = true;
+    // What the request held (its admission above all) goes now, not when
+    // the lingering close ends.
+    permit_.reset();
+    response_ = HttpResponse();
+    parser_.reset();
     Lowest().expires_after(std::chrono::seconds(2));
     if constexpr (kTls) {
       stream_.async_shutdown(
@@ -711,7 +717,19 @@ absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(
   impl->Accept();
   for (int i = 0; i < std::max(1, options.threads); ++i) {
     impl->threads.emplace_back(
-        [context = impl->contexts[i].get()] { context->run(); });
+        [raw = impl.get(), context = impl->contexts[i].get()] {
+          // An exception out of a handler (bad_alloc, say) unwinds through
+          // run(): the connection it came from is dropped with the handler
+          // that owned it, and the thread goes back to serving the others.
+          for (;;) {
+            try {
+              context->run();
+              return;
+            } catch (const std::exception& e) {
+              if (raw->options.on_error) raw->options.on_error(e.what());
+            }
+          }
+        });
   }
   return std::unique_ptr<HttpServer>(new HttpServer(std::move(impl), bound));
 }

@@ -12,10 +12,12 @@
 #define TEMB_REST_HTTP_SERVER_H_
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "temb/rest/rest_handler.h"
 
@@ -47,6 +49,9 @@ struct HttpServerOptions {
   // For a request's body to arrive once its header has, and for a response
   // to be taken by the client.
   absl::Duration body_timeout = absl::Seconds(30);
+  // Told of an exception that escaped a connection's handling (the
+  // connection is dropped, the thread goes on serving); may be empty.
+  std::function<void(absl::string_view what)> on_error;
 };
 
 class HttpServer {
