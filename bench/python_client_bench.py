@@ -146,7 +146,7 @@ def main():
     args = parser.parse_args()
     try:
         import torch  # pylint: disable=import-outside-toplevel
-        import temb.torch  # pylint: disable=import-outside-toplevel
+        import temb.torch as temb_torch  # pylint: disable=import-outside-toplevel
     except ImportError:
         if not args.installed:
             raise
@@ -168,7 +168,7 @@ def main():
                             lambda c=client: c.embed(t, preset="sdxl"),
                             args.seconds)
                         if transport == "native" and torch is not None:
-                            module = temb.torch.Timesteps(
+                            module = temb_torch.Timesteps(
                                 320, True, 0.0, client=client)
                             row["timesteps_module"] = python_p50_us(
                                 lambda m=module: m(tt), args.seconds)
@@ -181,7 +181,7 @@ def main():
                         lambda c=client: c.embed(t, preset="sdxl"),
                         args.seconds)
                     if torch is not None:
-                        module = temb.torch.Timesteps(320, True, 0.0,
+                        module = temb_torch.Timesteps(320, True, 0.0,
                                                       client=client)
                         row["unix_timesteps_module"] = python_p50_us(
                             lambda m=module: m(tt), args.seconds)
