@@ -19,10 +19,14 @@ In each round, one after the other:
 The ratios are Python p50 / C++ p50 of the same round and socket kind; the
 report gives the medians over rounds.  Goal: native within 1.3x.
 
-Usage: bench/python_client_bench.py [--rounds 5] [--seconds 3]
+Usage: bench/python_client_bench.py [--rounds 5] [--seconds 3] [--installed]
     (from a checkout after building; TEMB_BIN_DIR=<build>/bin when the build
      directory is not ./build)
-Prints one JSON object.
+    --installed: measure the temb package installed in the running
+    interpreter (e.g. a virtualenv's python after `pip install
+    ./client/python`) instead of client/python and <build>/python; the
+    temb.torch rows are left out where torch is not installed.
+Prints one JSON object, with the machine, commit and date it ran on.
 """
 import argparse
 import asyncio
@@ -37,9 +41,13 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 BIN = Path(os.environ.get("TEMB_BIN_DIR", REPO / "build" / "bin"))
-sys.path.insert(0, str(REPO / "client" / "python"))
+# Decided before `import temb`: which temb package is measured.
+INSTALLED = "--installed" in sys.argv[1:]
+if not INSTALLED:
+    sys.path.insert(0, str(REPO / "client" / "python"))
+    os.environ.setdefault("TEMB_LOCAL_EXTENSION_DIR",
+                          str(BIN.parent / "python"))
 sys.path.insert(0, str(REPO / "tests" / "pylib"))
-os.environ.setdefault("TEMB_LOCAL_EXTENSION_DIR", str(BIN.parent / "python"))
 
 import numpy as np  # noqa: E402
 
@@ -114,19 +122,41 @@ def cpp_p50_us(target, seconds):
     return json.loads(out)["latency_us"]["p50"]
 
 
+def environment():
+    """Where and what was measured."""
+    cpu = next((line.split(":", 1)[1].strip()
+                for line in Path("/proc/cpuinfo").read_text().splitlines()
+                if line.startswith("model name")), "unknown")
+    commit = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short",
+                             "HEAD"], capture_output=True, text=True,
+                            check=False).stdout.strip()
+    from temb import _transport  # pylint: disable=import-outside-toplevel
+    return {"cpu": cpu, "cores": os.cpu_count(), "commit": commit,
+            "date": time.strftime("%Y-%m-%d %H:%M %Z"),
+            "python": sys.executable, "temb": temb.__file__,
+            "transport_extension": _transport._extension().__file__}
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--seconds", type=float, default=3.0)
+    parser.add_argument("--installed", action="store_true",
+                        help="measure the installed temb package")
     args = parser.parse_args()
-    import torch  # pylint: disable=import-outside-toplevel
-    import temb.torch  # pylint: disable=import-outside-toplevel
+    try:
+        import torch  # pylint: disable=import-outside-toplevel
+        import temb.torch as temb_torch  # pylint: disable=import-outside-toplevel
+    except ImportError:
+        if not args.installed:
+            raise
+        torch = None
     with tempfile.TemporaryDirectory() as tmp:
         server = TembServer(BIN / "temb-server", Path(tmp), "--backend=cpu")
         unix = UnixServer(tmp)
         try:
             t = np.array([500.0], np.float32)
-            tt = torch.tensor([500.0])
+            tt = None if torch is None else torch.tensor([500.0])
             rounds = []
             for _ in range(args.rounds):
                 row = {"cpp": cpp_p50_us(server.target, args.seconds)}
@@ -137,8 +167,8 @@ def main():
                         row[transport] = python_p50_us(
                             lambda c=client: c.embed(t, preset="sdxl"),
                             args.seconds)
-                        if transport == "native":
-                            module = temb.torch.Timesteps(
+                        if transport == "native" and torch is not None:
+                            module = temb_torch.Timesteps(
                                 320, True, 0.0, client=client)
                             row["timesteps_module"] = python_p50_us(
                                 lambda m=module: m(tt), args.seconds)
@@ -150,21 +180,24 @@ def main():
                     row["unix_native"] = python_p50_us(
                         lambda c=client: c.embed(t, preset="sdxl"),
                         args.seconds)
-                    module = temb.torch.Timesteps(320, True, 0.0,
-                                                  client=client)
-                    row["unix_timesteps_module"] = python_p50_us(
-                        lambda m=module: m(tt), args.seconds)
+                    if torch is not None:
+                        module = temb_torch.Timesteps(320, True, 0.0,
+                                                      client=client)
+                        row["unix_timesteps_module"] = python_p50_us(
+                            lambda m=module: m(tt), args.seconds)
                 rounds.append(row)
         finally:
             server.stop(timeout=15)
             unix.stop()
-    result = {"rounds": rounds, "medians_us": {}, "ratio_to_cpp": {}}
+    result = {"environment": environment(), "rounds": rounds,
+              "medians_us": {}, "ratio_to_cpp": {}, "ratio_per_round": {}}
     for key in rounds[0]:
         result["medians_us"][key] = statistics.median(r[key] for r in rounds)
         if key not in ("cpp", "unix_cpp"):
             base = "unix_cpp" if key.startswith("unix_") else "cpp"
-            result["ratio_to_cpp"][key] = statistics.median(
-                r[key] / r[base] for r in rounds)
+            ratios = [r[key] / r[base] for r in rounds]
+            result["ratio_to_cpp"][key] = statistics.median(ratios)
+            result["ratio_per_round"][key] = [round(x, 3) for x in ratios]
     print(json.dumps(result, indent=1))
 
 

@@ -11,6 +11,17 @@
 # enough.
 set(TEMB_PYTHON_EXTENSIONS OFF)
 
+# The package's build backend names the interpreter the wheel is for, and
+# has pybind11 among its build requirements.
+if(TEMB_PYTHON_PACKAGE)
+  if(NOT Python_EXECUTABLE)
+    message(FATAL_ERROR "TEMB_PYTHON_PACKAGE needs Python_EXECUTABLE "
+                        "(scikit-build-core sets it: pip install ./client/python)")
+  endif()
+  set(TEMB_PYTHON "${Python_EXECUTABLE}" CACHE FILEPATH "" FORCE)
+  set(TEMB_BUILD_PYTHON_EXTENSION ON CACHE STRING "" FORCE)
+endif()
+
 # The same cache entry as tests/CMakeLists.txt (configured after this one).
 set(TEMB_PYTHON "${CMAKE_SOURCE_DIR}/.venv/bin/python" CACHE FILEPATH
     "Python interpreter with the test requirements (scripts/install-deps.sh)")

@@ -10,6 +10,7 @@ APT_PACKAGES=(
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libabsl-dev libgtest-dev libgmock-dev libbenchmark-dev prometheus-cpp-dev
   libsleef-dev libspdlog-dev libfmt-dev nlohmann-json3-dev
+  libssl-dev  # the service core's SHA-256 (also pulled in by libgrpc++-dev)
   libboost-dev  # Boost.Beast and Asio (header-only): the KServe REST frontend (server/rest)
   openssl curl procps python3 python3-venv python3-pip
   libb64-0d  # needed by the PyPI perf_analyzer binary (KServe load tests)

@@ -601,6 +601,9 @@ std::shared_ptr<PendingEmbed> Channel::EmbedAsync(
 PYBIND11_MODULE(_temb_transport, m) {
   m.doc() = "temb.Client's Embed calls through gRPC's C++ library";
   m.attr("grpc_version") = grpc_version_string();
+  // The temb version it was built from: temb._transport refuses a module
+  // left over from another version, as temb.local does with _temb_local.
+  m.attr("version") = TEMB_VERSION;
   pthread_atfork(nullptr, nullptr, temb::NoteForkInChild);
   py::class_<temb::Channel>(m, "Channel")
       .def(py::init<const std::string&, bool, const std::string&,

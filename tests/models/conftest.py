@@ -9,7 +9,7 @@ Environment (set by tests/models/CMakeLists.txt under ctest):
 The suite runs diffusers' own code (torch and diffusers from
 scripts/requirements-dev.txt) and skips as a whole where they are missing.
 Nothing is installed: the gRPC stubs are generated into the (git-ignored)
-client/python/temb/_proto by `setup.py build_proto --inplace`, as for
+client/python/temb/_proto by cmake/TembPythonStubs.cmake, as for
 tests/python.
 """
 

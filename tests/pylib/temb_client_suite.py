@@ -2,9 +2,10 @@
 a real server (tests/python, tests/models), and their session fixtures.
 
 Nothing is installed: `use_client_from_source()` generates the gRPC stubs
-into the (git-ignored) client/python/temb/_proto by `setup.py build_proto
---inplace` when they are missing or older than their sources, and puts
-client/python first on sys.path.  A conftest calls it before importing
+into the (git-ignored) client/python/temb/_proto with
+cmake/TembPythonStubs.cmake (as the package's build does) when they are
+missing or older than their sources, and puts client/python first on
+sys.path.  A conftest calls it before importing
 `temb` and imports the fixtures it uses by name.
 
 Environment (set by the suites' CMakeLists.txt under ctest):
@@ -18,7 +19,7 @@ import sys
 
 import pytest
 
-from temb_testing import REPO, TembServer
+from temb_testing import REPO, TembServer, generate_client_stubs
 
 CLIENT_DIR = pathlib.Path(
     os.environ.get("TEMB_CLIENT_DIR", REPO / "client" / "python")).resolve()
@@ -26,15 +27,7 @@ SERVER_START_SECONDS = 60
 
 
 def use_client_from_source():
-    stamp = CLIENT_DIR / "temb" / "_proto" / "__init__.py"
-    sources = [CLIENT_DIR / "setup.py", CLIENT_DIR.parents[1] / "CMakeLists.txt",
-               CLIENT_DIR.parents[1] / "proto" / "temb" / "v1" / "temb.proto"]
-    if not stamp.exists() or any(
-            s.exists() and s.stat().st_mtime > stamp.stat().st_mtime
-            for s in sources):
-        subprocess.run(
-            [sys.executable, "setup.py", "-q", "build_proto", "--inplace"],
-            cwd=CLIENT_DIR, check=True, timeout=300)
+    generate_client_stubs(CLIENT_DIR)
     sys.path.insert(0, str(CLIENT_DIR))
 
 

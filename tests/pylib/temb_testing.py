@@ -221,6 +221,22 @@ def server_factory(tmp_path_factory, binary, *default_flags, **options):
         server.kill()
 
 
+def generate_client_stubs(client_dir=REPO / "client" / "python"):
+    """The Python client's stubs, `client_dir`/temb/_proto, generated in
+    place from the server's proto by the package build's own script
+    (cmake/TembPythonStubs.cmake), when missing or older than their
+    sources; what lets tests import client/python without installing it."""
+    stamp = Path(client_dir) / "temb" / "_proto" / "__init__.py"
+    script = REPO / "cmake" / "TembPythonStubs.cmake"
+    sources = [script, REPO / "CMakeLists.txt",
+               REPO / "proto" / "temb" / "v1" / "temb.proto"]
+    if not stamp.exists() or any(
+            s.stat().st_mtime > stamp.stat().st_mtime for s in sources):
+        subprocess.run(["cmake", f"-DPYTHON={sys.executable}",
+                        f"-DPACKAGE_DIR={client_dir}", "-P", str(script)],
+                       check=True, timeout=300)
+
+
 def generate_stubs(out, *protos, proto_dir=REPO / "proto", prefix=None):
     """Generates the Python modules of `protos` (paths under `proto_dir`) into
     `out` and puts `out` first on sys.path.

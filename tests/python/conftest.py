@@ -8,7 +8,7 @@ Environment (set by tests/python/CMakeLists.txt under ctest):
   TEMB_TRANSPORT   grpcio|native: the transport of temb.Client's "auto"
 
 Nothing is installed: the gRPC stubs are generated into the (git-ignored)
-client/python/temb/_proto by `setup.py build_proto --inplace` when missing or
+client/python/temb/_proto by cmake/TembPythonStubs.cmake when missing or
 older than their sources, and client/python is put first on sys.path.
 """
 

@@ -13,6 +13,7 @@ import socket
 import subprocess
 import sys
 import threading
+import warnings
 
 import grpc
 import numpy as np
@@ -392,10 +393,36 @@ def test_native_without_the_extension_says_how_to_build_it(monkeypatch,
                                                            tmp_path, server):
     monkeypatch.setattr(_transport, "_module", None)
     monkeypatch.setenv("TEMB_LOCAL_EXTENSION_DIR", str(tmp_path))
+    monkeypatch.delenv("TEMB_TRANSPORT", raising=False)
     with pytest.raises(ImportError, match="temb_transport_ext"):
         temb.Client(server.target, transport="native")
-    with temb.Client(server.target) as c:  # "auto" falls back
+    monkeypatch.setattr(_transport, "_warned_missing", False)
+    # "auto" falls back, says why, and warns once per process.
+    with pytest.warns(RuntimeWarning, match="temb_transport_ext"):
+        with temb.Client(server.target) as c:
+            assert c.transport == "grpcio"
+            assert "temb_transport_ext" in c.transport_reason
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with temb.Client(server.target) as c:
+            assert c.transport == "grpcio"
+
+
+def test_transport_reason_says_why_grpcio_was_chosen(monkeypatch, server):
+    monkeypatch.delenv("TEMB_TRANSPORT", raising=False)
+    with temb.Client(server.target, transport="grpcio") as c:
+        assert c.transport_reason == 'transport="grpcio"'
+    monkeypatch.setenv("TEMB_TRANSPORT", "grpcio")
+    with temb.Client(server.target) as c:
+        assert c.transport_reason == "$TEMB_TRANSPORT=grpcio"
+    monkeypatch.delenv("TEMB_TRANSPORT")
+    with temb.Client(server.target,
+                     tls=grpc.local_channel_credentials()) as c:
         assert c.transport == "grpcio"
+        assert "grpc.ChannelCredentials" in c.transport_reason
+    with temb.Client(server.target) as c:
+        if c.transport == "native":
+            assert c.transport_reason is None
 
 
 # A forked child of a process that used the native transport (a data-loader

@@ -4,18 +4,16 @@ policy retries a server-sent CANCELLED only on the idempotent unary calls.
 (A file of its own: the generated stubs of the other tests would shadow the
 `temb` package.)"""
 import json
-import subprocess
 import sys
 
 import grpc
 import pytest
 
 from conftest import REPO
+from temb_testing import generate_client_stubs
 
 CLIENT_DIR = REPO / "client" / "python"
-if not (CLIENT_DIR / "temb" / "_proto" / "__init__.py").exists():
-    subprocess.run([sys.executable, "setup.py", "-q", "build_proto",
-                    "--inplace"], cwd=CLIENT_DIR, check=True, timeout=300)
+generate_client_stubs(CLIENT_DIR)
 sys.path.insert(0, str(CLIENT_DIR))
 
 import temb  # noqa: E402

@@ -16,7 +16,7 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 
 from conftest import RestServer
-from temb_testing import BIN_DIR
+from temb_testing import BIN_DIR, generate_client_stubs
 
 REPO = Path(__file__).resolve().parents[2]
 CLIENT_DIR = REPO / "client" / "python"
@@ -80,10 +80,7 @@ def test_unix_socket_serves_every_client(tmp_path):
                 "transport=sys.argv[3]); assert c.transport == sys.argv[3]; "
                 "e = c.embed([999, 250, 0], preset='sdxl'); "
                 "sys.stdout.buffer.write(np.asarray(e, '<f4').tobytes())")
-        if not (CLIENT_DIR / "temb" / "_proto" / "__init__.py").exists():
-            subprocess.run([sys.executable, "setup.py", "-q", "build_proto",
-                            "--inplace"], cwd=CLIENT_DIR, check=True,
-                           timeout=300)
+        generate_client_stubs(CLIENT_DIR)
         extensions = BIN_DIR.parent / "python"
         transports = ["grpcio"]
         if list(extensions.glob("_temb_transport*")):

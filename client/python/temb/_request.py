@@ -85,7 +85,7 @@ class ClientBase:
         """Sets up what embed calls travel on: the native channel when the
         transport and the settings allow it, and the gRPC channel's method
         for serialized requests (no serializer: bytes pass)."""
-        self._native = _transport.native_channel(
+        self._native, self._transport_reason = _transport.native_channel(
             transport, self._target, self._arguments["tls"], options,
             self._metadata)
         if self._native is not None:
@@ -99,12 +99,20 @@ class ClientBase:
         """In a forked child: embed calls move to grpcio (temb._transport);
         returns what the client held."""
         native, self._native = self._native, None
+        self._transport_reason = _transport.FORKED_REASON
         return native
 
     @property
     def transport(self) -> str:
         """"native" or "grpcio": what this client's embed calls use."""
         return "grpcio" if self._native is None else "native"
+
+    @property
+    def transport_reason(self) -> Optional[str]:
+        """Why this client's embed calls use grpcio (asked for, settings
+        only grpcio takes, no native extension: what the package's build
+        lacked), or None on the native transport."""
+        return self._transport_reason
 
     @property
     def target(self) -> str:

@@ -11,7 +11,11 @@ Two transports carry the same bytes:
 "auto" (the default) takes the native one when its extension loads and the
 client's settings can be expressed to it (TLS as True or a TlsConfig, not
 ready-made grpc.ChannelCredentials; integer or string channel options),
-else grpcio.  ``$TEMB_TRANSPORT`` overrides "auto" (grpcio or native).
+else grpcio.  ``$TEMB_TRANSPORT`` overrides "auto" (grpcio or native).  A
+client tells which it uses and why not the native one (``transport``,
+``transport_reason``); where "auto" falls back because the extension is
+missing (a package built without gRPC's C++ development files), the first
+such client of a process also warns (RuntimeWarning), once.
 
 After fork(), gRPC's C++ library is unusable in the child of a process that
 has used it (the extension says why), while grpcio's own copy of gRPC
@@ -22,12 +26,14 @@ grpcio (grpc.aio), and new clients are made with it ("native" raises).
 from __future__ import annotations
 
 import os
+import warnings
 import weakref
 from typing import Any, List, Optional, Sequence, Tuple
 
 import grpc
 
 from temb import _channel, _native
+from temb._proto import VERSION
 from temb.types import TlsConfig
 
 TRANSPORTS = ("auto", "grpcio", "native")
@@ -37,6 +43,10 @@ _EXTENSION = "_temb_transport"
 _module: Any = None
 # Set in a child forked from a process that had loaded the extension.
 _forked_from_user = False
+FORKED_REASON = ("this process was forked from one that used gRPC's C++ "
+                 "library, which does not survive fork()")
+# Whether this process has warned that "auto" fell back to grpcio.
+_warned_missing = False
 # The clients with a native channel, told when this process is a forked
 # child.
 _native_clients: "weakref.WeakSet[Any]" = weakref.WeakSet()
@@ -68,8 +78,40 @@ def track(client: Any) -> None:
 def _extension() -> Any:
     global _module
     if _module is None:
-        _module = _native.load(_EXTENSION, "temb_transport_ext")
+        module = _native.load(_EXTENSION, "temb_transport_ext")
+        built_from = getattr(module, "version", "an older version")
+        if built_from != VERSION:
+            raise ImportError(
+                f"the extension {module.__file__} was built from temb "
+                f"{built_from}, this client is {VERSION}: rebuild it")
+        _module = module
     return _module
+
+
+def _missing_reason(error: ImportError) -> str:
+    """Why the extension is not there: what the package's build recorded
+    (temb._build, written by an installed package's build), else the
+    loader's message (a checkout, or TEMB_LOCAL_EXTENSION_DIR)."""
+    try:
+        from temb import _build  # pylint: disable=import-outside-toplevel
+    except ImportError:
+        return str(error)
+    missing = getattr(_build, "NATIVE_TRANSPORT_MISSING", None)
+    if missing and os.environ.get(_native.EXTENSION_DIR_VARIABLE) is None:
+        return missing
+    return str(error)
+
+
+def _warn_missing_once(reason: str) -> None:
+    global _warned_missing
+    if _warned_missing:
+        return
+    _warned_missing = True
+    warnings.warn(
+        f"temb.Client makes its calls through grpcio, not gRPC's C++ "
+        f"library: {reason}.  transport=\"grpcio\" or "
+        f"${TRANSPORT_VARIABLE}=grpcio chooses grpcio without this warning.",
+        RuntimeWarning, stacklevel=5)
 
 
 def _pem_text(value: Any) -> bytes:
@@ -91,33 +133,36 @@ def _why_not(tls: _channel.TlsOption,
 
 def native_channel(transport: str, target: str, tls: _channel.TlsOption,
                    options: Sequence[Tuple[str, Any]],
-                   metadata: _channel.Metadata) -> Any:
-    """A ``_temb_transport.Channel`` for these settings, or None when the
-    client should use grpcio.  ``transport="native"`` raises (ImportError,
-    ValueError) where "auto" falls back."""
+                   metadata: _channel.Metadata) -> Tuple[Any, Optional[str]]:
+    """``(a _temb_transport.Channel for these settings, None)``, or
+    ``(None, why the client uses grpcio)``.  ``transport="native"`` raises
+    (ImportError, ValueError) where "auto" falls back."""
     if transport not in TRANSPORTS:
         raise ValueError(f"transport must be one of {TRANSPORTS}, got "
                          f"{transport!r}")
     if transport == "auto":
-        transport = os.environ.get(TRANSPORT_VARIABLE) or "auto"
-        if transport not in TRANSPORTS:
+        chosen = os.environ.get(TRANSPORT_VARIABLE) or "auto"
+        if chosen not in TRANSPORTS:
             raise ValueError(f"${TRANSPORT_VARIABLE} must be one of "
-                             f"{TRANSPORTS}, got {transport!r}")
+                             f"{TRANSPORTS}, got {chosen!r}")
+        if chosen == "grpcio":
+            return None, f"${TRANSPORT_VARIABLE}=grpcio"
+        transport = chosen
     if transport == "grpcio":
-        return None
-    why = ("this process was forked from one that used gRPC's C++ library, "
-           "which does not survive fork()" if _forked_from_user
-           else _why_not(tls, options))
+        return None, 'transport="grpcio"'
+    why = FORKED_REASON if _forked_from_user else _why_not(tls, options)
     if why is not None:
         if transport == "native":
             raise ValueError(f'transport="native" cannot be used: {why}')
-        return None
+        return None, why
     try:
         module = _extension()
-    except ImportError:
+    except ImportError as error:
         if transport == "native":
             raise
-        return None
+        reason = _missing_reason(error)
+        _warn_missing_once(reason)
+        return None, reason
     roots = key = chain = b""
     if isinstance(tls, TlsConfig):
         roots = _pem_text(tls.root_certificates)
@@ -126,4 +171,4 @@ def native_channel(transport: str, target: str, tls: _channel.TlsOption,
     native_options = [(name, int(value) if isinstance(value, bool) else value)
                       for name, value in options]
     return module.Channel(target, tls not in (None, False), roots, key, chain,
-                          native_options, list(metadata))
+                          native_options, list(metadata)), None

@@ -64,6 +64,7 @@ class Client(_request.ClientBase):
         (temb._transport); the parent's calls in flight are left alone."""
         held = (self._native, self._completions, self._waiting)
         self._native, self._completions, self._waiting = None, None, {}
+        self._transport_reason = _transport.FORKED_REASON
         return held
 
     def _drain(self) -> None:
