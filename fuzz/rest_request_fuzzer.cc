@@ -37,9 +37,8 @@ AdmissionController& Admission() {
 }
 
 const rest::RestHandler& Handler() {
-  static const rest::RestHandler* handler =
-      new rest::RestHandler(FuzzService(), &Admission(), nullptr, nullptr,
-                            nullptr);
+  static const rest::RestHandler* handler = new rest::RestHandler(
+      FuzzService(), &Admission(), nullptr, nullptr, nullptr);
   return *handler;
 }
 
@@ -56,14 +55,14 @@ void Run(absl::string_view data) {
   {
     rest::HttpResponse response;
     Handler().Handle(request, &response);
-    static const std::set<int> kStatuses = {200, 400, 401, 403, 404, 405,
-                                            409, 413, 429, 500, 501, 503,
-                                            504};
+    static const std::set<int> kStatuses = {200, 400, 401, 403, 404, 405, 409,
+                                            413, 429, 500, 501, 503, 504};
     TEMB_FUZZ_CHECK(kStatuses.count(response.status) > 0,
                     absl::StrCat("unexpected HTTP status ", response.status));
-    TEMB_FUZZ_CHECK(response.status != 500,
-                    absl::StrCat("internal error: ",
-                                 response.body.empty() ? "" : response.body[0]));
+    TEMB_FUZZ_CHECK(
+        response.status != 500,
+        absl::StrCat("internal error: ",
+                     response.body.empty() ? "" : response.body[0]));
     if (response.status >= 400 && !response.body.empty()) {
       const nlohmann::json error =
           nlohmann::json::parse(response.body[0], nullptr, false);
@@ -75,8 +74,7 @@ void Run(absl::string_view data) {
     TEMB_FUZZ_CHECK(Admission().held_bytes() <= kQueuedBytes,
                     "admission holds more than its limit");
   }
-  TEMB_FUZZ_CHECK(Admission().held_bytes() == 0 &&
-                      Admission().inflight() == 0,
+  TEMB_FUZZ_CHECK(Admission().held_bytes() == 0 && Admission().inflight() == 0,
                   absl::StrCat("a finished request still holds ",
                                Admission().held_bytes(), " bytes"));
 }
@@ -85,7 +83,6 @@ void Run(absl::string_view data) {
 }  // namespace temb::fuzz
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  temb::fuzz::Run(
-      absl::string_view(reinterpret_cast<const char*>(data), size));
+  temb::fuzz::Run(absl::string_view(reinterpret_cast<const char*>(data), size));
   return 0;
 }
