@@ -23,7 +23,8 @@ namespace temb {
 // The parameters of one Linear layer, borrowed: `weight` is
 // [out_features, in_features] row-major and `bias` [out_features] (or
 // empty: no bias), both little-endian elements of `dtype` (fp32, bf16 or
-// fp16).  Weights are widened to float32 on the fly; nothing is copied.
+// fp16), `weight` aligned to its element size.  Weights are widened to
+// float32 on the fly; nothing is copied.
 struct LinearParams {
   absl::Span<const uint8_t> weight;
   absl::Span<const uint8_t> bias;
@@ -38,7 +39,11 @@ struct LinearParams {
 // is stored as the float32 holding that value).  `threads` > 0 splits the
 // output features between threads; the result is the same for any count.
 // INVALID_ARGUMENT naming the field for spans whose sizes disagree with the
-// shapes, an fp64 dtype, or threads < 1.
+// shapes, a misaligned weight, an fp64 dtype, or threads < 1.
+//
+// The hot loop is compiled for AVX2 and for the baseline (GCC target
+// clones) from one source without contraction into fused multiply-adds, so
+// both run the same float32 operations and give the same bits.
 absl::Status LinearForward(const LinearParams& params,
                            absl::Span<const float> x, int64_t rows,
                            DType out_dtype, int threads, absl::Span<float> out);
