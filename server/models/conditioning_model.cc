@@ -131,6 +131,14 @@ absl::Status ConditioningModel::Plan(const Checkpoint& checkpoint) {
     ASSIGN_OR_RETURN(const int64_t factor, config.PositiveInt(field));
     width_ *= factor;
   }
+  for (const std::string& flag : family_->unsupported_flags) {
+    ASSIGN_OR_RETURN(const bool set, config.Bool(flag, false));
+    if (set) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(checkpoint.dir(), "/", kConfigFile, ": field ", flag,
+                       ": true is not supported for ", family_->name, " yet"));
+    }
+  }
   absl::Status flag_status;
   for (const InputSpec& input : family_->inputs) {
     if (!FlagHolds(config, input.when, &flag_status)) {

@@ -258,6 +258,19 @@ TEST(CheckpointTest, RefusesMalformedConfig) {
                     HasSubstr("FluxTransformer2DModel")));
 }
 
+TEST(CheckpointTest, RefusesUnsupportedVariant) {
+  TempDir dir;
+  WriteQwenCheckpoint(dir);
+  WriteText(dir.File("config.json"),
+            R"({"_class_name": "QwenImageTransformer2DModel",
+                "num_layers": 2, "num_attention_heads": 2,
+                "attention_head_dim": 4, "zero_cond_t": true})");
+  auto model = ConditioningModel::Load(dir.path(), {});
+  EXPECT_THAT(Message(model.status()),
+              AllOf(HasSubstr("config.json"), HasSubstr("field zero_cond_t"),
+                    HasSubstr("not supported")));
+}
+
 TEST(CheckpointTest, RefusesIndexPointingOutsideTheFolder) {
   TempDir dir;
   WriteQwenCheckpoint(dir);

@@ -76,6 +76,10 @@ struct FamilyDescription {
   std::string name;        // short name for messages and docs
   // config.json fields whose product is the transformer width D.
   std::vector<std::string> width_fields;
+  // Boolean config.json fields that change the computation in ways this
+  // description does not follow: a model with one of them true is refused
+  // rather than computed wrong.
+  std::vector<std::string> unsupported_flags;
   std::vector<InputSpec> inputs;
   std::vector<Op> ops;
   std::vector<OutputSpec> outputs;
