@@ -78,10 +78,10 @@ class ConditioningModel {
       const ConditioningInputs& inputs,
       const std::vector<std::string>& names) const;
 
-  struct Value;
-  struct PlannedOp;
-
  private:
+  struct Value;      // a named value's width, dtype and dependencies
+  struct PlannedOp;  // an op with its widths and checkpoint tensors
+
   ConditioningModel() = default;
   absl::Status Plan(const Checkpoint& checkpoint);
   absl::Status Run(const PlannedOp& op, int64_t rows,
