@@ -373,30 +373,38 @@ absl::StatusOr<std::vector<ConditioningOutput>> ConditioningModel::Compute(
   RETURN_IF_ERROR(take("guidance", inputs.guidance));
   RETURN_IF_ERROR(take("pooled", inputs.pooled));
 
-  // Outputs asked for, and the ops they need.
-  std::vector<const OutputSpec*> wanted;
+  // Outputs asked for, and the ops they need.  Besides the family's
+  // outputs, any computed value can be asked for by its name in the
+  // description: tests compare each op with diffusers' own module that way.
+  std::vector<OutputSpec> wanted;
   for (const OutputSpec& output : family_->outputs) {
     if (names.empty() ||
         std::find(names.begin(), names.end(), output.name) != names.end()) {
-      wanted.push_back(&output);
+      wanted.push_back(output);
     }
   }
   for (const std::string& name : names) {
-    if (std::none_of(family_->outputs.begin(), family_->outputs.end(),
-                     [&](const OutputSpec& o) { return o.name == name; })) {
+    if (std::any_of(family_->outputs.begin(), family_->outputs.end(),
+                    [&](const OutputSpec& o) { return o.name == name; })) {
+      continue;
+    }
+    const auto value = value_info_.find(name);
+    if (value == value_info_.end() || value->second.producer < 0) {
       std::vector<std::string> known;
       for (const OutputSpec& o : family_->outputs) known.push_back(o.name);
       return absl::InvalidArgumentError(
           absl::StrCat("outputs: ", Quoted(name), " is not an output of ",
-                       family_->name, " (", absl::StrJoin(known, ", "), ")"));
+                       family_->name, " (", absl::StrJoin(known, ", "),
+                       ") nor a value of its description"));
     }
+    wanted.push_back(OutputSpec{name, name, ""});
   }
   std::vector<bool> needed(ops_.size(), false);
   std::set<std::string> wanted_values;
   std::vector<std::string> stack;
-  for (const OutputSpec* output : wanted) {
-    wanted_values.insert(output->value);
-    stack.push_back(output->value);
+  for (const OutputSpec& output : wanted) {
+    wanted_values.insert(output.value);
+    stack.push_back(output.value);
   }
   while (!stack.empty()) {
     const std::string name = stack.back();
@@ -521,20 +529,20 @@ absl::StatusOr<std::vector<ConditioningOutput>> ConditioningModel::Compute(
   }
 
   std::vector<ConditioningOutput> outputs;
-  for (const OutputSpec* spec : wanted) {
-    const Value& info = value_info_.at(spec->value);
+  for (const OutputSpec& spec : wanted) {
+    const Value& info = value_info_.at(spec.value);
     ConditioningOutput output;
-    output.name = spec->name;
+    output.name = spec.name;
     output.dtype = info.dtype == ValueDType::kModel ? dtype_ : DType::kFloat32;
     output.shape = {rows};
     if (info.blocks > 0) {
       output.shape.push_back(info.blocks);
       output.shape.push_back(info.cols / info.blocks);
-    } else {
+    } else if (!info.scalar) {
       output.shape.push_back(info.cols);
     }
     std::string bytes;
-    const std::vector<float>& data = values.at(spec->value);
+    const std::vector<float>& data = values.at(spec.value);
     AppendEncoded(data.data(), static_cast<int64_t>(data.size()), output.dtype,
                   &bytes);
     output.data.assign(bytes.begin(), bytes.end());

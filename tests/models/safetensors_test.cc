@@ -360,6 +360,10 @@ TEST(ConditioningModelTest, RefusesBadInputs) {
   inputs.guidance.clear();
   EXPECT_THAT(Message((*model)->Compute(inputs, {"single_mod"}).status()),
               HasSubstr("outputs: \"single_mod\" is not an output"));
+  auto internal = (*model)->Compute(inputs, {"t_model", "temb_silu"});
+  ASSERT_TRUE(internal.ok()) << internal.status();
+  EXPECT_EQ((*internal)[0].shape, (std::vector<int64_t>{1}));
+  EXPECT_EQ((*internal)[1].shape, (std::vector<int64_t>{1, 8}));
   inputs.t.assign(kMaxConditioningRows + 1, 1.0f);
   EXPECT_EQ((*model)->Compute(inputs, {}).status().code(),
             absl::StatusCode::kResourceExhausted);

@@ -70,9 +70,11 @@ class ConditioningModel {
   const std::string& cache_key() const { return cache_key_; }
 
   // The outputs named in `names` (all of the family's when empty), each
-  // [N, W] or [N, L, W] in dtype().  INVALID_ARGUMENT naming the input and
-  // index for a non-finite value, a wrong size, a missing or unexpected
-  // input, or an unknown output name; RESOURCE_EXHAUSTED above
+  // [N, W] or [N, L, W] in dtype().  A name may also be any value the
+  // family's description computes (e.g. "t_emb"), with the dtype it is
+  // rounded to: [N] for a scalar, [N, W] otherwise.  INVALID_ARGUMENT naming
+  // the input and index for a non-finite value, a wrong size, a missing or
+  // unexpected input, or an unknown output name; RESOURCE_EXHAUSTED above
   // kMaxConditioningRows.  Thread-safe.
   absl::StatusOr<std::vector<ConditioningOutput>> Compute(
       const ConditioningInputs& inputs,
