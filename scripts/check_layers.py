@@ -81,7 +81,7 @@ ALLOWED = {
     # Leaves: nothing includes them.
     "tests": ["app", "cli", "client", "testing"],
     "bench": ["kernels", "proto"],
-    "fuzz": ["kserve_frontend", "v1_convert"],
+    "fuzz": ["kserve_frontend", "v1_convert", "models"],
 }
 
 

@@ -38,7 +38,8 @@ std::vector<FlagSpec> ConditionFlags() {
       {"pooled", FlagType::kString,
        ".npy file of float32 pooled text embeddings, [N, P] or [P]"},
       {"outputs", FlagType::kString,
-       "comma-separated outputs (default: all of the family's)"},
+       "comma-separated outputs (default: all of the family's); any value "
+       "of the family's description (server/models/families.cc) by name"},
       {"out", FlagType::kString, "the safetensors file to write"},
       {"threads", FlagType::kInt, "CPU threads (default: all cores)"},
       {"repeat", FlagType::kInt,
