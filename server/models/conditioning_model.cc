@@ -347,6 +347,10 @@ absl::StatusOr<std::vector<ConditioningOutput>> ConditioningModel::Compute(
       return absl::OkStatus();
     }
     const int64_t cols = info->second.cols;
+    if (given.empty()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          name, ": required by this ", family_->name, " model, not given"));
+    }
     if (static_cast<int64_t>(given.size()) != rows * cols &&
         static_cast<int64_t>(given.size()) != cols) {
       return absl::InvalidArgumentError(absl::StrCat(

@@ -540,3 +540,58 @@ def test_rows_are_batch_invariant(kind, saved, temb_cli, tmp_path):
         for name, values in alone.items():
             assert torch.equal(values[0].view(torch.int16),
                                batch[name][row].view(torch.int16)), (name, row)
+
+
+def test_repeated_calls_hit_the_row_cache(saved, temb_cli, tmp_path):
+    """Nine timesteps with one repeat: 8 distinct rows, computed on the first
+    call and found on the next two; the answer is the uncached one."""
+    _, folder, _ = saved[("qwen-image", "bf16")]
+    timesteps = ",".join(repr(t) for t in TIMESTEPS)
+    fresh = run_temb(temb_cli, folder, tmp_path / "fresh.safetensors",
+                     TIMESTEPS, "qwen-image")
+    done = subprocess.run(
+        [str(temb_cli), "condition", f"--model_dir={folder}",
+         f"--timesteps={timesteps}", f"--out={tmp_path / 'cached.safetensors'}",
+         "--repeat=3"], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert "run 1: " in done.stderr and "(cache: 0 hits, 8 misses" in done.stderr
+    assert "run 3: " in done.stderr and "(cache: 16 hits, 8 misses" in done.stderr
+    cached = safetensors_torch.load_file(str(tmp_path / "cached.safetensors"))
+    for name, values in fresh.items():
+        assert torch.equal(values.view(torch.int16),
+                           cached[name].view(torch.int16)), name
+
+
+def run_failing(temb_cli, *flags):
+    done = subprocess.run([str(temb_cli), "condition", *flags],
+                          capture_output=True, text=True, timeout=120)
+    return done.returncode, done.stderr
+
+
+def test_cli_refuses_bad_requests_naming_the_cause(saved, temb_cli, tmp_path):
+    _, qwen, _ = saved[("qwen-image", "bf16")]
+    _, flux, _ = saved[("flux.1-dev", "bf16")]
+    out = f"--out={tmp_path / 'x.safetensors'}"
+    code, err = run_failing(temb_cli, f"--model_dir={qwen}", "--timesteps=1",
+                            "--guidance=3.5", out)
+    assert code == 1 and "guidance: qwen-image model does not take" in err
+    code, err = run_failing(temb_cli, f"--model_dir={qwen}", "--timesteps=1")
+    assert code == 2 and "--out is required" in err
+    narrow = tmp_path / "narrow.npy"
+    np.save(narrow, np.zeros(7, dtype=np.float32))
+    code, err = run_failing(temb_cli, f"--model_dir={flux}", "--timesteps=1",
+                            "--guidance=3.5", f"--pooled={narrow}", out)
+    assert code == 1 and f"pooled: expected {POOLED} or {POOLED} values" in err
+    code, err = run_failing(temb_cli, f"--model_dir={flux}", "--timesteps=1",
+                            f"--pooled={narrow}", out)
+    assert code == 1 and "guidance: required by this flux.1 model" in err
+    # A damaged shard: cut short inside its header.
+    damaged = tmp_path / "damaged"
+    damaged.mkdir()
+    for item in qwen.iterdir():
+        (damaged / item.name).write_bytes(item.read_bytes())
+    shard = sorted(damaged.glob("*.safetensors"))[0]
+    shard.write_bytes(shard.read_bytes()[:64])
+    code, err = run_failing(temb_cli, f"--model_dir={damaged}", "--timesteps=1",
+                            out)
+    assert code == 1 and shard.name in err and "header length" in err
