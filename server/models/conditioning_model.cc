@@ -514,7 +514,9 @@ absl::StatusOr<std::vector<ConditioningOutput>> ConditioningModel::Compute(
   for (const std::string& name : frontier) {
     values[name].resize(static_cast<size_t>(rows * value_info_.at(name).cols));
   }
-  for (int64_t row = 0; row < rows; ++row) {
+  // With nothing cached (only scalars, or only values of the pooled
+  // embedding asked for) there are no entries to unpack.
+  for (int64_t row = 0; row < rows && !frontier.empty(); ++row) {
     const std::string& bytes = *found.at(keys[row]);
     size_t offset = 0;
     for (const std::string& name : frontier) {

@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <string>
 #include <vector>
@@ -364,6 +365,13 @@ TEST(ConditioningModelTest, RefusesBadInputs) {
   ASSERT_TRUE(internal.ok()) << internal.status();
   EXPECT_EQ((*internal)[0].shape, (std::vector<int64_t>{1}));
   EXPECT_EQ((*internal)[1].shape, (std::vector<int64_t>{1, 8}));
+  // Scalars alone: nothing is cached or unpacked.  t = 1 becomes
+  // fl32(1) / 1000 in the float32 model.
+  auto scalar = (*model)->Compute(inputs, {"t_model"});
+  ASSERT_TRUE(scalar.ok()) << scalar.status();
+  float t_model;
+  std::memcpy(&t_model, (*scalar)[0].data.data(), 4);
+  EXPECT_EQ(t_model, 1.0f / 1000.0f);
   inputs.t.assign(kMaxConditioningRows + 1, 1.0f);
   EXPECT_EQ((*model)->Compute(inputs, {}).status().code(),
             absl::StatusCode::kResourceExhausted);
