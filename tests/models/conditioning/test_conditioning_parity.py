@@ -30,8 +30,10 @@ outputs from the saved folder alone, and the two are compared:
     same diffusers model in float64 whose time_proj is given the exact
     timesteps the float32 model embedded (with a float64 sinusoid).
 
-A last test checks batch invariance through the CLI: each row computed
-alone equals the same row computed in a batch, bit for bit.
+Through the CLI as well: each row computed alone equals the same row
+computed in a batch, bit for bit; repeated calls in one process hit the row
+cache and return the uncached bits; bad requests are refused naming their
+cause.
 """
 
 import copy
