@@ -1,9 +1,13 @@
 #include "temb/kernels/linear.h"
 
+#include <algorithm>
+#include <cstdint>
 #include <cstring>
 #include <memory>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "temb/kernels/cpu_backend.h"
 
 namespace temb {
 namespace {
@@ -31,27 +35,48 @@ float WeightAt(const uint8_t* data, DType dtype, int64_t index) {
   }
 }
 
-// Eight float32 lanes as a GCC vector: AVX2 registers in the AVX2 clone,
-// pairs of SSE registers in the baseline one, the same IEEE operations in
-// both.  Accumulators held in these stay in registers, where a float array
-// would be spilled to the stack on every step.
+// Float32 lanes as GCC vectors: 8 lanes (an AVX2 register, two SSE ones)
+// or 16 (an AVX-512 register).  An accumulator's 16 lanes are two 8-lane
+// vectors or one 16-lane vector; each engine uses the width that stays in
+// its registers (wider generic vectors, or float arrays, are spilled to
+// the stack on every step).  The operations per lane are the same IEEE
+// ones whatever the width.
 typedef float Lanes8 __attribute__((vector_size(32)));
 typedef uint32_t Bits8 __attribute__((vector_size(32)));
 typedef uint16_t Half8 __attribute__((vector_size(16)));
+typedef float Lanes16 __attribute__((vector_size(64)));
+typedef uint32_t Bits16 __attribute__((vector_size(64)));
+typedef uint16_t Half16 __attribute__((vector_size(32)));
 
-inline __attribute__((always_inline)) Lanes8 Load8(const float* p) {
-  Lanes8 v;
+template <typename V>
+struct VectorTraits;
+template <>
+struct VectorTraits<Lanes8> {
+  using Bits = Bits8;
+  using Half = Half8;
+};
+template <>
+struct VectorTraits<Lanes16> {
+  using Bits = Bits16;
+  using Half = Half16;
+};
+
+template <typename V>
+inline __attribute__((always_inline)) V Load(const float* p) {
+  V v;
   std::memcpy(&v, p, sizeof v);
   return v;
 }
 
-// Eight bf16 weights as float32: a bf16 is the upper half of a float32.
-inline __attribute__((always_inline)) Lanes8 Load8(const uint16_t* p) {
-  Half8 h;
+// bf16 weights as float32: a bf16 is the upper half of a float32.
+template <typename V>
+inline __attribute__((always_inline)) V Load(const uint16_t* p) {
+  using Bits = typename VectorTraits<V>::Bits;
+  typename VectorTraits<V>::Half h;
   std::memcpy(&h, p, sizeof h);
-  const Bits8 bits = __builtin_convertvector(h, Bits8) << 16;
+  const Bits bits = __builtin_convertvector(h, Bits) << 16;
   // A cast between vectors of one size reinterprets the bits.
-  return (Lanes8)bits;
+  return (V)bits;
 }
 
 inline float Widen(uint16_t bf16_bits) {
@@ -62,68 +87,126 @@ inline float Widen(uint16_t bf16_bits) {
 }
 inline float Widen(float value) { return value; }
 
-// Dot products of kRows input rows with one weight row, each in the fixed
-// order of the file comment in linear.h: lane j of row r sums x[r][k + j] *
-// w[k + j] over k = 0, 16, 32, ... (lanes 0-7 in `low`, 8-15 in `high`);
-// the tail goes to lanes 0..; then a pairwise tree.  Rows never mix, so a
-// row gives the same bits through the one-row and the four-row variant.
-template <int kRows, typename W>
-inline __attribute__((always_inline)) void DotRows(const float* const* x,
-                                                   const W* w, int64_t k_total,
-                                                   float* sums) {
-  Lanes8 low[kRows] = {};
-  Lanes8 high[kRows] = {};
+// The dot products of kRows input rows (stride `in`) with kOuts weight rows
+// (stride `in`), each in the fixed order of linear.h: lane j sums
+// x[k + j] * w[k + j] over k = 0, 16, 32, ...; the tail goes to lanes 0..;
+// then a pairwise tree.  Every (row, output) pair has its own accumulator
+// and the same operations whatever the tile, so the tile shape (chosen per
+// instruction set for speed) never changes a bit.  sums[r * stride + o].
+template <typename V, int kRows, int kOuts, typename W>
+inline __attribute__((always_inline)) void DotTile(const float* x, const W* w,
+                                                   int64_t in, float* sums,
+                                                   int64_t stride) {
+  constexpr int kWidth = sizeof(V) / sizeof(float);
+  constexpr int kParts = kLanes / kWidth;
+  V acc[kRows][kOuts][kParts] = {};
   int64_t k = 0;
-  for (; k + kLanes <= k_total; k += kLanes) {
-    const Lanes8 w_low = Load8(w + k);
-    const Lanes8 w_high = Load8(w + k + 8);
+  for (; k + kLanes <= in; k += kLanes) {
+    V weights[kOuts][kParts];
+    for (int o = 0; o < kOuts; ++o) {
+      for (int p = 0; p < kParts; ++p) {
+        weights[o][p] = Load<V>(w + o * in + k + p * kWidth);
+      }
+    }
     for (int r = 0; r < kRows; ++r) {
-      low[r] += Load8(x[r] + k) * w_low;
-      high[r] += Load8(x[r] + k + 8) * w_high;
+      for (int p = 0; p < kParts; ++p) {
+        const V row = Load<V>(x + r * in + k + p * kWidth);
+        for (int o = 0; o < kOuts; ++o) acc[r][o][p] += row * weights[o][p];
+      }
     }
   }
   for (int r = 0; r < kRows; ++r) {
-    float acc[kLanes];
-    std::memcpy(acc, &low[r], sizeof low[r]);
-    std::memcpy(acc + 8, &high[r], sizeof high[r]);
-    for (int64_t j = 0; k + j < k_total; ++j) {
-      acc[j] += x[r][k + j] * Widen(w[k + j]);
+    for (int o = 0; o < kOuts; ++o) {
+      float lanes[kLanes];
+      std::memcpy(lanes, acc[r][o], sizeof lanes);
+      for (int64_t j = 0; k + j < in; ++j) {
+        lanes[j] += x[r * in + k + j] * Widen(w[o * in + k + j]);
+      }
+      for (int64_t width = kLanes / 2; width >= 1; width /= 2) {
+        for (int64_t j = 0; j < width; ++j) lanes[j] += lanes[j + width];
+      }
+      sums[r * stride + o] = lanes[0];
     }
-    for (int64_t width = kLanes / 2; width >= 1; width /= 2) {
-      for (int64_t j = 0; j < width; ++j) acc[j] += acc[j + width];
-    }
-    sums[r] = acc[0];
   }
 }
 
-// One output feature for every row: rows four at a time (each weight
-// element loaded once for four rows), then one at a time.  Compiled for
-// AVX2 and for the baseline; without contraction (-ffp-contract=off) both
-// run the same float32 operations, so the bits do not depend on the CPU.
+// Raw sums (no bias, no rounding) of output features [begin, end) for every
+// row into sums[row * stride + (o - begin)], in tiles of kRows x kOuts and
+// then single rows and features for the remainders.
+template <typename V, typename VSingle, int kRows, int kOuts, typename W>
+inline __attribute__((always_inline)) void SumRange(const float* x,
+                                                    int64_t rows, int64_t in,
+                                                    const W* w, int64_t begin,
+                                                    int64_t end, float* sums,
+                                                    int64_t stride) {
+  int64_t o = begin;
+  for (; o + kOuts <= end; o += kOuts) {
+    int64_t m = 0;
+    for (; m + kRows <= rows; m += kRows) {
+      DotTile<V, kRows, kOuts>(x + m * in, w + o * in, in,
+                               sums + m * stride + (o - begin), stride);
+    }
+    // Rows left over: one weight row at a time, which streams memory
+    // faster than several when a single input row has little to reuse.
+    for (; m < rows; ++m) {
+      for (int p = 0; p < kOuts; ++p) {
+        DotTile<VSingle, 1, 1>(x + m * in, w + (o + p) * in, in,
+                               sums + m * stride + (o + p - begin), stride);
+      }
+    }
+  }
+  for (; o < end; ++o) {
+    for (int64_t m = 0; m < rows; ++m) {
+      DotTile<VSingle, 1, 1>(x + m * in, w + o * in, in,
+                             sums + m * stride + (o - begin), stride);
+    }
+  }
+}
+
+// One entry per instruction set, each the same source with the tile that
+// fits its registers (AVX-512 with VL: 32 of 8 lanes; AVX2: 16 of 8; SSE2:
+// 16 of 4).  No contraction into fused multiply-adds (-ffp-contract=off): the
+// three run the same float32 operations and give the same bits.
 template <typename W>
-inline __attribute__((always_inline)) void FeatureForRows(
-    const float* x, int64_t rows, int64_t in, const W* w, float* sums) {
-  int64_t m = 0;
-  for (; m + 4 <= rows; m += 4) {
-    const float* block[4] = {x + m * in, x + (m + 1) * in, x + (m + 2) * in,
-                             x + (m + 3) * in};
-    DotRows<4>(block, w, in, sums + m);
-  }
-  for (; m < rows; ++m) {
-    const float* row[1] = {x + m * in};
-    DotRows<1>(row, w, in, sums + m);
+using SumRangeFn = void (*)(const float*, int64_t, int64_t, const W*, int64_t,
+                            int64_t, float*, int64_t);
+
+template <typename W>
+__attribute__((target("avx512f"))) void SumRangeAvx512(
+    const float* x, int64_t rows, int64_t in, const W* w, int64_t begin,
+    int64_t end, float* sums, int64_t stride) {
+  SumRange<Lanes16, Lanes8, 4, 4>(x, rows, in, w, begin, end, sums, stride);
+}
+
+template <typename W>
+__attribute__((target("avx2"))) void SumRangeAvx2(const float* x, int64_t rows,
+                                                  int64_t in, const W* w,
+                                                  int64_t begin, int64_t end,
+                                                  float* sums, int64_t stride) {
+  SumRange<Lanes8, Lanes8, 4, 1>(x, rows, in, w, begin, end, sums, stride);
+}
+
+template <typename W>
+void SumRangeBaseline(const float* x, int64_t rows, int64_t in, const W* w,
+                      int64_t begin, int64_t end, float* sums, int64_t stride) {
+  SumRange<Lanes8, Lanes8, 2, 1>(x, rows, in, w, begin, end, sums, stride);
+}
+
+template <typename W>
+SumRangeFn<W> SumRangeFor(CpuIsa isa) {
+  switch (isa) {
+    case CpuIsa::kAvx512:
+      return SumRangeAvx512<W>;
+    case CpuIsa::kAvx2:
+      return SumRangeAvx2<W>;
+    default:
+      return SumRangeBaseline<W>;
   }
 }
 
-__attribute__((target_clones("avx2", "default"))) void FeatureForRowsBf16(
-    const float* x, int64_t rows, int64_t in, const uint16_t* w, float* sums) {
-  FeatureForRows(x, rows, in, w, sums);
-}
-
-__attribute__((target_clones("avx2", "default"))) void FeatureForRowsF32(
-    const float* x, int64_t rows, int64_t in, const float* w, float* sums) {
-  FeatureForRows(x, rows, in, w, sums);
-}
+// Output features per unit of work: enough to amortise a tile's setup,
+// few enough to balance threads on the narrow embedder Linears.
+constexpr int64_t kFeaturesPerChunk = 64;
 
 }  // namespace
 
@@ -142,6 +225,19 @@ absl::Status LinearForward(const LinearParams& params,
                            absl::Span<const float> x, int64_t rows,
                            DType out_dtype, int threads,
                            absl::Span<float> out) {
+  return LinearForwardOnIsa(DefaultCpuIsa(), params, x, rows, out_dtype,
+                            threads, out);
+}
+
+absl::Status LinearForwardOnIsa(CpuIsa isa, const LinearParams& params,
+                                absl::Span<const float> x, int64_t rows,
+                                DType out_dtype, int threads,
+                                absl::Span<float> out) {
+  const std::vector<CpuIsa> supported = SupportedCpuIsas();
+  if (std::find(supported.begin(), supported.end(), isa) == supported.end()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "linear: this CPU cannot run the ", CpuIsaName(isa), " engine"));
+  }
   if (params.dtype == DType::kFloat64 || out_dtype == DType::kFloat64) {
     return absl::InvalidArgumentError(
         "linear: dtype must be fp32, bf16 or fp16, got fp64");
@@ -192,35 +288,40 @@ absl::Status LinearForward(const LinearParams& params,
   const DType dtype = params.dtype;
   const float* input = x.data();
   float* output = out.data();
-  // Each thread owns whole output features; a feature's weight row is read
-  // once for all input rows.
-#pragma omp parallel num_threads(threads)
-  {
-    std::unique_ptr<float[]> sums(new float[rows]);
-    // fp16 weights are widened to float32 first (rare: diffusers stores
-    // fp32 or bf16).
-    std::unique_ptr<float[]> widened(dtype == DType::kFloat16 ? new float[in]
-                                                              : nullptr);
-#pragma omp for schedule(static)
-    for (int64_t o = 0; o < out_features; ++o) {
-      if (dtype == DType::kBFloat16) {
-        FeatureForRowsBf16(input, rows, in,
-                           reinterpret_cast<const uint16_t*>(weight) + o * in,
-                           sums.get());
-      } else if (dtype == DType::kFloat32) {
-        FeatureForRowsF32(input, rows, in,
-                          reinterpret_cast<const float*>(weight) + o * in,
-                          sums.get());
-      } else {
-        for (int64_t k = 0; k < in; ++k) {
-          widened[k] = WeightAt(weight, dtype, o * in + k);
-        }
-        FeatureForRowsF32(input, rows, in, widened.get(), sums.get());
-      }
-      const float b = bias == nullptr ? 0.0f : WeightAt(bias, dtype, o);
-      for (int64_t m = 0; m < rows; ++m) {
-        float sum = sums[m];
-        if (bias != nullptr) sum += b;
+  // fp16 weights are widened to float32 once (rare: diffusers stores fp32
+  // or bf16); bf16 and fp32 are read in place.
+  std::vector<float> widened;
+  if (dtype == DType::kFloat16) {
+    widened.resize(static_cast<size_t>(in * out_features));
+    for (int64_t i = 0; i < in * out_features; ++i) {
+      widened[i] = WeightAt(weight, dtype, i);
+    }
+  }
+  const SumRangeFn<uint16_t> sum_bf16 = SumRangeFor<uint16_t>(isa);
+  const SumRangeFn<float> sum_f32 = SumRangeFor<float>(isa);
+  const int64_t chunks =
+      (out_features + kFeaturesPerChunk - 1) / kFeaturesPerChunk;
+  // Each thread owns whole chunks of output features: a chunk's weights are
+  // read once for all input rows, and every output element is summed by
+  // one thread alone.
+#pragma omp parallel for num_threads(threads) schedule(static)
+  for (int64_t chunk = 0; chunk < chunks; ++chunk) {
+    const int64_t begin = chunk * kFeaturesPerChunk;
+    const int64_t end = std::min(out_features, begin + kFeaturesPerChunk);
+    float* sums = output + begin;
+    if (dtype == DType::kBFloat16) {
+      sum_bf16(input, rows, in, reinterpret_cast<const uint16_t*>(weight),
+               begin, end, sums, out_features);
+    } else {
+      const float* w = dtype == DType::kFloat32
+                           ? reinterpret_cast<const float*>(weight)
+                           : widened.data();
+      sum_f32(input, rows, in, w, begin, end, sums, out_features);
+    }
+    for (int64_t m = 0; m < rows; ++m) {
+      for (int64_t o = begin; o < end; ++o) {
+        float sum = output[m * out_features + o];
+        if (bias != nullptr) sum += WeightAt(bias, dtype, o);
         output[m * out_features + o] = RoundToDType(sum, out_dtype);
       }
     }

@@ -119,6 +119,31 @@ TEST(LinearTest, RowsAreBatchAndThreadInvariant) {
   }
 }
 
+TEST(LinearTest, EveryEngineGivesTheSameBits) {
+  // Shapes that leave remainders in every tile: rows, features and k.
+  constexpr int64_t kIn = 301, kOut = 71, kRows = 7;
+  for (DType dtype : {DType::kFloat32, DType::kBFloat16}) {
+    Layer layer = RandomLayer(dtype, kIn, kOut, 8);
+    layer.params.weight = layer.weight;
+    layer.params.bias = layer.bias;
+    const std::vector<float> x = RandomRows(kRows, kIn, 9);
+    std::vector<float> first;
+    for (CpuIsa isa : SupportedCpuIsas()) {
+      std::vector<float> out(kRows * kOut);
+      ASSERT_TRUE(LinearForwardOnIsa(isa, layer.params, x, kRows, dtype, 2,
+                                     absl::MakeSpan(out))
+                      .ok());
+      if (first.empty()) {
+        first = out;
+        continue;
+      }
+      EXPECT_EQ(
+          0, std::memcmp(first.data(), out.data(), out.size() * sizeof(float)))
+          << CpuIsaName(isa) << " " << DTypeName(dtype);
+    }
+  }
+}
+
 TEST(LinearTest, RefusesMismatchedSpans) {
   Layer layer = RandomLayer(DType::kFloat32, 8, 4, 7);
   layer.params.weight = layer.weight;

@@ -16,6 +16,7 @@
 
 #include "absl/status/status.h"
 #include "absl/types/span.h"
+#include "temb/kernels/cpu_backend.h"
 #include "temb/kernels/dtype.h"
 
 namespace temb {
@@ -41,12 +42,22 @@ struct LinearParams {
 // INVALID_ARGUMENT naming the field for spans whose sizes disagree with the
 // shapes, a misaligned weight, an fp64 dtype, or threads < 1.
 //
-// The hot loop is compiled for AVX2 and for the baseline (GCC target
-// clones) from one source without contraction into fused multiply-adds, so
-// both run the same float32 operations and give the same bits.
+// The engine is DefaultCpuIsa()'s (TEMB_CPU_ISA lowers it, as for the
+// sinusoid).  The engines are one source compiled for AVX-512, AVX2 and the
+// baseline, each with the tile of rows x features that fits its registers,
+// without contraction into fused multiply-adds: all run the same float32
+// operations per element and give the same bits.
 absl::Status LinearForward(const LinearParams& params,
                            absl::Span<const float> x, int64_t rows,
                            DType out_dtype, int threads, absl::Span<float> out);
+
+// LinearForward on a given engine (kScalar and kSse2 share the baseline
+// one); FAILED_PRECONDITION when this CPU cannot run it.  For tests that
+// hold the engines to the same bits.
+absl::Status LinearForwardOnIsa(CpuIsa isa, const LinearParams& params,
+                                absl::Span<const float> x, int64_t rows,
+                                DType out_dtype, int threads,
+                                absl::Span<float> out);
 
 // The value of `value` rounded to nearest even in `dtype` (fp32: itself),
 // as a float32.
