@@ -13,7 +13,7 @@ import pytest
 MEASUREMENTS = {}
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def temb_cli():
     value = os.environ.get("TEMB_CLI_BIN")
     if not value:
