@@ -31,6 +31,7 @@ LAYERS = [
     ("kernels", ["kernels/registry/"]),
     ("kernels_api", ["kernels/include/", "kernels/src/"]),
     ("proto", ["proto/", "@build/proto/"]),
+    ("models", ["server/models/"]),
     ("core", ["server/core/"]),
     ("v1_convert", ["server/v1_convert/", "@build/server/builtin_presets.cc"]),
     ("grpc_server", ["server/grpc/"]),
@@ -58,6 +59,8 @@ ALLOWED = {
     "kernels_cpu": ["kernels_api"],
     "kernels_cuda": ["kernels_api"],
     "kernels": ["kernels_cpu", "kernels_cuda"],
+    # The conditioning models: checkpoints, families, the row cache.
+    "models": ["kernels"],
     "core": ["kernels"],
     "v1_convert": ["core", "proto"],
     "grpc_server": ["core"],
@@ -67,7 +70,7 @@ ALLOWED = {
     "metrics": ["core"],
     "app": ["native_frontend", "kserve_frontend", "rest_frontend", "metrics"],
     "client": ["proto", "base"],
-    "cli": ["client", "v1_convert"],
+    "cli": ["client", "v1_convert", "models"],
     # temb.local's extension: the service core in-process (a leaf).
     "local_ext": ["v1_convert"],
     # temb.Client's native transport: gRPC and protobuf, and of temb.v1 the
@@ -78,7 +81,7 @@ ALLOWED = {
     # Leaves: nothing includes them.
     "tests": ["app", "cli", "client", "testing"],
     "bench": ["kernels", "proto"],
-    "fuzz": ["rest_frontend", "v1_convert"],
+    "fuzz": ["rest_frontend", "v1_convert", "models"],
 }
 
 

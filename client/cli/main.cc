@@ -17,6 +17,8 @@ constexpr char kUsage[] =
     "--rate)\n"
     "  health  grpc.health.v1 check; exit 0 when SERVING\n"
     "  info    the server's version, backend, limits and presets\n"
+    "  condition  a model's time conditioning from its diffusers checkpoint "
+    "(in process)\n"
     "Run `temb <command> --help` for the command's flags.\n";
 
 }  // namespace
@@ -28,6 +30,7 @@ int main(int argc, char** argv) {
   if (command == "bench") return temb::cli::RunBench(args);
   if (command == "health") return temb::cli::RunHealth(args);
   if (command == "info") return temb::cli::RunInfo(args);
+  if (command == "condition") return temb::cli::RunCondition(args);
   if (command == "help" || command == "--help" || command == "-h") {
     std::cout << kUsage;
     return temb::cli::kExitOk;

@@ -12,6 +12,8 @@ int RunEmbed(const std::vector<std::string>& argv);
 int RunBench(const std::vector<std::string>& argv);
 int RunHealth(const std::vector<std::string>& argv);
 int RunInfo(const std::vector<std::string>& argv);
+// In process only: a model's time conditioning from its checkpoint.
+int RunCondition(const std::vector<std::string>& argv);
 
 }  // namespace temb::cli
 

@@ -1,0 +1,68 @@
+// A Linear layer (y = x W^T + b) on the CPU for the conditioning models:
+// host spans in, host floats out, no checkpoint types.
+//
+// Batch invariance is the contract that matters here: the bits of output
+// row m depend only on row m of the input and on the parameters, never on
+// how many other rows are computed in the same call nor on the thread
+// count.  Every output element is one dot product summed by one thread in
+// a fixed order (16 float32 partial sums over k, k += 16, the tail folded
+// into the first lanes, then a fixed pairwise tree, then the bias), so a
+// cache can hold rows computed one at a time and hand them out next to
+// rows computed in a batch of hundreds.
+#ifndef TEMB_KERNELS_LINEAR_H_
+#define TEMB_KERNELS_LINEAR_H_
+
+#include <cstdint>
+
+#include "absl/status/status.h"
+#include "absl/types/span.h"
+#include "temb/kernels/cpu_backend.h"
+#include "temb/kernels/dtype.h"
+
+namespace temb {
+
+// The parameters of one Linear layer, borrowed: `weight` is
+// [out_features, in_features] row-major and `bias` [out_features] (or
+// empty: no bias), both little-endian elements of `dtype` (fp32, bf16 or
+// fp16), `weight` aligned to its element size.  Weights are widened to
+// float32 on the fly; nothing is copied.
+struct LinearParams {
+  absl::Span<const uint8_t> weight;
+  absl::Span<const uint8_t> bias;
+  DType dtype = DType::kFloat32;
+  int64_t in_features = 0;
+  int64_t out_features = 0;
+};
+
+// out[m * out_features + o] = rnd(bias[o] + sum_k x[m * in_features + k] *
+// w[o, k]) for m in [0, rows), summed in float32 in the order above, rnd
+// rounding to nearest even in `out_dtype` (fp32, bf16 or fp16; the result
+// is stored as the float32 holding that value).  `threads` > 0 splits the
+// output features between threads; the result is the same for any count.
+// INVALID_ARGUMENT naming the field for spans whose sizes disagree with the
+// shapes, a misaligned weight, an fp64 dtype, or threads < 1.
+//
+// The engine is DefaultCpuIsa()'s (TEMB_CPU_ISA lowers it, as for the
+// sinusoid).  The engines are one source compiled for AVX-512, AVX2 and the
+// baseline, each with the tile of rows x features that fits its registers,
+// without contraction into fused multiply-adds: all run the same float32
+// operations per element and give the same bits.
+absl::Status LinearForward(const LinearParams& params,
+                           absl::Span<const float> x, int64_t rows,
+                           DType out_dtype, int threads, absl::Span<float> out);
+
+// LinearForward on a given engine (kScalar and kSse2 share the baseline
+// one); FAILED_PRECONDITION when this CPU cannot run it.  For tests that
+// hold the engines to the same bits.
+absl::Status LinearForwardOnIsa(CpuIsa isa, const LinearParams& params,
+                                absl::Span<const float> x, int64_t rows,
+                                DType out_dtype, int threads,
+                                absl::Span<float> out);
+
+// The value of `value` rounded to nearest even in `dtype` (fp32: itself),
+// as a float32.
+float RoundToDType(float value, DType dtype);
+
+}  // namespace temb
+
+#endif  // TEMB_KERNELS_LINEAR_H_

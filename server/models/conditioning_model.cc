@@ -1,0 +1,560 @@
+#include "temb/models/conditioning_model.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <set>
+#include <utility>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_replace.h"
+#include "temb/base/quoted.h"
+#include "temb/base/status_macros.h"
+#include "temb/kernels/cpu_backend.h"
+#include "temb/kernels/embedding_spec.h"
+#include "temb/kernels/linear.h"
+
+namespace temb::models {
+
+struct ConditioningModel::Value {
+  int64_t cols = 1;    // floats per row
+  int64_t blocks = 0;  // > 0: a stacked value [L = blocks, cols / blocks]
+  bool scalar = true;  // [N]
+  ValueDType dtype = ValueDType::kFloat32;
+  uint32_t depends = 0;  // a bit per family input (InputBit)
+  int producer = -1;     // index into ops_, -1 for an input
+};
+
+struct ConditioningModel::PlannedOp {
+  const Op* op = nullptr;
+  int64_t in_width = 0;
+  int64_t out_width = 0;  // per block for a stacked linear
+  int64_t blocks = 1;
+  std::vector<LoadedTensor> weights;  // one per block
+  std::vector<LoadedTensor> biases;
+};
+
+namespace {
+
+bool FlagHolds(const ModelConfig& config, const std::string& when,
+               absl::Status* status) {
+  if (when.empty()) return true;
+  const bool negate = when[0] == '!';
+  absl::StatusOr<bool> value =
+      config.Bool(negate ? when.substr(1) : when, false);
+  if (!value.ok()) {
+    *status = value.status();
+    return false;
+  }
+  return *value != negate;
+}
+
+uint32_t InputBit(const std::vector<InputSpec>& inputs,
+                  const std::string& name) {
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    if (inputs[i].name == name) return 1u << i;
+  }
+  return 0;
+}
+
+float Rounded(float value, ValueDType where, DType model) {
+  return where == ValueDType::kModel ? RoundToDType(value, model) : value;
+}
+
+void AppendEncoded(const float* values, int64_t count, DType dtype,
+                   std::string* out) {
+  for (int64_t i = 0; i < count; ++i) {
+    if (dtype == DType::kFloat32) {
+      out->append(reinterpret_cast<const char*>(&values[i]), 4);
+    } else {
+      const uint16_t bits = dtype == DType::kBFloat16
+                                ? FloatToBFloat16(values[i])
+                                : FloatToHalf(values[i]);
+      out->append(reinterpret_cast<const char*>(&bits), 2);
+    }
+  }
+}
+
+void DecodeInto(const char* bytes, int64_t count, DType dtype, float* out) {
+  for (int64_t i = 0; i < count; ++i) {
+    if (dtype == DType::kFloat32) {
+      std::memcpy(&out[i], bytes + 4 * i, 4);
+    } else {
+      uint16_t bits;
+      std::memcpy(&bits, bytes + 2 * i, 2);
+      out[i] =
+          dtype == DType::kBFloat16 ? BFloat16ToFloat(bits) : HalfToFloat(bits);
+    }
+  }
+}
+
+}  // namespace
+
+ConditioningModel::~ConditioningModel() = default;
+
+absl::StatusOr<std::unique_ptr<ConditioningModel>> ConditioningModel::Load(
+    const std::string& dir, const ConditioningOptions& options) {
+  if (options.threads < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("threads must be >= 1, got ", options.threads));
+  }
+  ASSIGN_OR_RETURN(std::unique_ptr<Checkpoint> checkpoint,
+                   Checkpoint::Open(dir));
+  const FamilyDescription* family =
+      FindFamily(checkpoint->config().class_name());
+  if (family == nullptr) {
+    std::vector<std::string> known;
+    for (const FamilyDescription& f : Families()) known.push_back(f.class_name);
+    return absl::InvalidArgumentError(absl::StrCat(
+        dir, "/", kConfigFile,
+        ": field _class_name: ", Quoted(checkpoint->config().class_name()),
+        " is not a supported family (supported: ", absl::StrJoin(known, ", "),
+        ")"));
+  }
+  std::unique_ptr<ConditioningModel> model(new ConditioningModel());
+  model->family_ = family;
+  model->options_ = options;
+  model->sinusoid_backend_ = CreateCpuBackend(options.threads);
+  RETURN_IF_ERROR(model->Plan(*checkpoint));
+  model->cache_key_ = absl::StrCat(family->name, "|", DTypeName(model->dtype_),
+                                   "|", checkpoint->weights_identity());
+  return model;
+}
+
+absl::Status ConditioningModel::Plan(const Checkpoint& checkpoint) {
+  const ModelConfig& config = checkpoint.config();
+  width_ = 1;
+  for (const std::string& field : family_->width_fields) {
+    ASSIGN_OR_RETURN(const int64_t factor, config.PositiveInt(field));
+    width_ *= factor;
+  }
+  for (const std::string& flag : family_->unsupported_flags) {
+    ASSIGN_OR_RETURN(const bool set, config.Bool(flag, false));
+    if (set) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(checkpoint.dir(), "/", kConfigFile, ": field ", flag,
+                       ": true is not supported for ", family_->name, " yet"));
+    }
+  }
+  absl::Status flag_status;
+  for (const InputSpec& input : family_->inputs) {
+    if (!FlagHolds(config, input.when, &flag_status)) {
+      RETURN_IF_ERROR(flag_status);
+      continue;
+    }
+    Value value;
+    value.depends = InputBit(family_->inputs, input.name);
+    if (!input.width_field.empty()) {
+      ASSIGN_OR_RETURN(value.cols, config.PositiveInt(input.width_field));
+      value.scalar = false;
+    }
+    value_info_[input.name] = value;
+    inputs_.push_back(input);
+  }
+  // The model's dtype is the stored dtype of its first Linear's weight;
+  // every other tensor must agree (Checkpoint::Load checks).
+  bool dtype_known = false;
+  for (const Op& op : family_->ops) {
+    if (!FlagHolds(config, op.when, &flag_status)) {
+      RETURN_IF_ERROR(flag_status);
+      continue;
+    }
+    PlannedOp planned;
+    planned.op = &op;
+    std::vector<const Value*> in;
+    for (const std::string& name : op.in) {
+      const auto it = value_info_.find(name);
+      if (it == value_info_.end()) {
+        return absl::InternalError(absl::StrCat(
+            family_->name, ": op ", op.out, " reads undefined value ", name));
+      }
+      in.push_back(&it->second);
+    }
+    Value out;
+    out.producer = static_cast<int>(ops_.size());
+    out.dtype = op.dtype;
+    for (const Value* value : in) out.depends |= value->depends;
+    out.cols = in[0]->cols;
+    out.scalar = in[0]->scalar;
+    switch (op.kind) {
+      case OpKind::kSinusoid:
+        if (!in[0]->scalar) {
+          return absl::InternalError(
+              absl::StrCat(family_->name, ": sinusoid of a row value"));
+        }
+        out.cols = op.sinusoid.dim;
+        out.scalar = false;
+        break;
+      case OpKind::kAdd:
+        if (in[1]->cols != in[0]->cols) {
+          return absl::InternalError(
+              absl::StrCat(family_->name, ": add of unequal widths"));
+        }
+        break;
+      case OpKind::kLinear: {
+        planned.in_width = in[0]->cols;
+        planned.out_width = op.width_d * width_;
+        if (!op.blocks.empty()) {
+          ASSIGN_OR_RETURN(planned.blocks, config.PositiveInt(op.blocks));
+          out.blocks = planned.blocks;
+        }
+        for (int64_t block = 0; block < planned.blocks; ++block) {
+          const std::string prefix =
+              absl::StrReplaceAll(op.weight, {{"{i}", absl::StrCat(block)}});
+          if (!dtype_known) {
+            ASSIGN_OR_RETURN(dtype_,
+                             checkpoint.StoredDType(prefix + ".weight"));
+            dtype_known = true;
+          }
+          ASSIGN_OR_RETURN(
+              LoadedTensor weight,
+              checkpoint.Load(prefix + ".weight", dtype_,
+                              {planned.out_width, planned.in_width}));
+          ASSIGN_OR_RETURN(
+              LoadedTensor bias,
+              checkpoint.Load(prefix + ".bias", dtype_, {planned.out_width}));
+          weight_bytes_ +=
+              static_cast<int64_t>(weight.data.size() + bias.data.size());
+          planned.weights.push_back(std::move(weight));
+          planned.biases.push_back(std::move(bias));
+        }
+        out.cols = planned.out_width * planned.blocks;
+        out.scalar = false;
+        break;
+      }
+      default:
+        break;
+    }
+    value_info_[op.out] = out;
+    ops_.push_back(std::move(planned));
+  }
+  for (const OutputSpec& output : family_->outputs) {
+    if (value_info_.count(output.value) == 0) {
+      return absl::InternalError(absl::StrCat(family_->name, ": output ",
+                                              output.name, " has no value"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ConditioningModel::Run(
+    const PlannedOp& planned, int64_t rows,
+    std::map<std::string, std::vector<float>>* values) const {
+  const Op& op = *planned.op;
+  const std::vector<float>& in = values->at(op.in[0]);
+  const Value& info = value_info_.at(op.out);
+  std::vector<float> out(static_cast<size_t>(rows * info.cols));
+  switch (op.kind) {
+    case OpKind::kCast:
+      for (size_t i = 0; i < out.size(); ++i) {
+        out[i] = Rounded(in[i], op.dtype, dtype_);
+      }
+      break;
+    case OpKind::kDivide:
+      for (size_t i = 0; i < out.size(); ++i) {
+        out[i] =
+            Rounded(in[i] / static_cast<float>(op.constant), op.dtype, dtype_);
+      }
+      break;
+    case OpKind::kMultiply:
+      for (size_t i = 0; i < out.size(); ++i) {
+        out[i] =
+            Rounded(in[i] * static_cast<float>(op.constant), op.dtype, dtype_);
+      }
+      break;
+    case OpKind::kSilu:
+      for (size_t i = 0; i < out.size(); ++i) {
+        out[i] = Rounded(in[i] / (1.0f + std::exp(-in[i])), op.dtype, dtype_);
+      }
+      break;
+    case OpKind::kAdd: {
+      const std::vector<float>& other = values->at(op.in[1]);
+      for (size_t i = 0; i < out.size(); ++i) {
+        out[i] = Rounded(in[i] + other[i], op.dtype, dtype_);
+      }
+      break;
+    }
+    case OpKind::kSinusoid: {
+      EmbeddingSpec spec;
+      spec.dim = op.sinusoid.dim;
+      spec.flip_sin_to_cos = op.sinusoid.flip_sin_to_cos;
+      spec.downscale_freq_shift = op.sinusoid.downscale_freq_shift;
+      spec.scale = op.sinusoid.scale;
+      spec.max_period = op.sinusoid.max_period;
+      spec.dtype = DType::kFloat32;
+      RETURN_IF_ERROR(ValidateRequest(spec, in, Limits()));
+      RETURN_IF_ERROR(sinusoid_backend_->Compute(
+          spec, in,
+          absl::MakeSpan(reinterpret_cast<uint8_t*>(out.data()),
+                         out.size() * sizeof(float))));
+      break;
+    }
+    case OpKind::kLinear: {
+      const DType out_dtype =
+          op.dtype == ValueDType::kModel ? dtype_ : DType::kFloat32;
+      std::vector<float> block_out(
+          static_cast<size_t>(rows * planned.out_width));
+      for (int64_t block = 0; block < planned.blocks; ++block) {
+        LinearParams params;
+        params.weight = planned.weights[block].data;
+        params.bias = planned.biases[block].data;
+        params.dtype = dtype_;
+        params.in_features = planned.in_width;
+        params.out_features = planned.out_width;
+        RETURN_IF_ERROR(LinearForward(params, in, rows, out_dtype,
+                                      options_.threads,
+                                      absl::MakeSpan(block_out)));
+        // [N, W] of block `block` into [N, L, W].
+        for (int64_t row = 0; row < rows; ++row) {
+          std::copy_n(block_out.data() + row * planned.out_width,
+                      planned.out_width,
+                      out.data() + row * info.cols + block * planned.out_width);
+        }
+      }
+      break;
+    }
+  }
+  (*values)[op.out] = std::move(out);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<ConditioningOutput>> ConditioningModel::Compute(
+    const ConditioningInputs& inputs,
+    const std::vector<std::string>& names) const {
+  const int64_t rows = static_cast<int64_t>(inputs.t.size());
+  if (rows < 1) {
+    return absl::InvalidArgumentError("t: at least one timestep is required");
+  }
+  if (rows > kMaxConditioningRows) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("t: ", rows, " timesteps is above the limit of ",
+                     kMaxConditioningRows));
+  }
+  // Inputs, broadcast to N rows and checked.
+  std::map<std::string, std::vector<float>> values;
+  auto take = [&](const std::string& name,
+                  const std::vector<float>& given) -> absl::Status {
+    const auto info = value_info_.find(name);
+    if (info == value_info_.end()) {
+      if (!given.empty()) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            name, ": ", family_->name, " model ",
+            "does not take this input (see its config.json flags)"));
+      }
+      return absl::OkStatus();
+    }
+    const int64_t cols = info->second.cols;
+    if (given.empty()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          name, ": required by this ", family_->name, " model, not given"));
+    }
+    if (static_cast<int64_t>(given.size()) != rows * cols &&
+        static_cast<int64_t>(given.size()) != cols) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          name, ": expected ", cols, " or ", rows * cols, " values (", rows,
+          " rows of ", cols, "), got ", given.size()));
+    }
+    for (size_t i = 0; i < given.size(); ++i) {
+      if (!std::isfinite(given[i])) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(name, "[", i, "] must be finite, got ", given[i]));
+      }
+    }
+    std::vector<float>& value = values[name];
+    value.resize(static_cast<size_t>(rows * cols));
+    for (int64_t row = 0; row < rows; ++row) {
+      const float* src =
+          given.data() +
+          (static_cast<int64_t>(given.size()) == cols ? 0 : row * cols);
+      std::copy_n(src, cols, value.data() + row * cols);
+    }
+    return absl::OkStatus();
+  };
+  RETURN_IF_ERROR(take("t", inputs.t));
+  RETURN_IF_ERROR(take("guidance", inputs.guidance));
+  RETURN_IF_ERROR(take("pooled", inputs.pooled));
+
+  // Outputs asked for, and the ops they need.  Besides the family's
+  // outputs, any computed value can be asked for by its name in the
+  // description: tests compare each op with diffusers' own module that way.
+  std::vector<OutputSpec> wanted;
+  for (const OutputSpec& output : family_->outputs) {
+    if (names.empty() ||
+        std::find(names.begin(), names.end(), output.name) != names.end()) {
+      wanted.push_back(output);
+    }
+  }
+  for (const std::string& name : names) {
+    if (std::any_of(family_->outputs.begin(), family_->outputs.end(),
+                    [&](const OutputSpec& o) { return o.name == name; })) {
+      continue;
+    }
+    const auto value = value_info_.find(name);
+    if (value == value_info_.end() || value->second.producer < 0) {
+      std::vector<std::string> known;
+      for (const OutputSpec& o : family_->outputs) known.push_back(o.name);
+      return absl::InvalidArgumentError(
+          absl::StrCat("outputs: ", Quoted(name), " is not an output of ",
+                       family_->name, " (", absl::StrJoin(known, ", "),
+                       ") nor a value of its description"));
+    }
+    wanted.push_back(OutputSpec{name, name, ""});
+  }
+  std::vector<bool> needed(ops_.size(), false);
+  std::set<std::string> wanted_values;
+  std::vector<std::string> stack;
+  for (const OutputSpec& output : wanted) {
+    wanted_values.insert(output.value);
+    stack.push_back(output.value);
+  }
+  while (!stack.empty()) {
+    const std::string name = stack.back();
+    stack.pop_back();
+    const int producer = value_info_.at(name).producer;
+    if (producer < 0 || needed[producer]) continue;
+    needed[producer] = true;
+    for (const std::string& in : ops_[producer].op->in) stack.push_back(in);
+  }
+
+  // Split: scalars (cheap, always computed), row values of t and guidance
+  // alone (cached), and the rest.  The frontier is the set of cached
+  // values something later or the caller reads.
+  auto is_scalar = [&](const PlannedOp& op) {
+    return value_info_.at(op.op->out).scalar;
+  };
+  uint32_t row_inputs = 0;  // inputs such as the pooled embedding
+  for (const InputSpec& input : family_->inputs) {
+    if (!input.width_field.empty()) {
+      row_inputs |= InputBit(family_->inputs, input.name);
+    }
+  }
+  auto t_only = [&](const std::string& name) {
+    const Value& info = value_info_.at(name);
+    return !info.scalar && (info.depends & row_inputs) == 0 &&
+           info.depends != 0;
+  };
+  for (size_t i = 0; i < ops_.size(); ++i) {
+    if (needed[i] && is_scalar(ops_[i]))
+      RETURN_IF_ERROR(Run(ops_[i], rows, &values));
+  }
+  std::vector<std::string> frontier;
+  std::set<std::string> key_scalars;
+  for (size_t i = 0; i < ops_.size(); ++i) {
+    if (!needed[i]) continue;
+    const Op& op = *ops_[i].op;
+    if (t_only(op.out)) {
+      for (const std::string& in : op.in) {
+        if (value_info_.at(in).scalar) key_scalars.insert(in);
+      }
+      bool read_later = wanted_values.count(op.out) > 0;
+      for (size_t j = i + 1; j < ops_.size(); ++j) {
+        if (!needed[j] || t_only(ops_[j].op->out)) continue;
+        const auto& ins = ops_[j].op->in;
+        if (std::find(ins.begin(), ins.end(), op.out) != ins.end()) {
+          read_later = true;
+        }
+      }
+      if (read_later) frontier.push_back(op.out);
+    }
+  }
+
+  // One key per row: the model, the cached values' names and the exact
+  // bits of the scalars the cached values are computed from.
+  const std::string key_prefix =
+      absl::StrCat(cache_key_, "|", absl::StrJoin(frontier, ","), "|");
+  std::vector<std::string> keys(rows);
+  for (int64_t row = 0; row < rows; ++row) {
+    keys[row] = key_prefix;
+    for (const std::string& name : key_scalars) {
+      keys[row].append(reinterpret_cast<const char*>(&values[name][row]), 4);
+    }
+  }
+  absl::flat_hash_map<std::string, std::shared_ptr<const std::string>> found;
+  std::vector<int64_t> to_compute;  // one row per distinct missing key
+  for (int64_t row = 0; row < rows; ++row) {
+    if (found.contains(keys[row])) continue;
+    std::shared_ptr<const std::string> hit =
+        options_.cache != nullptr && !frontier.empty()
+            ? options_.cache->Find(keys[row])
+            : nullptr;
+    if (hit == nullptr) to_compute.push_back(row);
+    found[keys[row]] = std::move(hit);
+  }
+  if (!frontier.empty() && !to_compute.empty()) {
+    // The missing rows alone: the kernels are batch-invariant, so these are
+    // the bits a full batch would give.
+    const int64_t m = static_cast<int64_t>(to_compute.size());
+    std::map<std::string, std::vector<float>> sub;
+    for (const std::string& name : key_scalars) {
+      std::vector<float>& column = sub[name];
+      for (int64_t row : to_compute) column.push_back(values[name][row]);
+    }
+    for (size_t i = 0; i < ops_.size(); ++i) {
+      if (needed[i] && t_only(ops_[i].op->out)) {
+        RETURN_IF_ERROR(Run(ops_[i], m, &sub));
+      }
+    }
+    for (int64_t j = 0; j < m; ++j) {
+      auto bytes = std::make_shared<std::string>();
+      for (const std::string& name : frontier) {
+        const Value& info = value_info_.at(name);
+        const DType dtype =
+            info.dtype == ValueDType::kModel ? dtype_ : DType::kFloat32;
+        AppendEncoded(sub[name].data() + j * info.cols, info.cols, dtype,
+                      bytes.get());
+      }
+      const std::string& key = keys[to_compute[j]];
+      if (options_.cache != nullptr) options_.cache->Insert(key, bytes);
+      found[key] = std::move(bytes);
+    }
+  }
+  for (const std::string& name : frontier) {
+    values[name].resize(static_cast<size_t>(rows * value_info_.at(name).cols));
+  }
+  // With nothing cached (only scalars, or only values of the pooled
+  // embedding asked for) there are no entries to unpack.
+  for (int64_t row = 0; row < rows && !frontier.empty(); ++row) {
+    const std::string& bytes = *found.at(keys[row]);
+    size_t offset = 0;
+    for (const std::string& name : frontier) {
+      const Value& info = value_info_.at(name);
+      const DType dtype =
+          info.dtype == ValueDType::kModel ? dtype_ : DType::kFloat32;
+      DecodeInto(bytes.data() + offset, info.cols, dtype,
+                 values[name].data() + row * info.cols);
+      offset += static_cast<size_t>(info.cols) * DTypeSize(dtype);
+    }
+  }
+  for (size_t i = 0; i < ops_.size(); ++i) {
+    if (needed[i] && !is_scalar(ops_[i]) && !t_only(ops_[i].op->out)) {
+      RETURN_IF_ERROR(Run(ops_[i], rows, &values));
+    }
+  }
+
+  std::vector<ConditioningOutput> outputs;
+  for (const OutputSpec& spec : wanted) {
+    const Value& info = value_info_.at(spec.value);
+    ConditioningOutput output;
+    output.name = spec.name;
+    output.dtype = info.dtype == ValueDType::kModel ? dtype_ : DType::kFloat32;
+    output.shape = {rows};
+    if (info.blocks > 0) {
+      output.shape.push_back(info.blocks);
+      output.shape.push_back(info.cols / info.blocks);
+    } else if (!info.scalar) {
+      output.shape.push_back(info.cols);
+    }
+    std::string bytes;
+    const std::vector<float>& data = values.at(spec.value);
+    AppendEncoded(data.data(), static_cast<int64_t>(data.size()), output.dtype,
+                  &bytes);
+    output.data.assign(bytes.begin(), bytes.end());
+    outputs.push_back(std::move(output));
+  }
+  return outputs;
+}
+
+}  // namespace temb::models

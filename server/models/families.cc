@@ -1,0 +1,196 @@
+// The families, as data.  Each op cites the diffusers 0.42.1 code it
+// mirrors; the parity tests (tests/models/test_conditioning_parity.py) run
+// that code and compare.
+#include <string>
+#include <vector>
+
+#include "temb/models/family.h"
+
+namespace temb::models {
+namespace {
+
+Op MakeOp(OpKind kind, std::string out, std::vector<std::string> in) {
+  Op op;
+  op.kind = kind;
+  op.out = std::move(out);
+  op.in = std::move(in);
+  return op;
+}
+
+Op Cast(std::string out, std::string in, ValueDType dtype) {
+  Op op = MakeOp(OpKind::kCast, std::move(out), {std::move(in)});
+  op.dtype = dtype;
+  return op;
+}
+
+Op Divide(std::string out, std::string in, double constant) {
+  Op op = MakeOp(OpKind::kDivide, std::move(out), {std::move(in)});
+  op.constant = constant;
+  return op;
+}
+
+Op Multiply(std::string out, std::string in, double constant) {
+  Op op = MakeOp(OpKind::kMultiply, std::move(out), {std::move(in)});
+  op.constant = constant;
+  return op;
+}
+
+// get_timestep_embedding always computes in float32.
+Op Sinusoid(std::string out, std::string in, double scale) {
+  Op op = MakeOp(OpKind::kSinusoid, std::move(out), {std::move(in)});
+  op.dtype = ValueDType::kFloat32;
+  op.sinusoid.scale = scale;
+  return op;
+}
+
+Op Linear(std::string out, std::string in, std::string weight, int width_d,
+          std::string blocks = "") {
+  Op op = MakeOp(OpKind::kLinear, std::move(out), {std::move(in)});
+  op.weight = std::move(weight);
+  op.width_d = width_d;
+  op.blocks = std::move(blocks);
+  return op;
+}
+
+Op Silu(std::string out, std::string in) {
+  return MakeOp(OpKind::kSilu, std::move(out), {std::move(in)});
+}
+
+Op Add(std::string out, std::string a, std::string b) {
+  return MakeOp(OpKind::kAdd, std::move(out), {std::move(a), std::move(b)});
+}
+
+Op When(std::string flag, Op op) {
+  op.when = std::move(flag);
+  return op;
+}
+
+// TimestepEmbedding: linear_2(SiLU(linear_1(x))), all in the model's dtype.
+void AppendMlp(std::vector<Op>* ops, const std::string& out,
+               const std::string& in, const std::string& prefix,
+               const std::string& when = "") {
+  ops->push_back(When(when, Linear(out + "_h", in, prefix + ".linear_1", 1)));
+  ops->push_back(When(when, Silu(out + "_a", out + "_h")));
+  ops->push_back(When(when, Linear(out, out + "_a", prefix + ".linear_2", 1)));
+}
+
+FamilyDescription QwenImage() {
+  FamilyDescription family;
+  family.class_name = "QwenImageTransformer2DModel";
+  family.name = "qwen-image";
+  family.width_fields = {"num_attention_heads", "attention_head_dim"};
+  // Layered adds an embedding of an extra index; Edit-2511 computes a
+  // second row at t = 0 that tokens select; the guidance branch raises in
+  // diffusers 0.42.1 itself.
+  family.unsupported_flags = {"use_additional_t_cond", "zero_cond_t",
+                              "guidance_embeds"};
+  family.inputs = {{"t", "", "", "the scheduler's timesteps (0..1000)"}};
+  std::vector<Op>& ops = family.ops;
+  // Pipeline: t.expand(B).to(latents.dtype), then timestep / 1000 in that
+  // dtype; the model casts to hidden_states' dtype again (a no-op).
+  ops.push_back(Cast("t_pipeline", "t", ValueDType::kModel));
+  ops.push_back(Divide("t_model", "t_pipeline", 1000));
+  // QwenTimestepProjEmbeddings: Timesteps(256, flip, shift 0, scale=1000),
+  // so the 1000 multiplies the float32 angle, not t.
+  ops.push_back(Sinusoid("t_sinus", "t_model", 1000));
+  ops.push_back(Cast("t_proj", "t_sinus", ValueDType::kModel));
+  AppendMlp(&ops, "temb", "t_proj", "time_text_embed.timestep_embedder");
+  ops.push_back(Silu("temb_silu", "temb"));
+  // img_mod / txt_mod = Sequential(SiLU, Linear(D, 6D)): key ".1".
+  ops.push_back(Linear("img_mod", "temb_silu",
+                       "transformer_blocks.{i}.img_mod.1", 6, "num_layers"));
+  ops.push_back(Linear("txt_mod", "temb_silu",
+                       "transformer_blocks.{i}.txt_mod.1", 6, "num_layers"));
+  // AdaLayerNormContinuous: linear(SiLU(temb).to(x.dtype)); temb is already
+  // in the model's dtype.
+  ops.push_back(Linear("norm_out", "temb_silu", "norm_out.linear", 2));
+  family.outputs = {
+      {"temb", "temb", "[N, D]"},
+      {"img_mod", "img_mod",
+       "[N, L, 6D]: shift1, scale1, gate1, shift2, scale2, gate2"},
+      {"txt_mod", "txt_mod",
+       "[N, L, 6D]: shift1, scale1, gate1, shift2, scale2, gate2"},
+      {"norm_out", "norm_out", "[N, 2D]: scale, shift"},
+  };
+  return family;
+}
+
+FamilyDescription Flux1() {
+  FamilyDescription family;
+  family.class_name = "FluxTransformer2DModel";
+  family.name = "flux.1";
+  family.width_fields = {"num_attention_heads", "attention_head_dim"};
+  family.inputs = {
+      {"t", "", "", "the scheduler's timesteps (0..1000)"},
+      {"guidance", "", "guidance_embeds", "the guidance scale (dev)"},
+      {"pooled", "pooled_projection_dim", "", "the pooled CLIP text embedding"},
+  };
+  std::vector<Op>& ops = family.ops;
+  // Pipeline: t.expand(B).to(latents.dtype), passed as timestep / 1000;
+  // the model: timestep.to(hidden_states.dtype) * 1000, in that dtype.
+  ops.push_back(Cast("t_pipeline", "t", ValueDType::kModel));
+  ops.push_back(Divide("t_passed", "t_pipeline", 1000));
+  ops.push_back(Multiply("t_model", "t_passed", 1000));
+  // CombinedTimestep(Guidance)TextProjEmbeddings: Timesteps(256, flip,
+  // shift 0), the float32 sinusoid cast to the pooled projection's dtype.
+  ops.push_back(Sinusoid("t_sinus", "t_model", 1));
+  ops.push_back(Cast("t_proj", "t_sinus", ValueDType::kModel));
+  AppendMlp(&ops, "t_emb", "t_proj", "time_text_embed.timestep_embedder");
+  // Guidance: a float32 tensor from the pipeline, then
+  // guidance.to(hidden_states.dtype) * 1000 in the model.
+  ops.push_back(When("guidance_embeds",
+                     Cast("g_model_dtype", "guidance", ValueDType::kModel)));
+  ops.push_back(
+      When("guidance_embeds", Multiply("g_model", "g_model_dtype", 1000)));
+  ops.push_back(When("guidance_embeds", Sinusoid("g_sinus", "g_model", 1)));
+  ops.push_back(
+      When("guidance_embeds", Cast("g_proj", "g_sinus", ValueDType::kModel)));
+  AppendMlp(&ops, "g_emb", "g_proj", "time_text_embed.guidance_embedder",
+            "guidance_embeds");
+  // (t + g) first, then + pooled: each sum rounded to the model's dtype.
+  ops.push_back(When("guidance_embeds", Add("tg_emb", "t_emb", "g_emb")));
+  ops.push_back(
+      When("!guidance_embeds", Cast("tg_emb", "t_emb", ValueDType::kModel)));
+  // The pipeline's pooled embedding is in the model's dtype.
+  ops.push_back(Cast("pooled_model", "pooled", ValueDType::kModel));
+  AppendMlp(&ops, "p_emb", "pooled_model", "time_text_embed.text_embedder");
+  ops.push_back(Add("temb", "tg_emb", "p_emb"));
+  ops.push_back(Silu("temb_silu", "temb"));
+  // AdaLayerNormZero (norm1, norm1_context) and AdaLayerNormZeroSingle.
+  ops.push_back(Linear("img_mod", "temb_silu",
+                       "transformer_blocks.{i}.norm1.linear", 6, "num_layers"));
+  ops.push_back(Linear("txt_mod", "temb_silu",
+                       "transformer_blocks.{i}.norm1_context.linear", 6,
+                       "num_layers"));
+  ops.push_back(Linear("single_mod", "temb_silu",
+                       "single_transformer_blocks.{i}.norm.linear", 3,
+                       "num_single_layers"));
+  ops.push_back(Linear("norm_out", "temb_silu", "norm_out.linear", 2));
+  family.outputs = {
+      {"temb", "temb", "[N, D]"},
+      {"img_mod", "img_mod",
+       "[N, L, 6D]: shift_msa, scale_msa, gate_msa, shift_mlp, scale_mlp, "
+       "gate_mlp"},
+      {"txt_mod", "txt_mod", "[N, L, 6D]: same order, text stream"},
+      {"single_mod", "single_mod", "[N, L_single, 3D]: shift, scale, gate"},
+      {"norm_out", "norm_out", "[N, 2D]: scale, shift"},
+  };
+  return family;
+}
+
+}  // namespace
+
+const std::vector<FamilyDescription>& Families() {
+  static const auto* families =
+      new std::vector<FamilyDescription>{QwenImage(), Flux1()};
+  return *families;
+}
+
+const FamilyDescription* FindFamily(const std::string& class_name) {
+  for (const FamilyDescription& family : Families()) {
+    if (family.class_name == class_name) return &family;
+  }
+  return nullptr;
+}
+
+}  // namespace temb::models

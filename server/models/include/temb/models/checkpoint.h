@@ -1,0 +1,99 @@
+// A diffusers model folder: config.json and the weights, in either of the
+// forms save_pretrained writes:
+//   diffusion_pytorch_model.safetensors                  (one file), or
+//   diffusion_pytorch_model.safetensors.index.json       ({"weight_map":
+//     {tensor: shard file}}) and the shards it names, beside it.
+// Every file is checked when the folder is opened (safetensors.h); tensors
+// are read only when asked for, by name, with their dtype and shape checked
+// against what the caller expects.
+#ifndef TEMB_MODELS_CHECKPOINT_H_
+#define TEMB_MODELS_CHECKPOINT_H_
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "temb/kernels/dtype.h"
+#include "temb/models/safetensors.h"
+
+namespace temb::models {
+
+inline constexpr char kConfigFile[] = "config.json";
+inline constexpr char kSingleWeightsFile[] =
+    "diffusion_pytorch_model.safetensors";
+inline constexpr char kWeightsIndexFile[] =
+    "diffusion_pytorch_model.safetensors.index.json";
+// config.json and the index are small; a larger one is refused unread.
+inline constexpr uint64_t kMaxJsonFileBytes = uint64_t{16} << 20;
+
+// config.json, read once.  Getters name the file and the field in errors:
+// `config.json: field num_layers: missing`.
+class ModelConfig {
+ public:
+  // INVALID_ARGUMENT for malformed JSON, a non-object, or a missing or
+  // non-string `_class_name`.
+  static absl::StatusOr<ModelConfig> Parse(const std::string& file,
+                                           const std::string& text);
+
+  const std::string& class_name() const { return class_name_; }
+  // A positive integer field.
+  absl::StatusOr<int64_t> PositiveInt(const std::string& field) const;
+  // A boolean field, `fallback` when absent (diffusers omits nothing it
+  // registers, but older configs predate some flags).
+  absl::StatusOr<bool> Bool(const std::string& field, bool fallback) const;
+
+ private:
+  std::string file_;
+  std::string class_name_;
+  std::map<std::string, std::string> fields_;  // key -> JSON text
+};
+
+// A tensor read from the checkpoint: its checked description and bytes.
+struct LoadedTensor {
+  TensorEntry entry;
+  std::vector<uint8_t> data;
+};
+
+class Checkpoint {
+ public:
+  // Opens `dir`: config.json, then the index and its shards or the single
+  // file.  NOT_FOUND when neither weights form exists; INVALID_ARGUMENT
+  // naming the file and field for anything malformed (including an index
+  // naming a shard outside the folder or a tensor its shard lacks).
+  static absl::StatusOr<std::unique_ptr<Checkpoint>> Open(
+      const std::string& dir);
+
+  const std::string& dir() const { return dir_; }
+  const ModelConfig& config() const { return config_; }
+
+  // Reads tensor `name`, which must have `dtype` and `shape`.  NOT_FOUND
+  // naming the tensor when absent; INVALID_ARGUMENT naming the file, the
+  // tensor and the field (dtype or shape) when it disagrees.
+  absl::StatusOr<LoadedTensor> Load(const std::string& name, DType dtype,
+                                    const std::vector<int64_t>& shape) const;
+  // The stored dtype of tensor `name` (NOT_FOUND when absent;
+  // INVALID_ARGUMENT when it is not a floating dtype temb computes in).
+  absl::StatusOr<DType> StoredDType(const std::string& name) const;
+
+  // Identifies these weights without hashing gigabytes: every weights
+  // file's name, size and modification time, and a hash of config.json.
+  const std::string& weights_identity() const { return identity_; }
+
+ private:
+  Checkpoint() = default;
+  absl::StatusOr<const SafetensorsFile*> FileFor(const std::string& name) const;
+
+  std::string dir_;
+  ModelConfig config_;
+  std::vector<std::unique_ptr<SafetensorsFile>> files_;
+  std::map<std::string, const SafetensorsFile*> file_of_tensor_;
+  std::string identity_;
+};
+
+}  // namespace temb::models
+
+#endif  // TEMB_MODELS_CHECKPOINT_H_

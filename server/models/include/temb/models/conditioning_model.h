@@ -1,0 +1,106 @@
+// A model's time conditioning computed from its own diffusers checkpoint:
+// the family's description (family.h) evaluated on the CPU over the
+// checkpoint's tensors, in the model's dtype, exactly as diffusers' own
+// forward computes it up to the summation order of a Linear (see
+// docs/conditioning.md for the measured agreement).
+//
+// Loading reads config.json, picks the family by `_class_name`, and reads
+// the tensors the family needs, and only those, in their stored dtype.
+// Compute() evaluates the requested outputs for N rows.  Rows whose
+// values depend on the timestep (and guidance) alone are computed once per
+// distinct input and, with a RowCache, once per process.
+#ifndef TEMB_MODELS_CONDITIONING_MODEL_H_
+#define TEMB_MODELS_CONDITIONING_MODEL_H_
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "temb/kernels/backend.h"
+#include "temb/kernels/dtype.h"
+#include "temb/models/checkpoint.h"
+#include "temb/models/family.h"
+#include "temb/models/row_cache.h"
+
+namespace temb::models {
+
+// Rows in one Compute() call: a FLUX.1 row is about 2 MiB of bf16 outputs.
+inline constexpr int64_t kMaxConditioningRows = 4096;
+
+struct ConditioningOptions {
+  int threads = 1;
+  // Shared by every model that is given it; null: no cache (rows are still
+  // computed once per distinct input within a call).
+  std::shared_ptr<RowCache> cache;
+};
+
+// The inputs, as float32 values; which ones a model takes is its family's
+// InputSpec list (active ones: active_inputs()).
+struct ConditioningInputs {
+  std::vector<float> t;         // [N], the scheduler's timesteps
+  std::vector<float> guidance;  // [N], or [1] for every row
+  std::vector<float> pooled;    // [N, P], or [P] for every row
+};
+
+struct ConditioningOutput {
+  std::string name;
+  std::vector<int64_t> shape;
+  DType dtype = DType::kFloat32;
+  std::vector<uint8_t> data;  // little-endian elements of dtype
+};
+
+class ConditioningModel {
+ public:
+  // NOT_FOUND when the folder has no weights; INVALID_ARGUMENT naming the
+  // file and field for a malformed or unsupported checkpoint (an unknown
+  // `_class_name` lists the known ones).
+  static absl::StatusOr<std::unique_ptr<ConditioningModel>> Load(
+      const std::string& dir, const ConditioningOptions& options);
+  ~ConditioningModel();
+
+  const FamilyDescription& family() const { return *family_; }
+  DType dtype() const { return dtype_; }
+  int64_t width() const { return width_; }  // D
+  const std::vector<InputSpec>& active_inputs() const { return inputs_; }
+  // Bytes of checkpoint tensors held.
+  int64_t weight_bytes() const { return weight_bytes_; }
+  const std::string& cache_key() const { return cache_key_; }
+
+  // The outputs named in `names` (all of the family's when empty), each
+  // [N, W] or [N, L, W] in dtype().  A name may also be any value the
+  // family's description computes (e.g. "t_emb"), with the dtype it is
+  // rounded to: [N] for a scalar, [N, W] otherwise.  INVALID_ARGUMENT naming
+  // the input and index for a non-finite value, a wrong size, a missing or
+  // unexpected input, or an unknown output name; RESOURCE_EXHAUSTED above
+  // kMaxConditioningRows.  Thread-safe.
+  absl::StatusOr<std::vector<ConditioningOutput>> Compute(
+      const ConditioningInputs& inputs,
+      const std::vector<std::string>& names) const;
+
+ private:
+  struct Value;      // a named value's width, dtype and dependencies
+  struct PlannedOp;  // an op with its widths and checkpoint tensors
+
+  ConditioningModel() = default;
+  absl::Status Plan(const Checkpoint& checkpoint);
+  absl::Status Run(const PlannedOp& op, int64_t rows,
+                   std::map<std::string, std::vector<float>>* values) const;
+
+  const FamilyDescription* family_ = nullptr;
+  ConditioningOptions options_;
+  DType dtype_ = DType::kFloat32;
+  int64_t width_ = 0;
+  int64_t weight_bytes_ = 0;
+  std::string cache_key_;
+  std::vector<InputSpec> inputs_;
+  std::vector<PlannedOp> ops_;
+  std::map<std::string, Value> value_info_;
+  std::unique_ptr<Backend> sinusoid_backend_;
+};
+
+}  // namespace temb::models
+
+#endif  // TEMB_MODELS_CONDITIONING_MODEL_H_

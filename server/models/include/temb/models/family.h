@@ -1,0 +1,96 @@
+// What a model family computes between its inputs (the scheduler's
+// timestep, a guidance scale, a pooled text embedding) and its blocks,
+// written as data: a short list of ops over named values, read by one
+// evaluator (conditioning_model.h).  Families() is the only place that
+// knows a family; adding one is adding an entry there.
+//
+// Values are [N] scalars or [N, W] rows (W per op, from config.json); a
+// linear op stacked over `blocks` produces [N, L, W] with block i's Linear
+// at checkpoint prefix `weight` with "{i}" replaced by i.  Every op rounds
+// its result to its `dtype`: the model's dtype (the stored dtype of its
+// weights) or float32; arithmetic on a bf16 value is computed in float32
+// and rounded once, as PyTorch does on the CPU.
+#ifndef TEMB_MODELS_FAMILY_H_
+#define TEMB_MODELS_FAMILY_H_
+
+#include <string>
+#include <vector>
+
+namespace temb::models {
+
+enum class OpKind {
+  kCast,      // in[0] rounded to dtype
+  kDivide,    // in[0] / constant
+  kMultiply,  // in[0] * constant
+  kSinusoid,  // diffusers' get_timestep_embedding of the [N] value in[0]
+  kLinear,    // in[0] W^T + b, W and b from the checkpoint
+  kSilu,      // in[0] * sigmoid(in[0])
+  kAdd,       // in[0] + in[1]
+};
+
+// Where an op's result is rounded to.
+enum class ValueDType { kFloat32, kModel };
+
+struct SinusoidParams {
+  int dim = 256;
+  bool flip_sin_to_cos = true;
+  double downscale_freq_shift = 0;
+  double scale = 1;
+  double max_period = 10000;
+};
+
+struct Op {
+  OpKind kind = OpKind::kCast;
+  std::string out;
+  std::vector<std::string> in;
+  ValueDType dtype = ValueDType::kModel;
+  double constant = 0;      // kDivide, kMultiply
+  SinusoidParams sinusoid;  // kSinusoid
+  std::string weight;       // kLinear: "<prefix>" for <prefix>.weight/.bias
+  int width_d = 0;          // kLinear: output width, in multiples of D
+  std::string blocks;       // kLinear: config field counting blocks, or ""
+  // The op exists only when this config flag is true ("!flag": false);
+  // empty: always.
+  std::string when;
+};
+
+// A model input: [N] when `width_field` is empty, else [N, W] with W the
+// config field's value.
+struct InputSpec {
+  std::string name;
+  std::string width_field;
+  std::string when;  // as Op::when: required exactly when the flag holds
+  std::string help;
+};
+
+// One output, laid out as the model consumes it: [N, W] or, for a stacked
+// value, [N, L, W], in the model's dtype, chunks in diffusers' order.
+struct OutputSpec {
+  std::string name;
+  std::string value;
+  std::string layout;  // documentation: the chunks, in order
+};
+
+struct FamilyDescription {
+  std::string class_name;  // config.json's _class_name
+  std::string name;        // short name for messages and docs
+  // config.json fields whose product is the transformer width D.
+  std::vector<std::string> width_fields;
+  // Boolean config.json fields that change the computation in ways this
+  // description does not follow: a model with one of them true is refused
+  // rather than computed wrong.
+  std::vector<std::string> unsupported_flags;
+  std::vector<InputSpec> inputs;
+  std::vector<Op> ops;
+  std::vector<OutputSpec> outputs;
+};
+
+// Every family temb knows.
+const std::vector<FamilyDescription>& Families();
+
+// The family whose class_name is `class_name`, or nullptr.
+const FamilyDescription* FindFamily(const std::string& class_name);
+
+}  // namespace temb::models
+
+#endif  // TEMB_MODELS_FAMILY_H_

@@ -1,0 +1,599 @@
+"""temb's time conditioning against diffusers' own forward pass.
+
+For each family, tiny random models are built and saved by diffusers itself
+(save_pretrained; one of them sharded, so the index.json path is read), in
+float32 and bfloat16.  The model's own forward runs the way its pipeline
+calls it (timestep = t.to(dtype) / 1000, guidance a float32 tensor, pooled
+embeddings in the model's dtype) with forward hooks capturing every
+conditioning output: the time_text_embed result (temb), each block's
+modulation Linear, norm_out.linear.  `temb condition` then computes the same
+outputs from the saved folder alone, and the two are compared:
+
+  * bf16: within one bf16 ulp everywhere (a Linear summed in another order
+    than PyTorch's GEMM rounds the other way now and then); how many
+    elements differ at all is recorded.  Where a sum cancels (an output near
+    zero after Linear -> SiLU -> Linear), one ulp of an input moves the
+    output by more than one ulp of itself; such an element passes only when
+    PyTorch itself moves at least as far under a second summation order,
+    measured here three ways: the same model with every Linear summed in
+    float64, or in float32 (sgemm), and rounded once; and the same model run
+    on one row at a time (PyTorch's bf16 GEMM rounds differently with the
+    row count).
+  * bf16, op by op: every op of temb's description, fed temb's own inputs
+    to it, against the diffusers module that computes it: the rounded
+    timesteps, casts, SiLU and adds bit for bit, the sinusoid within one
+    ulp, Linears within one ulp or, where the sum cancels, within the
+    float32 summation error bound of two orders.  This pins the exceptions
+    above on summation order alone.
+  * fp32: temb's largest error against a float64 evaluation of the same
+    weights is at most twice PyTorch's own.  The float64 evaluation is the
+    same diffusers model in float64 whose time_proj is given the exact
+    timesteps the float32 model embedded (with a float64 sinusoid).
+
+Through the CLI as well: each row computed alone equals the same row
+computed in a batch, bit for bit; repeated calls in one process hit the row
+cache and return the uncached bits; bad requests are refused naming their
+cause.
+"""
+
+import copy
+import json
+import math
+import subprocess
+import types
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+diffusers = pytest.importorskip("diffusers")
+safetensors_torch = pytest.importorskip("safetensors.torch")
+
+# Scheduler timesteps as FlowMatch produces them (fractional), the ends and
+# a repeat (the repeat is computed once).
+TIMESTEPS = [1000.0, 992.3125, 871.5, 500.25, 333.0, 41.7, 1.0, 0.0, 500.25]
+GUIDANCE = 3.5
+TEXT_TOKENS = 6
+# D = 256 (4 heads of 64): sums long enough (256 and 768 terms into the
+# embedders, 256 into every modulation Linear) for summation order to show.
+WIDTH = 256
+ROPE = (16, 24, 24)
+POOLED = 768
+
+
+def qwen_model(dtype):
+    torch.manual_seed(0)
+    model = diffusers.QwenImageTransformer2DModel(
+        patch_size=2, in_channels=16, out_channels=4, num_layers=3,
+        attention_head_dim=WIDTH // 4, num_attention_heads=4,
+        joint_attention_dim=24, axes_dims_rope=ROPE)
+    return model.to(dtype).eval()
+
+
+def flux_model(dtype, guidance_embeds):
+    torch.manual_seed(1 if guidance_embeds else 2)
+    model = diffusers.FluxTransformer2DModel(
+        patch_size=1, in_channels=4, num_layers=2, num_single_layers=3,
+        attention_head_dim=WIDTH // 4, num_attention_heads=4,
+        joint_attention_dim=24, pooled_projection_dim=POOLED,
+        guidance_embeds=guidance_embeds, axes_dims_rope=ROPE)
+    return model.to(dtype).eval()
+
+
+def build(kind, dtype):
+    if kind == "qwen-image":
+        return qwen_model(dtype)
+    return flux_model(dtype, guidance_embeds=(kind == "flux.1-dev"))
+
+
+def conditioning_modules(kind, model):
+    """(output name, block index or None, module) for every output."""
+    found = [("temb", None, model.time_text_embed)]
+    for i, block in enumerate(model.transformer_blocks):
+        if kind == "qwen-image":
+            found.append(("img_mod", i, block.img_mod[1]))
+            found.append(("txt_mod", i, block.txt_mod[1]))
+        else:
+            found.append(("img_mod", i, block.norm1.linear))
+            found.append(("txt_mod", i, block.norm1_context.linear))
+    if kind != "qwen-image":
+        for i, block in enumerate(model.single_transformer_blocks):
+            found.append(("single_mod", i, block.norm.linear))
+    found.append(("norm_out", None, model.norm_out.linear))
+    return found
+
+
+def model_inputs(kind, dtype, pooled):
+    """Keyword arguments for the model's forward, as its pipeline makes
+    them: the timestep in the latents' dtype divided by 1000."""
+    batch = len(TIMESTEPS)
+    generator = torch.Generator().manual_seed(7)
+    t = torch.tensor(TIMESTEPS, dtype=torch.float32)
+    timestep = t.to(dtype) / 1000
+    if kind == "qwen-image":
+        return dict(
+            hidden_states=torch.randn(batch, 4, 16, generator=generator).to(dtype),
+            encoder_hidden_states=torch.randn(
+                batch, TEXT_TOKENS, 24, generator=generator).to(dtype),
+            encoder_hidden_states_mask=torch.ones(batch, TEXT_TOKENS),
+            timestep=timestep, img_shapes=[[(1, 2, 2)]] * batch)
+    args = dict(
+        hidden_states=torch.randn(batch, 4, 4, generator=generator).to(dtype),
+        encoder_hidden_states=torch.randn(
+            batch, TEXT_TOKENS, 24, generator=generator).to(dtype),
+        pooled_projections=pooled.to(dtype), timestep=timestep,
+        img_ids=torch.zeros(4, 3), txt_ids=torch.zeros(TEXT_TOKENS, 3))
+    if kind == "flux.1-dev":
+        args["guidance"] = torch.full([batch], GUIDANCE, dtype=torch.float32)
+    return args
+
+
+def capture(kind, model, args, time_proj_override=None):
+    """Runs the model's own forward; returns {output: [N, (L,) W] tensor}."""
+    captured = {}
+    handles = []
+    for name, block, module in conditioning_modules(kind, model):
+        def hook(_module, _inputs, output, name=name, block=block):
+            captured.setdefault(name, {})[block] = output.detach().clone()
+        handles.append(module.register_forward_hook(hook))
+    if time_proj_override is not None:
+        handles.append(model.time_text_embed.time_proj.register_forward_hook(
+            time_proj_override))
+    try:
+        with torch.no_grad():
+            model(**args)
+    finally:
+        for handle in handles:
+            handle.remove()
+    result = {}
+    for name, by_block in captured.items():
+        if list(by_block) == [None]:
+            result[name] = by_block[None]
+        else:
+            result[name] = torch.stack([by_block[i] for i in sorted(by_block)],
+                                       dim=1)
+    return result
+
+
+def time_proj_inputs(kind, model, args):
+    """The timesteps (and guidance) the model's time_proj embeds, in order."""
+    seen = []
+    handle = model.time_text_embed.time_proj.register_forward_hook(
+        lambda _m, inputs, _o: seen.append(inputs[0].detach().clone()))
+    try:
+        with torch.no_grad():
+            model(**args)
+    finally:
+        handle.remove()
+    return seen
+
+
+def float64_sinusoid(values, scale):
+    """get_timestep_embedding(dim 256, flip, shift 0) in float64."""
+    half = 128
+    freqs = torch.exp(-math.log(10000) * torch.arange(half, dtype=torch.float64)
+                      / half)
+    angles = scale * values.to(torch.float64)[:, None] * freqs[None, :]
+    return torch.cat([torch.cos(angles), torch.sin(angles)], dim=-1)
+
+
+def float64_reference(kind, model32, args32):
+    """The float32 model's weights evaluated in float64, from the exact
+    values its time_proj embedded."""
+    embedded = time_proj_inputs(kind, model32, args32)
+    scale = 1000.0 if kind == "qwen-image" else 1.0
+    model64 = copy.deepcopy(model32).to(torch.float64)
+    calls = iter(embedded)
+
+    def override(_module, _inputs, _output):
+        return float64_sinusoid(next(calls), scale)
+
+    args64 = {k: (v.to(torch.float64) if torch.is_tensor(v) and
+                  v.is_floating_point() else v) for k, v in args32.items()}
+    return capture(kind, model64, args64, time_proj_override=override)
+
+
+def run_temb(cli, folder, out, timesteps, kind, pooled_file=None,
+             outputs=None):
+    command = [str(cli), "condition", f"--model_dir={folder}",
+               "--timesteps=" + ",".join(repr(t) for t in timesteps),
+               f"--out={out}", "--threads=2"]
+    if kind == "flux.1-dev":
+        command.append(f"--guidance={GUIDANCE}")
+    if pooled_file is not None:
+        command.append(f"--pooled={pooled_file}")
+    if outputs:
+        command.append("--outputs=" + ",".join(outputs))
+    done = subprocess.run(command, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    return safetensors_torch.load_file(str(out))
+
+
+def capture_with_exact_linears(kind, model, args):
+    """capture() of a copy of `model` whose every Linear is computed in
+    float64 and rounded once to the model's dtype: PyTorch under a second
+    summation order."""
+    exact = copy.deepcopy(model)
+
+    def forward(self, x):
+        bias = None if self.bias is None else self.bias.double()
+        return torch.nn.functional.linear(x.double(), self.weight.double(),
+                                          bias).to(x.dtype)
+
+    for module in exact.modules():
+        if isinstance(module, torch.nn.Linear):
+            module.forward = types.MethodType(forward, module)
+    return capture(kind, exact, args)
+
+
+def capture_with_float32_linears(kind, model, args):
+    """capture() with every Linear summed in float32 (sgemm) and rounded
+    once: another summation order than the bf16 GEMM's."""
+    other = copy.deepcopy(model)
+
+    def forward(self, x):
+        bias = None if self.bias is None else self.bias.float()
+        return torch.nn.functional.linear(x.float(), self.weight.float(),
+                                          bias).to(x.dtype)
+
+    for module in other.modules():
+        if isinstance(module, torch.nn.Linear):
+            module.forward = types.MethodType(forward, module)
+    return capture(kind, other, args)
+
+
+def capture_row_by_row(kind, model, args):
+    """capture() of the model run on one row of the batch at a time."""
+    batch = len(TIMESTEPS)
+    rows = {}
+    for row in range(batch):
+        one = {}
+        for key, value in args.items():
+            if torch.is_tensor(value) and value.dim() > 0 and \
+                    value.shape[0] == batch:
+                one[key] = value[row:row + 1]
+            elif key == "img_shapes":
+                one[key] = value[:1]
+            else:
+                one[key] = value
+        for name, tensor in capture(kind, model, one).items():
+            rows.setdefault(name, []).append(tensor)
+    return {name: torch.cat(parts) for name, parts in rows.items()}
+
+
+def bf16_ulp_distance(a, b):
+    """|a - b| in units of the bf16 grid, element-wise, via the ordered
+    integer image of the bit patterns."""
+    def ordered(x):
+        bits = x.contiguous().view(torch.int16).to(torch.int32)
+        return torch.where(bits < 0, -32768 - bits, bits)
+    return (ordered(a) - ordered(b)).abs()
+
+
+KINDS = ["qwen-image", "flux.1-dev", "flux.1-schnell"]
+DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
+
+
+@pytest.fixture(scope="module")
+def saved(tmp_path_factory):
+    """{(kind, dtype name): (model, folder, pooled float32 [N, P])}."""
+    folders = {}
+    generator = torch.Generator().manual_seed(11)
+    pooled = torch.randn(len(TIMESTEPS), POOLED, generator=generator)
+    for kind in KINDS:
+        for dtype_name, dtype in DTYPES.items():
+            model = build(kind, dtype)
+            folder = tmp_path_factory.mktemp(f"{kind}-{dtype_name}")
+            # The bf16 Qwen-Image model is saved in shards (index.json).
+            shard = ("30KB" if (kind, dtype_name) == ("qwen-image", "bf16")
+                     else "10GB")
+            model.save_pretrained(folder, max_shard_size=shard)
+            # The pooled embedding as the pipeline holds it: in the model's
+            # dtype (written as the float32 holding that value).
+            folders[(kind, dtype_name)] = (model, folder,
+                                           pooled.to(dtype).to(torch.float32))
+    index = folders[("qwen-image", "bf16")][1] / \
+        "diffusion_pytorch_model.safetensors.index.json"
+    assert index.exists() and \
+        len(set(json.loads(index.read_text())["weight_map"].values())) > 1
+    return folders
+
+
+def temb_outputs(temb_cli, kind, folder, pooled, tmp_path):
+    pooled_file = None
+    if kind != "qwen-image":
+        pooled_file = tmp_path / "pooled.npy"
+        np.save(pooled_file, pooled.numpy().astype(np.float32))
+    return run_temb(temb_cli, folder, tmp_path / "out.safetensors", TIMESTEPS,
+                    kind, pooled_file)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_bf16_matches_diffusers_within_one_ulp(kind, saved, temb_cli,
+                                               tmp_path, measure):
+    model, folder, pooled = saved[(kind, "bf16")]
+    args = model_inputs(kind, torch.bfloat16, pooled)
+    theirs = capture(kind, model, args)
+    second_orders = {
+        "float64-summed Linears": capture_with_exact_linears(kind, model, args),
+        "float32-summed Linears": capture_with_float32_linears(kind, model,
+                                                               args),
+        "one row at a time": capture_row_by_row(kind, model, args),
+    }
+    ours = temb_outputs(temb_cli, kind, folder, pooled, tmp_path)
+    assert sorted(ours) == sorted(theirs)
+    total = differ = beyond_one = 0
+    worst = 0
+    worst_relative = 0.0  # |temb - diffusers| / max |output|, per output
+    equal_to = {label: 0 for label in second_orders}
+    for name, expected in theirs.items():
+        got = ours[name]
+        assert got.dtype == torch.bfloat16, name
+        assert got.shape == expected.shape, name
+        distance = bf16_ulp_distance(got, expected)
+        pytorch_move = torch.stack([
+            bf16_ulp_distance(other[name], expected)
+            for other in second_orders.values()]).max(dim=0).values
+        total += distance.numel()
+        differ += int((distance > 0).sum())
+        beyond_one += int((distance > 1).sum())
+        worst = max(worst, int(distance.max()))
+        worst_relative = max(worst_relative, float(
+            (got.double() - expected.double()).abs().max() /
+            expected.double().abs().max()))
+        for label, other in second_orders.items():
+            equal_to[label] += int((bf16_ulp_distance(got, other[name]) == 0)
+                                   .sum())
+        unexplained = (distance > 1) & (distance > pytorch_move)
+        assert not bool(unexplained.any()), (
+            f"{name}: {int(unexplained.sum())} elements more than one bf16 ulp "
+            f"from diffusers where PyTorch itself moves less under another "
+            f"summation order (max {int(distance.max())} ulp)")
+    measure("bf16 elements differing from diffusers",
+            f"{differ} of {total} ({100.0 * differ / total:.2f}%), max {worst}"
+            f" ulp, {beyond_one} beyond 1 ulp (each where PyTorch moves as "
+            f"far); largest difference {worst_relative:.2g} of the output's "
+            f"largest magnitude")
+    measure("bf16 elements equal to PyTorch under another order",
+            ", ".join(f"{label}: {count} of {total}"
+                      for label, count in equal_to.items()))
+
+
+class Exact:
+    """An element-wise op: diffusers' result must be temb's, bit for bit."""
+
+    def __init__(self, compute):
+        self.compute = compute
+
+    def check(self, value, values):
+        expected = self.compute(values)
+        distance = bf16_ulp_distance(values[value], expected)
+        assert int(distance.max()) == 0, (
+            f"{value}: {int((distance > 0).sum())} elements differ from "
+            "diffusers' module fed temb's inputs")
+        return "0"
+
+
+class Sinusoid:
+    """diffusers' own Timesteps module on temb's rounded timesteps, cast to
+    bf16 as the model casts it: the sin/cos engines differ, within one
+    ulp after the cast."""
+
+    def __init__(self, module, source):
+        self.module, self.source = module, source
+
+    def check(self, value, values):
+        expected = self.module(values[self.source]).to(torch.bfloat16)
+        distance = bf16_ulp_distance(values[value], expected)
+        assert int(distance.max()) <= 1, value
+        return str(int((distance > 0).sum()))
+
+
+class Linear:
+    """diffusers' Linear module(s) (one per block for a stacked value) fed
+    temb's input.  Two float32 summation orders of K terms differ by at most
+    2 K 2^-24 sum |x_k w_k| before rounding to bf16, so an element passes
+    within one bf16 ulp, or within that bound plus one ulp where the sum
+    cancels."""
+
+    def __init__(self, modules, source, stacked=False):
+        self.modules, self.source, self.stacked = modules, source, stacked
+
+    def check(self, value, values):
+        x = values[self.source]
+        outs, bounds = [], []
+        for module in self.modules:
+            outs.append(module(x))
+            terms = torch.nn.functional.linear(
+                x.double().abs(), module.weight.double().abs())
+            bounds.append(2 * x.shape[-1] * 2.0 ** -24 * terms)
+        stack = (lambda t: torch.stack(t, dim=1)) if self.stacked else \
+            (lambda t: t[0])
+        expected, bound = stack(outs), stack(bounds)
+        got = values[value]
+        distance = bf16_ulp_distance(got, expected)
+        ulp = torch.abs(expected.double()) * 2.0 ** -7 + 2.0 ** -133
+        beyond = (distance > 1) & \
+            ((got.double() - expected.double()).abs() > bound + ulp)
+        assert not bool(beyond.any()), (
+            f"{value}: {int(beyond.sum())} elements beyond one ulp and the "
+            "float32 summation bound of diffusers' module fed temb's input")
+        differ = int((distance > 0).sum())
+        cancels = int((distance > 1).sum())
+        return f"{differ} ({cancels} by 2+ ulp)" if cancels else str(differ)
+
+
+def op_checks(kind, model):
+    """(temb value, check against the diffusers module computing it from
+    temb's values) for every op of the family after the scalars, in
+    order.  The value names are those of server/models/families.cc."""
+    embed = model.time_text_embed
+    blocks = model.transformer_blocks
+
+    def mlp(prefix, module, source, act):
+        return [
+            (f"{prefix}_h", Linear([module.linear_1], source)),
+            (f"{prefix}_a",
+             Exact(lambda v: getattr(module, act)(v[f"{prefix}_h"]))),
+            (prefix, Linear([module.linear_2], f"{prefix}_a")),
+        ]
+
+    # AdaLayerNormContinuous: linear(silu(temb).to(x.dtype)); temb_silu is
+    # checked against the block's own SiLU just before.
+    norm_out = ("norm_out", Linear([model.norm_out.linear], "temb_silu"))
+    if kind == "qwen-image":
+        return ([("t_proj", Sinusoid(embed.time_proj, "t_model"))] +
+                mlp("temb", embed.timestep_embedder, "t_proj", "act") + [
+                    ("temb_silu",
+                     Exact(lambda v: blocks[0].img_mod[0](v["temb"]))),
+                    ("img_mod", Linear([b.img_mod[1] for b in blocks],
+                                       "temb_silu", stacked=True)),
+                    ("txt_mod", Linear([b.txt_mod[1] for b in blocks],
+                                       "temb_silu", stacked=True)),
+                    norm_out,
+                ])
+    checks = [("t_proj", Sinusoid(embed.time_proj, "t_model"))]
+    checks += mlp("t_emb", embed.timestep_embedder, "t_proj", "act")
+    if kind == "flux.1-dev":
+        checks.append(("g_proj", Sinusoid(embed.time_proj, "g_model")))
+        checks += mlp("g_emb", embed.guidance_embedder, "g_proj", "act")
+        checks.append(("tg_emb", Exact(lambda v: v["t_emb"] + v["g_emb"])))
+    checks += mlp("p_emb", embed.text_embedder, "pooled_model", "act_1")
+    checks += [
+        ("temb", Exact(lambda v: v["tg_emb"] + v["p_emb"])),
+        ("temb_silu", Exact(lambda v: blocks[0].norm1.silu(v["temb"]))),
+        ("img_mod", Linear([b.norm1.linear for b in blocks], "temb_silu",
+                           stacked=True)),
+        ("txt_mod", Linear([b.norm1_context.linear for b in blocks],
+                           "temb_silu", stacked=True)),
+        ("single_mod", Linear([b.norm.linear
+                               for b in model.single_transformer_blocks],
+                              "temb_silu", stacked=True)),
+        norm_out,
+    ]
+    return checks
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_bf16_each_op_matches_its_diffusers_module(kind, saved, temb_cli,
+                                                   tmp_path, measure):
+    model, folder, pooled = saved[(kind, "bf16")]
+    args = model_inputs(kind, torch.bfloat16, pooled)
+    # What the model's time_proj receives: the pipeline's and the model's
+    # rounding of t (and guidance) must be reproduced bit for bit.
+    embedded = time_proj_inputs(kind, model, args)
+    checks = op_checks(kind, model)
+    scalars = ["t_model"] + (["g_model"] if kind == "flux.1-dev" else [])
+    names = scalars + [value for value, _ in checks]
+    if kind != "qwen-image":
+        names += ["pooled_model", "tg_emb"]
+    pooled_file = None
+    if kind != "qwen-image":
+        pooled_file = tmp_path / "pooled.npy"
+        np.save(pooled_file, pooled.numpy().astype(np.float32))
+    values = run_temb(temb_cli, folder, tmp_path / "ops.safetensors",
+                      TIMESTEPS, kind, pooled_file, outputs=sorted(set(names)))
+    for scalar, theirs in zip(scalars, embedded):
+        assert torch.equal(values[scalar].view(torch.int16),
+                           theirs.view(torch.int16)), scalar
+    if kind != "qwen-image":
+        assert torch.equal(values["pooled_model"], pooled.to(torch.bfloat16))
+    summary = []
+    with torch.no_grad():
+        for value, check in checks:
+            summary.append(f"{value} {check.check(value, values)}")
+    measure("bf16 ops: elements differing from diffusers' module",
+            ", ".join(summary))
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_fp32_error_within_twice_pytorch(kind, saved, temb_cli, tmp_path,
+                                         measure):
+    model, folder, pooled = saved[(kind, "fp32")]
+    args = model_inputs(kind, torch.float32, pooled)
+    theirs = capture(kind, model, args)
+    reference = float64_reference(kind, model, args)
+    ours = temb_outputs(temb_cli, kind, folder, pooled, tmp_path)
+    summary = []
+    for name, expected in theirs.items():
+        got = ours[name]
+        assert got.dtype == torch.float32 and got.shape == expected.shape
+        ref = reference[name]
+        torch_error = float((expected.double() - ref).abs().max())
+        temb_error = float((got.double() - ref).abs().max())
+        summary.append(f"{name} {temb_error:.3g}/{torch_error:.3g}")
+        assert temb_error <= 2 * torch_error, (
+            f"{name}: temb's error {temb_error:.3g} against float64 is above "
+            f"twice PyTorch's {torch_error:.3g}")
+    measure("fp32 max error vs float64, temb/pytorch", ", ".join(summary))
+
+
+@pytest.mark.parametrize("kind", ["qwen-image", "flux.1-dev"])
+def test_rows_are_batch_invariant(kind, saved, temb_cli, tmp_path):
+    _, folder, pooled = saved[(kind, "bf16")]
+    batch = temb_outputs(temb_cli, kind, folder, pooled, tmp_path)
+    for row, t in enumerate(TIMESTEPS[:4]):
+        pooled_file = None
+        if kind != "qwen-image":
+            pooled_file = tmp_path / f"pooled{row}.npy"
+            np.save(pooled_file, pooled[row].numpy().astype(np.float32))
+        alone = run_temb(temb_cli, folder, tmp_path / f"row{row}.safetensors",
+                         [t], kind, pooled_file)
+        for name, values in alone.items():
+            assert torch.equal(values[0].view(torch.int16),
+                               batch[name][row].view(torch.int16)), (name, row)
+
+
+def test_repeated_calls_hit_the_row_cache(saved, temb_cli, tmp_path):
+    """Nine timesteps with one repeat: 8 distinct rows, computed on the first
+    call and found on the next two; the answer is the uncached one."""
+    _, folder, _ = saved[("qwen-image", "bf16")]
+    timesteps = ",".join(repr(t) for t in TIMESTEPS)
+    fresh = run_temb(temb_cli, folder, tmp_path / "fresh.safetensors",
+                     TIMESTEPS, "qwen-image")
+    done = subprocess.run(
+        [str(temb_cli), "condition", f"--model_dir={folder}",
+         f"--timesteps={timesteps}", f"--out={tmp_path / 'cached.safetensors'}",
+         "--repeat=3"], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert "run 1: " in done.stderr and "(cache: 0 hits, 8 misses" in done.stderr
+    assert "run 3: " in done.stderr and "(cache: 16 hits, 8 misses" in done.stderr
+    cached = safetensors_torch.load_file(str(tmp_path / "cached.safetensors"))
+    for name, values in fresh.items():
+        assert torch.equal(values.view(torch.int16),
+                           cached[name].view(torch.int16)), name
+
+
+def run_failing(temb_cli, *flags):
+    done = subprocess.run([str(temb_cli), "condition", *flags],
+                          capture_output=True, text=True, timeout=120)
+    return done.returncode, done.stderr
+
+
+def test_cli_refuses_bad_requests_naming_the_cause(saved, temb_cli, tmp_path):
+    _, qwen, _ = saved[("qwen-image", "bf16")]
+    _, flux, _ = saved[("flux.1-dev", "bf16")]
+    out = f"--out={tmp_path / 'x.safetensors'}"
+    code, err = run_failing(temb_cli, f"--model_dir={qwen}", "--timesteps=1",
+                            "--guidance=3.5", out)
+    assert code == 1 and "guidance: qwen-image model does not take" in err
+    code, err = run_failing(temb_cli, f"--model_dir={qwen}", "--timesteps=1")
+    assert code == 2 and "--out is required" in err
+    narrow = tmp_path / "narrow.npy"
+    np.save(narrow, np.zeros(7, dtype=np.float32))
+    code, err = run_failing(temb_cli, f"--model_dir={flux}", "--timesteps=1",
+                            "--guidance=3.5", f"--pooled={narrow}", out)
+    assert code == 1 and f"pooled: expected {POOLED} or {POOLED} values" in err
+    code, err = run_failing(temb_cli, f"--model_dir={flux}", "--timesteps=1",
+                            f"--pooled={narrow}", out)
+    assert code == 1 and "guidance: required by this flux.1 model" in err
+    # A damaged shard: cut short inside its header.
+    damaged = tmp_path / "damaged"
+    damaged.mkdir()
+    for item in qwen.iterdir():
+        (damaged / item.name).write_bytes(item.read_bytes())
+    shard = sorted(damaged.glob("*.safetensors"))[0]
+    shard.write_bytes(shard.read_bytes()[:64])
+    code, err = run_failing(temb_cli, f"--model_dir={damaged}", "--timesteps=1",
+                            out)
+    assert code == 1 and shard.name in err and "header length" in err

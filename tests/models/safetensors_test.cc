@@ -1,0 +1,381 @@
+// The checkpoint reader against hostile and damaged files: each is refused
+// with a message naming the file, the tensor and the field.
+#include "temb/models/safetensors.h"
+
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "temb/models/checkpoint.h"
+#include "temb/models/conditioning_model.h"
+
+namespace temb::models {
+namespace {
+
+using ::testing::AllOf;
+using ::testing::HasSubstr;
+
+class TempDir {
+ public:
+  TempDir() {
+    char pattern[] = "/tmp/temb_models_test.XXXXXX";
+    path_ = mkdtemp(pattern);
+  }
+  ~TempDir() { std::system(absl::StrCat("rm -rf '", path_, "'").c_str()); }
+  std::string File(const std::string& name) const {
+    return absl::StrCat(path_, "/", name);
+  }
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
+
+void WriteText(const std::string& path, const std::string& text) {
+  std::ofstream(path, std::ios::binary) << text;
+}
+
+// A safetensors file with `header` as its JSON, `data_bytes` zero bytes
+// after it, and `length` (default: the header's size) as the length field.
+void WriteRaw(const std::string& path, const std::string& header,
+              size_t data_bytes, int64_t length = -1) {
+  const uint64_t field = length < 0 ? header.size() : length;
+  std::string bytes(8, '\0');
+  for (int i = 0; i < 8; ++i) bytes[i] = static_cast<char>(field >> (8 * i));
+  bytes += header;
+  bytes.append(data_bytes, '\0');
+  WriteText(path, bytes);
+}
+
+std::string Message(const absl::Status& status) {
+  return std::string(status.message());
+}
+
+TEST(SafetensorsTest, ReadsWhatTheWriterWrote) {
+  TempDir dir;
+  std::vector<TensorToWrite> tensors = {
+      {"a", DType::kBFloat16, {2, 3}, std::vector<uint8_t>(12, 7)},
+      {"b", DType::kFloat32, {1}, {0, 0, 128, 63}}};
+  ASSERT_TRUE(WriteSafetensors(dir.File("x.safetensors"), tensors).ok());
+  auto file = SafetensorsFile::Open(dir.File("x.safetensors"));
+  ASSERT_TRUE(file.ok()) << file.status();
+  const TensorEntry* a = (*file)->Find("a");
+  ASSERT_NE(a, nullptr);
+  EXPECT_EQ(a->dtype, DType::kBFloat16);
+  EXPECT_EQ(a->shape, (std::vector<int64_t>{2, 3}));
+  auto data = (*file)->Read(*(*file)->Find("b"));
+  ASSERT_TRUE(data.ok());
+  EXPECT_EQ(*data, (std::vector<uint8_t>{0, 0, 128, 63}));
+}
+
+TEST(SafetensorsTest, RefusesTruncatedFile) {
+  TempDir dir;
+  WriteText(dir.File("t.safetensors"), "abc");
+  auto file = SafetensorsFile::Open(dir.File("t.safetensors"));
+  EXPECT_EQ(file.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(Message(file.status()),
+              AllOf(HasSubstr("t.safetensors"), HasSubstr("header length"),
+                    HasSubstr("3 bytes")));
+}
+
+TEST(SafetensorsTest, RefusesHeaderAboveTheBound) {
+  TempDir dir;
+  WriteRaw(dir.File("big.safetensors"), "{}", 0,
+           kMaxSafetensorsHeaderBytes + 1);
+  auto file = SafetensorsFile::Open(dir.File("big.safetensors"));
+  EXPECT_THAT(Message(file.status()),
+              AllOf(HasSubstr("big.safetensors"), HasSubstr("header length"),
+                    HasSubstr("above the limit")));
+}
+
+TEST(SafetensorsTest, RefusesHeaderPastTheFile) {
+  TempDir dir;
+  WriteRaw(dir.File("long.safetensors"), "{}", 0, 4096);
+  auto file = SafetensorsFile::Open(dir.File("long.safetensors"));
+  EXPECT_THAT(Message(file.status()),
+              AllOf(HasSubstr("long.safetensors"), HasSubstr("header length"),
+                    HasSubstr("past the end of the file")));
+}
+
+TEST(SafetensorsTest, RefusesMalformedJson) {
+  auto parsed = ParseSafetensorsHeader("f.safetensors", "{\"a\": [", 0);
+  EXPECT_THAT(Message(parsed.status()),
+              AllOf(HasSubstr("f.safetensors"), HasSubstr("not valid JSON")));
+  parsed = ParseSafetensorsHeader("f.safetensors", "[1]", 0);
+  EXPECT_THAT(Message(parsed.status()), HasSubstr("must be a JSON object"));
+}
+
+struct HostileHeader {
+  std::string header;
+  uint64_t data_bytes;
+  std::string tensor;
+  std::string field;
+  std::string why;
+};
+
+TEST(SafetensorsTest, RefusesHostileEntries) {
+  const std::vector<HostileHeader> cases = {
+      {R"({"w": {"dtype": "F32", "shape": [2], "data_offsets": [0, 16]}})", 8,
+       "w", "data_offsets", "past the data section"},
+      {R"({"w": {"dtype": "F32", "shape": [2], "data_offsets": [8, 0]}})", 8,
+       "w", "data_offsets", "after end"},
+      {R"({"w": {"dtype": "F32", "shape": [3], "data_offsets": [0, 8]}})", 8,
+       "w", "data_offsets", "disagrees with dtype F32 and shape"},
+      {R"({"w": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]},
+           "v": {"dtype": "F32", "shape": [2], "data_offsets": [4, 12]}})",
+       16, "v", "data_offsets", "overlap tensor \"w\""},
+      {R"({"w": {"dtype": "Q4", "shape": [2], "data_offsets": [0, 8]}})", 8,
+       "w", "dtype", "unknown dtype"},
+      {R"({"w": {"dtype": "F32", "shape": [-2], "data_offsets": [0, 8]}})", 8,
+       "w", "shape", "non-negative integers"},
+      {R"({"w": {"dtype": "F32", "shape": [4294967296, 4294967296],
+                 "data_offsets": [0, 8]}})",
+       8, "w", "shape", "overflows"},
+      {R"({"w": {"dtype": "F32", "shape": [2]}})", 8, "w", "data_offsets",
+       "missing"},
+      {R"({"w": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8],
+                 "extra": 1}})",
+       8, "w", "\"extra\"", "unknown field"},
+      {R"({"w": 5})", 8, "w", "(entry)", "JSON object"},
+  };
+  for (const HostileHeader& c : cases) {
+    auto parsed =
+        ParseSafetensorsHeader("h.safetensors", c.header, c.data_bytes);
+    EXPECT_EQ(parsed.status().code(), absl::StatusCode::kInvalidArgument)
+        << c.header;
+    EXPECT_THAT(
+        Message(parsed.status()),
+        AllOf(HasSubstr("h.safetensors"),
+              HasSubstr(absl::StrCat("tensor \"", c.tensor, "\"")),
+              HasSubstr(absl::StrCat("field ", c.field)), HasSubstr(c.why)))
+        << c.header;
+  }
+}
+
+// A small valid single-file checkpoint of a Qwen-Image-shaped model with
+// D = 8, two blocks, float32.
+void WriteQwenCheckpoint(const TempDir& dir, int bad = 0) {
+  WriteText(dir.File("config.json"),
+            R"({"_class_name": "QwenImageTransformer2DModel",
+                "num_layers": 2, "num_attention_heads": 2,
+                "attention_head_dim": 4})");
+  std::vector<TensorToWrite> tensors;
+  uint32_t state = 1;
+  auto add = [&](const std::string& name, std::vector<int64_t> shape) {
+    int64_t n = 1;
+    for (int64_t d : shape) n *= d;
+    std::vector<uint8_t> data(n * 4);
+    for (int64_t i = 0; i < n; ++i) {
+      state = state * 1664525u + 1013904223u;
+      const float v = static_cast<float>(state >> 8) / (1 << 24) - 0.5f;
+      std::memcpy(&data[i * 4], &v, 4);
+    }
+    tensors.push_back({name, DType::kFloat32, shape, std::move(data)});
+  };
+  const std::string mlp = "time_text_embed.timestep_embedder.";
+  add(mlp + "linear_1.weight", {8, bad == 1 ? 128 : 256});
+  add(mlp + "linear_1.bias", {8});
+  add(mlp + "linear_2.weight", {8, 8});
+  add(mlp + "linear_2.bias", {8});
+  for (int i = 0; i < 2; ++i) {
+    for (const char* stream : {"img_mod", "txt_mod"}) {
+      if (bad == 2 && i == 1 && std::string(stream) == "txt_mod") continue;
+      const std::string prefix =
+          absl::StrCat("transformer_blocks.", i, ".", stream, ".1.");
+      add(prefix + "weight", {48, 8});
+      add(prefix + "bias", {48});
+    }
+  }
+  add("norm_out.linear.weight", {16, 8});
+  add("norm_out.linear.bias", {16});
+  ASSERT_TRUE(
+      WriteSafetensors(dir.File("diffusion_pytorch_model.safetensors"), tensors)
+          .ok());
+}
+
+TEST(CheckpointTest, RefusesShapeDisagreeingWithConfig) {
+  TempDir dir;
+  WriteQwenCheckpoint(dir, /*bad=*/1);
+  auto model = ConditioningModel::Load(dir.path(), {});
+  EXPECT_EQ(model.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(
+      Message(model.status()),
+      AllOf(HasSubstr("diffusion_pytorch_model.safetensors"),
+            HasSubstr(
+                "tensor \"time_text_embed.timestep_embedder.linear_1.weight\""),
+            HasSubstr("field shape: [8, 128]"), HasSubstr("[8, 256]")));
+}
+
+TEST(CheckpointTest, RefusesMissingTensor) {
+  TempDir dir;
+  WriteQwenCheckpoint(dir, /*bad=*/2);
+  auto model = ConditioningModel::Load(dir.path(), {});
+  EXPECT_EQ(model.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(
+      Message(model.status()),
+      AllOf(HasSubstr("tensor \"transformer_blocks.1.txt_mod.1.weight\""),
+            HasSubstr("missing")));
+}
+
+TEST(CheckpointTest, RefusesDTypeDisagreeingWithTheModel) {
+  TempDir dir;
+  WriteQwenCheckpoint(dir);
+  auto checkpoint = Checkpoint::Open(dir.path());
+  ASSERT_TRUE(checkpoint.ok()) << checkpoint.status();
+  auto loaded =
+      (*checkpoint)->Load("norm_out.linear.bias", DType::kBFloat16, {16});
+  EXPECT_THAT(Message(loaded.status()),
+              AllOf(HasSubstr("diffusion_pytorch_model.safetensors"),
+                    HasSubstr("tensor \"norm_out.linear.bias\""),
+                    HasSubstr("field dtype: F32"), HasSubstr("BF16")));
+}
+
+TEST(CheckpointTest, RefusesMalformedConfig) {
+  TempDir dir;
+  WriteQwenCheckpoint(dir);
+  WriteText(dir.File("config.json"), "{\"num_layers\": 2");
+  auto model = ConditioningModel::Load(dir.path(), {});
+  EXPECT_THAT(Message(model.status()),
+              AllOf(HasSubstr("config.json"), HasSubstr("not a JSON object")));
+  WriteText(dir.File("config.json"),
+            R"({"_class_name": "QwenImageTransformer2DModel",
+                "num_layers": "2", "num_attention_heads": 2,
+                "attention_head_dim": 4})");
+  model = ConditioningModel::Load(dir.path(), {});
+  EXPECT_THAT(Message(model.status()),
+              AllOf(HasSubstr("config.json"), HasSubstr("field num_layers"),
+                    HasSubstr("integer")));
+  WriteText(dir.File("config.json"), R"({"_class_name": "UNet2DModel"})");
+  model = ConditioningModel::Load(dir.path(), {});
+  EXPECT_THAT(Message(model.status()),
+              AllOf(HasSubstr("field _class_name"), HasSubstr("UNet2DModel"),
+                    HasSubstr("FluxTransformer2DModel")));
+}
+
+TEST(CheckpointTest, RefusesUnsupportedVariant) {
+  TempDir dir;
+  WriteQwenCheckpoint(dir);
+  WriteText(dir.File("config.json"),
+            R"({"_class_name": "QwenImageTransformer2DModel",
+                "num_layers": 2, "num_attention_heads": 2,
+                "attention_head_dim": 4, "zero_cond_t": true})");
+  auto model = ConditioningModel::Load(dir.path(), {});
+  EXPECT_THAT(Message(model.status()),
+              AllOf(HasSubstr("config.json"), HasSubstr("field zero_cond_t"),
+                    HasSubstr("not supported")));
+}
+
+TEST(CheckpointTest, RefusesIndexPointingOutsideTheFolder) {
+  TempDir dir;
+  WriteQwenCheckpoint(dir);
+  WriteText(dir.File("diffusion_pytorch_model.safetensors.index.json"),
+            R"({"weight_map": {"norm_out.linear.bias": "../x.safetensors"}})");
+  auto checkpoint = Checkpoint::Open(dir.path());
+  EXPECT_THAT(Message(checkpoint.status()),
+              AllOf(HasSubstr("index.json"),
+                    HasSubstr("tensor \"norm_out.linear.bias\""),
+                    HasSubstr("field weight_map"),
+                    HasSubstr("not a file name in the model folder")));
+}
+
+TEST(CheckpointTest, RefusesIndexNamingATensorItsShardLacks) {
+  TempDir dir;
+  WriteQwenCheckpoint(dir);
+  WriteText(dir.File("diffusion_pytorch_model.safetensors.index.json"),
+            R"({"weight_map": {"no.such.tensor":
+                "diffusion_pytorch_model.safetensors"}})");
+  auto checkpoint = Checkpoint::Open(dir.path());
+  EXPECT_THAT(Message(checkpoint.status()),
+              AllOf(HasSubstr("tensor \"no.such.tensor\""),
+                    HasSubstr("has no such tensor")));
+}
+
+TEST(CheckpointTest, RefusesFolderWithoutWeights) {
+  TempDir dir;
+  WriteText(dir.File("config.json"),
+            R"({"_class_name": "QwenImageTransformer2DModel"})");
+  auto checkpoint = Checkpoint::Open(dir.path());
+  EXPECT_EQ(checkpoint.status().code(), absl::StatusCode::kNotFound);
+}
+
+TEST(ConditioningModelTest, CacheHitsGiveTheComputedBits) {
+  TempDir dir;
+  WriteQwenCheckpoint(dir);
+  ConditioningOptions options;
+  options.threads = 2;
+  options.cache = std::make_shared<RowCache>(1 << 20);
+  auto model = ConditioningModel::Load(dir.path(), options);
+  ASSERT_TRUE(model.ok()) << model.status();
+  EXPECT_EQ((*model)->width(), 8);
+  ConditioningInputs inputs;
+  inputs.t = {999.0f, 500.0f, 999.0f};
+  auto first = (*model)->Compute(inputs, {});
+  ASSERT_TRUE(first.ok()) << first.status();
+  ASSERT_EQ(first->size(), 4u);
+  EXPECT_EQ((*first)[1].name, "img_mod");
+  EXPECT_EQ((*first)[1].shape, (std::vector<int64_t>{3, 2, 48}));
+  // Two distinct timesteps: two misses, and the repeat computed once.
+  EXPECT_EQ(options.cache->stats().misses, 2);
+  EXPECT_EQ(options.cache->stats().entries, 2);
+  const std::vector<uint8_t>& temb = (*first)[0].data;
+  EXPECT_TRUE(std::equal(temb.begin(), temb.begin() + 32, temb.begin() + 64));
+
+  auto second = (*model)->Compute(inputs, {});
+  ASSERT_TRUE(second.ok());
+  EXPECT_EQ(options.cache->stats().hits, 2);
+  for (size_t i = 0; i < first->size(); ++i) {
+    EXPECT_EQ((*first)[i].data, (*second)[i].data) << (*first)[i].name;
+  }
+  // The same rows without a cache, one at a time.
+  auto uncached = ConditioningModel::Load(dir.path(), {});
+  ASSERT_TRUE(uncached.ok());
+  ConditioningInputs one;
+  one.t = {500.0f};
+  auto alone = (*uncached)->Compute(one, {"norm_out"});
+  ASSERT_TRUE(alone.ok());
+  ASSERT_EQ(alone->size(), 1u);
+  EXPECT_TRUE(std::equal((*alone)[0].data.begin(), (*alone)[0].data.end(),
+                         (*first)[3].data.begin() + 16 * 4));
+}
+
+TEST(ConditioningModelTest, RefusesBadInputs) {
+  TempDir dir;
+  WriteQwenCheckpoint(dir);
+  auto model = ConditioningModel::Load(dir.path(), {});
+  ASSERT_TRUE(model.ok()) << model.status();
+  ConditioningInputs inputs;
+  inputs.t = {1.0f, std::nanf("")};
+  EXPECT_THAT(Message((*model)->Compute(inputs, {}).status()),
+              HasSubstr("t[1] must be finite"));
+  inputs.t = {1.0f};
+  inputs.guidance = {3.5f};
+  EXPECT_THAT(Message((*model)->Compute(inputs, {}).status()),
+              HasSubstr("guidance: qwen-image model does not take"));
+  inputs.guidance.clear();
+  EXPECT_THAT(Message((*model)->Compute(inputs, {"single_mod"}).status()),
+              HasSubstr("outputs: \"single_mod\" is not an output"));
+  auto internal = (*model)->Compute(inputs, {"t_model", "temb_silu"});
+  ASSERT_TRUE(internal.ok()) << internal.status();
+  EXPECT_EQ((*internal)[0].shape, (std::vector<int64_t>{1}));
+  EXPECT_EQ((*internal)[1].shape, (std::vector<int64_t>{1, 8}));
+  // Scalars alone: nothing is cached or unpacked.  t = 1 becomes
+  // fl32(1) / 1000 in the float32 model.
+  auto scalar = (*model)->Compute(inputs, {"t_model"});
+  ASSERT_TRUE(scalar.ok()) << scalar.status();
+  float t_model;
+  std::memcpy(&t_model, (*scalar)[0].data.data(), 4);
+  EXPECT_EQ(t_model, 1.0f / 1000.0f);
+  inputs.t.assign(kMaxConditioningRows + 1, 1.0f);
+  EXPECT_EQ((*model)->Compute(inputs, {}).status().code(),
+            absl::StatusCode::kResourceExhausted);
+}
+
+}  // namespace
+}  // namespace temb::models
