@@ -27,21 +27,6 @@ use_client_from_source()
 
 import temb  # noqa: E402,F401  (needs the stubs and the path above)
 
-# Filled by the tests: (test, quantity) -> text, printed after the run.
-MEASUREMENTS = {}
+from measurements import measure, summary  # noqa: E402,F401
 
-
-@pytest.fixture
-def measure(request):
-    """measure(quantity, text): records a measured number for the summary."""
-    def record(quantity, text):
-        MEASUREMENTS[(request.node.name, quantity)] = text
-    return record
-
-
-def pytest_terminal_summary(terminalreporter):
-    if not MEASUREMENTS:
-        return
-    terminalreporter.section("measured (tests/models)")
-    for (test, quantity), text in sorted(MEASUREMENTS.items()):
-        terminalreporter.write_line(f"{test}  {quantity}: {text}")
+pytest_terminal_summary = summary("tests/models")

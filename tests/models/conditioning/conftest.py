@@ -7,10 +7,14 @@ Environment (set by tests/models/CMakeLists.txt under ctest):
 
 import os
 import pathlib
+import sys
 
 import pytest
 
-MEASUREMENTS = {}
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2] / "pylib"))
+from measurements import measure, summary  # noqa: E402,F401
+
+pytest_terminal_summary = summary("tests/models/conditioning")
 
 
 @pytest.fixture(scope="module")
@@ -24,19 +28,3 @@ def temb_cli():
         pytest.fail(f"TEMB_CLI_BIN={value} does not exist: build the temb "
                     "target first")
     return path
-
-
-@pytest.fixture
-def measure(request):
-    """measure(quantity, text): records a measured number for the summary."""
-    def record(quantity, text):
-        MEASUREMENTS[(request.node.name, quantity)] = text
-    return record
-
-
-def pytest_terminal_summary(terminalreporter):
-    if not MEASUREMENTS:
-        return
-    terminalreporter.section("measured (tests/models/conditioning)")
-    for (test, quantity), text in sorted(MEASUREMENTS.items()):
-        terminalreporter.write_line(f"{test}  {quantity}: {text}")

@@ -209,31 +209,15 @@ def run_temb(cli, folder, out, timesteps, kind, pooled_file=None,
     return safetensors_torch.load_file(str(out))
 
 
-def capture_with_exact_linears(kind, model, args):
-    """capture() of a copy of `model` whose every Linear is computed in
-    float64 and rounded once to the model's dtype: PyTorch under a second
-    summation order."""
-    exact = copy.deepcopy(model)
-
-    def forward(self, x):
-        bias = None if self.bias is None else self.bias.double()
-        return torch.nn.functional.linear(x.double(), self.weight.double(),
-                                          bias).to(x.dtype)
-
-    for module in exact.modules():
-        if isinstance(module, torch.nn.Linear):
-            module.forward = types.MethodType(forward, module)
-    return capture(kind, exact, args)
-
-
-def capture_with_float32_linears(kind, model, args):
-    """capture() with every Linear summed in float32 (sgemm) and rounded
-    once: another summation order than the bf16 GEMM's."""
+def capture_with_linears_in(dtype, kind, model, args):
+    """capture() of a copy of `model` whose every Linear is summed in `dtype`
+    (float64, or float32 through sgemm) and rounded once to the model's
+    dtype: PyTorch under another summation order than its bf16 GEMM's."""
     other = copy.deepcopy(model)
 
     def forward(self, x):
-        bias = None if self.bias is None else self.bias.float()
-        return torch.nn.functional.linear(x.float(), self.weight.float(),
+        bias = None if self.bias is None else self.bias.to(dtype)
+        return torch.nn.functional.linear(x.to(dtype), self.weight.to(dtype),
                                           bias).to(x.dtype)
 
     for module in other.modules():
@@ -315,9 +299,10 @@ def test_bf16_matches_diffusers_within_one_ulp(kind, saved, temb_cli,
     args = model_inputs(kind, torch.bfloat16, pooled)
     theirs = capture(kind, model, args)
     second_orders = {
-        "float64-summed Linears": capture_with_exact_linears(kind, model, args),
-        "float32-summed Linears": capture_with_float32_linears(kind, model,
-                                                               args),
+        "float64-summed Linears":
+            capture_with_linears_in(torch.float64, kind, model, args),
+        "float32-summed Linears":
+            capture_with_linears_in(torch.float32, kind, model, args),
         "one row at a time": capture_row_by_row(kind, model, args),
     }
     ours = temb_outputs(temb_cli, kind, folder, pooled, tmp_path)
