@@ -569,3 +569,27 @@ def test_14_register_byte_size_must_be_a_whole_byte_count(server, size):
     assert ('"byte_size" must be an integer in [0, 9223372036854775807], '
             "got ") in error_of(body)
     assert_serving(server)
+
+
+def test_connections_beyond_the_limit_are_closed_when_accepted(start_server):
+    srv = start_server("--http_max_connections=8")
+    held = [connect(srv) for _ in range(8)]
+    try:
+        time.sleep(0.5)
+        extra = connect(srv)
+        extra.settimeout(5)
+        try:
+            assert extra.recv(1) == b""  # closed before anything was read
+        except ConnectionResetError:
+            pass
+        extra.close()
+        # A connection given back makes room for the next one.
+        held.pop().close()
+        time.sleep(0.5)
+        sock = connect(srv)
+        sock.sendall(request_head("/v2/health/live", "GET"))
+        assert read_response(sock)[0] == 200
+        sock.close()
+    finally:
+        for sock in held:
+            sock.close()
