@@ -100,6 +100,31 @@ absl::StatusOr<bool> ModelConfig::Bool(const std::string& field,
   return value.get<bool>();
 }
 
+absl::StatusOr<std::vector<int64_t>> ModelConfig::IndexList(
+    const std::string& field, int64_t count) const {
+  std::vector<int64_t> indices;
+  const auto it = fields_.find(field);
+  if (it == fields_.end()) return indices;
+  const json value = json::parse(it->second);
+  if (!value.is_array()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        file_, ": field ", field, ": must be a list, got ", it->second));
+  }
+  for (const json& item : value) {
+    // diffusers ignores an index past the last block; such a config is
+    // more likely damaged than meant, so it is refused.
+    if (!item.is_number_unsigned() ||
+        item.get<uint64_t>() >= static_cast<uint64_t>(count)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(file_, ": field ", field,
+                       ": every entry must be a block index in [0, ", count,
+                       "), got ", it->second));
+    }
+    indices.push_back(static_cast<int64_t>(item.get<uint64_t>()));
+  }
+  return indices;
+}
+
 absl::StatusOr<std::unique_ptr<Checkpoint>> Checkpoint::Open(
     const std::string& dir) {
   std::unique_ptr<Checkpoint> checkpoint(new Checkpoint());

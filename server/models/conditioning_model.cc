@@ -52,6 +52,40 @@ bool FlagHolds(const ModelConfig& config, const std::string& when,
   return *value != negate;
 }
 
+// The blocks a stacked linear covers, in increasing index.
+absl::StatusOr<std::vector<int64_t>> SelectBlocks(const ModelConfig& config,
+                                                  const Op& op, int64_t count) {
+  std::vector<int64_t> indices;
+  std::vector<int64_t> listed;
+  if (op.select == BlockSelect::kListed ||
+      op.select == BlockSelect::kUnlisted) {
+    ASSIGN_OR_RETURN(listed, config.IndexList(op.block_list, count));
+  }
+  for (int64_t block = 0; block < count; ++block) {
+    const bool in_list =
+        std::find(listed.begin(), listed.end(), block) != listed.end();
+    bool take = true;
+    switch (op.select) {
+      case BlockSelect::kAll:
+        break;
+      case BlockSelect::kAllButLast:
+        take = block < count - 1;
+        break;
+      case BlockSelect::kLast:
+        take = block == count - 1;
+        break;
+      case BlockSelect::kListed:
+        take = in_list;
+        break;
+      case BlockSelect::kUnlisted:
+        take = !in_list;
+        break;
+    }
+    if (take) indices.push_back(block);
+  }
+  return indices;
+}
+
 uint32_t InputBit(const std::vector<InputSpec>& inputs,
                   const std::string& name) {
   for (size_t i = 0; i < inputs.size(); ++i) {
@@ -157,6 +191,7 @@ absl::Status ConditioningModel::Plan(const Checkpoint& checkpoint) {
   // The model's dtype is the stored dtype of its first Linear's weight;
   // every other tensor must agree (Checkpoint::Load checks).
   bool dtype_known = false;
+  std::set<std::string> absent;  // values over an empty block selection
   for (const Op& op : family_->ops) {
     if (!FlagHolds(config, op.when, &flag_status)) {
       RETURN_IF_ERROR(flag_status);
@@ -197,11 +232,17 @@ absl::Status ConditioningModel::Plan(const Checkpoint& checkpoint) {
       case OpKind::kLinear: {
         planned.in_width = in[0]->cols;
         planned.out_width = op.width_d * width_;
+        std::vector<int64_t> indices = {0};  // unstacked: "{i}" is unused
         if (!op.blocks.empty()) {
-          ASSIGN_OR_RETURN(planned.blocks, config.PositiveInt(op.blocks));
-          out.blocks = planned.blocks;
+          ASSIGN_OR_RETURN(const int64_t count, config.PositiveInt(op.blocks));
+          ASSIGN_OR_RETURN(indices, SelectBlocks(config, op, count));
+          if (op.select != BlockSelect::kLast) {
+            out.blocks = static_cast<int64_t>(indices.size());
+          }
         }
-        for (int64_t block = 0; block < planned.blocks; ++block) {
+        if (indices.empty()) break;
+        planned.blocks = static_cast<int64_t>(indices.size());
+        for (const int64_t block : indices) {
           const std::string prefix =
               absl::StrReplaceAll(op.weight, {{"{i}", absl::StrCat(block)}});
           if (!dtype_known) {
@@ -228,10 +269,16 @@ absl::Status ConditioningModel::Plan(const Checkpoint& checkpoint) {
       default:
         break;
     }
+    if (op.kind == OpKind::kLinear && planned.weights.empty()) {
+      absent.insert(op.out);
+      continue;
+    }
     value_info_[op.out] = out;
     ops_.push_back(std::move(planned));
   }
   for (const OutputSpec& output : family_->outputs) {
+    if (absent.count(output.value) > 0) continue;
+    outputs_.push_back(output);
     if (value_info_.count(output.value) == 0) {
       return absl::InternalError(absl::StrCat(family_->name, ": output ",
                                               output.name, " has no value"));
@@ -381,21 +428,21 @@ absl::StatusOr<std::vector<ConditioningOutput>> ConditioningModel::Compute(
   // outputs, any computed value can be asked for by its name in the
   // description: tests compare each op with diffusers' own module that way.
   std::vector<OutputSpec> wanted;
-  for (const OutputSpec& output : family_->outputs) {
+  for (const OutputSpec& output : outputs_) {
     if (names.empty() ||
         std::find(names.begin(), names.end(), output.name) != names.end()) {
       wanted.push_back(output);
     }
   }
   for (const std::string& name : names) {
-    if (std::any_of(family_->outputs.begin(), family_->outputs.end(),
+    if (std::any_of(outputs_.begin(), outputs_.end(),
                     [&](const OutputSpec& o) { return o.name == name; })) {
       continue;
     }
     const auto value = value_info_.find(name);
     if (value == value_info_.end() || value->second.producer < 0) {
       std::vector<std::string> known;
-      for (const OutputSpec& o : family_->outputs) known.push_back(o.name);
+      for (const OutputSpec& o : outputs_) known.push_back(o.name);
       return absl::InvalidArgumentError(
           absl::StrCat("outputs: ", Quoted(name), " is not an output of ",
                        family_->name, " (", absl::StrJoin(known, ", "),

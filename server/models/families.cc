@@ -60,6 +60,12 @@ Op Add(std::string out, std::string a, std::string b) {
   return MakeOp(OpKind::kAdd, std::move(out), {std::move(a), std::move(b)});
 }
 
+Op Select(BlockSelect select, Op op, std::string block_list = "") {
+  op.select = select;
+  op.block_list = std::move(block_list);
+  return op;
+}
+
 Op When(std::string flag, Op op) {
   op.when = std::move(flag);
   return op;
@@ -178,11 +184,76 @@ FamilyDescription Flux1() {
   return family;
 }
 
+FamilyDescription Sd3() {
+  FamilyDescription family;
+  family.class_name = "SD3Transformer2DModel";
+  family.name = "sd3";
+  family.width_fields = {"num_attention_heads", "attention_head_dim"};
+  family.inputs = {
+      {"t", "", "", "the scheduler's timesteps (0..1000)"},
+      {"pooled", "pooled_projection_dim", "",
+       "the pooled CLIP-L and CLIP-G text embedding"},
+  };
+  std::vector<Op>& ops = family.ops;
+  // Pipeline: timestep = t.expand(B), the scheduler's float32 t with no
+  // cast; CombinedTimestepTextProjEmbeddings: Timesteps(256, flip, shift 0)
+  // of that float32 t, cast to the pooled projection's dtype.
+  ops.push_back(Cast("t_model", "t", ValueDType::kFloat32));
+  ops.push_back(Sinusoid("t_sinus", "t_model", 1));
+  ops.push_back(Cast("t_proj", "t_sinus", ValueDType::kModel));
+  AppendMlp(&ops, "t_emb", "t_proj", "time_text_embed.timestep_embedder");
+  // The pipeline's pooled embedding is in the model's dtype;
+  // PixArtAlphaTextProjection(act_fn="silu") is the same MLP.
+  ops.push_back(Cast("pooled_model", "pooled", ValueDType::kModel));
+  AppendMlp(&ops, "p_emb", "pooled_model", "time_text_embed.text_embedder");
+  ops.push_back(Add("temb", "t_emb", "p_emb"));
+  ops.push_back(Silu("temb_silu", "temb"));
+  // JointTransformerBlock i: norm1 is SD35AdaLayerNormZeroX (9D) when i is
+  // in dual_attention_layers, else AdaLayerNormZero (6D); norm1_context is
+  // AdaLayerNormZero except in the last block (context_pre_only), where it
+  // is AdaLayerNormContinuous (2D).  Each width is its own output.
+  ops.push_back(
+      Select(BlockSelect::kUnlisted,
+             Linear("img_mod", "temb_silu",
+                    "transformer_blocks.{i}.norm1.linear", 6, "num_layers"),
+             "dual_attention_layers"));
+  ops.push_back(
+      Select(BlockSelect::kListed,
+             Linear("img_mod_dual", "temb_silu",
+                    "transformer_blocks.{i}.norm1.linear", 9, "num_layers"),
+             "dual_attention_layers"));
+  ops.push_back(Select(
+      BlockSelect::kAllButLast,
+      Linear("txt_mod", "temb_silu",
+             "transformer_blocks.{i}.norm1_context.linear", 6, "num_layers")));
+  // AdaLayerNormContinuous: linear(SiLU(temb).to(x.dtype)), a no-op cast.
+  ops.push_back(Select(
+      BlockSelect::kLast,
+      Linear("txt_mod_last", "temb_silu",
+             "transformer_blocks.{i}.norm1_context.linear", 2, "num_layers")));
+  ops.push_back(Linear("norm_out", "temb_silu", "norm_out.linear", 2));
+  family.outputs = {
+      {"temb", "temb", "[N, D]"},
+      {"img_mod", "img_mod",
+       "[N, L - L_dual, 6D], the blocks not in dual_attention_layers: "
+       "shift_msa, scale_msa, gate_msa, shift_mlp, scale_mlp, gate_mlp"},
+      {"img_mod_dual", "img_mod_dual",
+       "[N, L_dual, 9D], the blocks in dual_attention_layers: the same six, "
+       "then shift_msa2, scale_msa2, gate_msa2"},
+      {"txt_mod", "txt_mod",
+       "[N, L - 1, 6D], blocks 0 .. L-2: same order as img_mod, text stream"},
+      {"txt_mod_last", "txt_mod_last",
+       "[N, 2D], block L-1 (context_pre_only): scale, shift"},
+      {"norm_out", "norm_out", "[N, 2D]: scale, shift"},
+  };
+  return family;
+}
+
 }  // namespace
 
 const std::vector<FamilyDescription>& Families() {
   static const auto* families =
-      new std::vector<FamilyDescription>{QwenImage(), Flux1()};
+      new std::vector<FamilyDescription>{QwenImage(), Flux1(), Sd3()};
   return *families;
 }
 

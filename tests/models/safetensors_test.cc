@@ -4,6 +4,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
@@ -375,6 +376,107 @@ TEST(ConditioningModelTest, RefusesBadInputs) {
   inputs.t.assign(kMaxConditioningRows + 1, 1.0f);
   EXPECT_EQ((*model)->Compute(inputs, {}).status().code(),
             absl::StatusCode::kResourceExhausted);
+}
+
+// A small SD3-shaped float32 checkpoint: D = 8, three blocks, pooled width
+// 4; `dual` is config.json's dual_attention_layers and `nine_d` the blocks
+// whose norm1 is written 9D (equal to `dual` unless a test disagrees).
+void WriteSd3Checkpoint(const TempDir& dir, const std::string& dual,
+                        const std::vector<int>& nine_d) {
+  WriteText(dir.File("config.json"),
+            absl::StrCat(R"({"_class_name": "SD3Transformer2DModel",
+                "num_layers": 3, "num_attention_heads": 2,
+                "attention_head_dim": 4, "pooled_projection_dim": 4,
+                "dual_attention_layers": )",
+                         dual, "}"));
+  std::vector<TensorToWrite> tensors;
+  uint32_t state = 3;
+  auto add = [&](const std::string& name, std::vector<int64_t> shape) {
+    int64_t n = 1;
+    for (int64_t d : shape) n *= d;
+    std::vector<uint8_t> data(n * 4);
+    for (int64_t i = 0; i < n; ++i) {
+      state = state * 1664525u + 1013904223u;
+      const float v = static_cast<float>(state >> 8) / (1 << 24) - 0.5f;
+      std::memcpy(&data[i * 4], &v, 4);
+    }
+    tensors.push_back({name, DType::kFloat32, shape, std::move(data)});
+  };
+  auto linear = [&](const std::string& prefix, int64_t out, int64_t in) {
+    add(prefix + ".weight", {out, in});
+    add(prefix + ".bias", {out});
+  };
+  linear("time_text_embed.timestep_embedder.linear_1", 8, 256);
+  linear("time_text_embed.timestep_embedder.linear_2", 8, 8);
+  linear("time_text_embed.text_embedder.linear_1", 8, 4);
+  linear("time_text_embed.text_embedder.linear_2", 8, 8);
+  for (int i = 0; i < 3; ++i) {
+    const bool wide =
+        std::find(nine_d.begin(), nine_d.end(), i) != nine_d.end();
+    const std::string block = absl::StrCat("transformer_blocks.", i);
+    linear(block + ".norm1.linear", wide ? 72 : 48, 8);
+    linear(block + ".norm1_context.linear", i == 2 ? 16 : 48, 8);
+  }
+  linear("norm_out.linear", 16, 8);
+  ASSERT_TRUE(
+      WriteSafetensors(dir.File("diffusion_pytorch_model.safetensors"), tensors)
+          .ok());
+}
+
+TEST(ConditioningModelTest, Sd3BlocksOfEachWidthAreSeparateOutputs) {
+  TempDir dir;
+  WriteSd3Checkpoint(dir, "[1]", {1});
+  auto model = ConditioningModel::Load(dir.path(), {});
+  ASSERT_TRUE(model.ok()) << model.status();
+  ConditioningInputs inputs;
+  inputs.t = {999.0f, 1.5f};
+  inputs.pooled = {0.5f, -1.0f, 2.0f, 0.0f};
+  auto outputs = (*model)->Compute(inputs, {});
+  ASSERT_TRUE(outputs.ok()) << outputs.status();
+  std::vector<std::string> names;
+  std::vector<std::vector<int64_t>> shapes;
+  for (const ConditioningOutput& output : *outputs) {
+    names.push_back(output.name);
+    shapes.push_back(output.shape);
+  }
+  EXPECT_EQ(names,
+            (std::vector<std::string>{"temb", "img_mod", "img_mod_dual",
+                                      "txt_mod", "txt_mod_last", "norm_out"}));
+  EXPECT_EQ(shapes,
+            (std::vector<std::vector<int64_t>>{
+                {2, 8}, {2, 2, 48}, {2, 1, 72}, {2, 2, 48}, {2, 16}, {2, 16}}));
+  // SD3.0 (no dual-attention block) has no img_mod_dual at all.
+  TempDir plain;
+  WriteSd3Checkpoint(plain, "[]", {});
+  model = ConditioningModel::Load(plain.path(), {});
+  ASSERT_TRUE(model.ok()) << model.status();
+  outputs = (*model)->Compute(inputs, {"img_mod"});
+  ASSERT_TRUE(outputs.ok()) << outputs.status();
+  EXPECT_EQ((*outputs)[0].shape, (std::vector<int64_t>{2, 3, 48}));
+  EXPECT_THAT(Message((*model)->Compute(inputs, {"img_mod_dual"}).status()),
+              HasSubstr("outputs: \"img_mod_dual\" is not an output"));
+  inputs.pooled.clear();
+  EXPECT_THAT(Message((*model)->Compute(inputs, {}).status()),
+              HasSubstr("pooled: required by this sd3 model"));
+}
+
+TEST(CheckpointTest, RefusesSd3DualLayersDisagreeingWithTheWeights) {
+  TempDir dir;
+  // config.json says block 2 is a dual-attention block; its norm1 is 6D.
+  WriteSd3Checkpoint(dir, "[1, 2]", {1});
+  auto model = ConditioningModel::Load(dir.path(), {});
+  EXPECT_THAT(Message(model.status()),
+              AllOf(HasSubstr("tensor \"transformer_blocks.2.norm1.linear."
+                              "weight\""),
+                    HasSubstr("field shape: [48, 8]"), HasSubstr("[72, 8]")));
+  for (const char* dual : {"[3]", "1", "[-1]", "[\"0\"]"}) {
+    WriteSd3Checkpoint(dir, dual, {});
+    model = ConditioningModel::Load(dir.path(), {});
+    EXPECT_THAT(Message(model.status()),
+                AllOf(HasSubstr("config.json"),
+                      HasSubstr("field dual_attention_layers")))
+        << dual;
+  }
 }
 
 }  // namespace

@@ -3,11 +3,12 @@
 For each family, tiny random models are built and saved by diffusers itself
 (save_pretrained; one of them sharded, so the index.json path is read), in
 float32 and bfloat16.  The model's own forward runs the way its pipeline
-calls it (timestep = t.to(dtype) / 1000, guidance a float32 tensor, pooled
-embeddings in the model's dtype) with forward hooks capturing every
-conditioning output: the time_text_embed result (temb), each block's
-modulation Linear, norm_out.linear.  `temb condition` then computes the same
-outputs from the saved folder alone, and the two are compared:
+calls it (timestep = t.to(dtype) / 1000, or for SD3 the float32 t as it
+is; guidance a float32 tensor; pooled embeddings in the model's dtype)
+with forward hooks capturing every conditioning output: the
+time_text_embed result (temb), each block's modulation Linear,
+norm_out.linear.  `temb condition` then computes the same outputs from the
+saved folder alone, and the two are compared:
 
   * bf16: within one bf16 ulp everywhere (a Linear summed in another order
     than PyTorch's GEMM rounds the other way now and then); how many
@@ -80,9 +81,25 @@ def flux_model(dtype, guidance_embeds):
     return model.to(dtype).eval()
 
 
+def sd3_model(dtype, dual_attention_layers):
+    """SD3 (no dual-attention block) or SD3.5 Medium-like: blocks 0 and 2
+    use SD35AdaLayerNormZeroX (9D), so the 9D selection is not contiguous
+    and includes the last block, whose context norm is the 2D one."""
+    torch.manual_seed(3 if dual_attention_layers else 4)
+    model = diffusers.SD3Transformer2DModel(
+        sample_size=4, patch_size=2, in_channels=4, out_channels=4,
+        num_layers=3, attention_head_dim=WIDTH // 4, num_attention_heads=4,
+        joint_attention_dim=24, caption_projection_dim=WIDTH,
+        pooled_projection_dim=POOLED, pos_embed_max_size=4,
+        dual_attention_layers=dual_attention_layers)
+    return model.to(dtype).eval()
+
+
 def build(kind, dtype):
     if kind == "qwen-image":
         return qwen_model(dtype)
+    if kind.startswith("sd3"):
+        return sd3_model(dtype, (0, 2) if kind == "sd3.5" else ())
     return flux_model(dtype, guidance_embeds=(kind == "flux.1-dev"))
 
 
@@ -90,13 +107,24 @@ def conditioning_modules(kind, model):
     """(output name, block index or None, module) for every output."""
     found = [("temb", None, model.time_text_embed)]
     for i, block in enumerate(model.transformer_blocks):
-        if kind == "qwen-image":
+        if kind.startswith("sd3"):
+            # SD35AdaLayerNormZeroX (9D) exactly in the dual blocks.
+            wide = type(block.norm1).__name__ == "SD35AdaLayerNormZeroX"
+            assert wide == block.use_dual_attention
+            found.append(("img_mod_dual" if wide else "img_mod", i,
+                          block.norm1.linear))
+            if block.context_pre_only:
+                found.append(("txt_mod_last", None,
+                              block.norm1_context.linear))
+            else:
+                found.append(("txt_mod", i, block.norm1_context.linear))
+        elif kind == "qwen-image":
             found.append(("img_mod", i, block.img_mod[1]))
             found.append(("txt_mod", i, block.txt_mod[1]))
         else:
             found.append(("img_mod", i, block.norm1.linear))
             found.append(("txt_mod", i, block.norm1_context.linear))
-    if kind != "qwen-image":
+    if kind.startswith("flux"):
         for i, block in enumerate(model.single_transformer_blocks):
             found.append(("single_mod", i, block.norm.linear))
     found.append(("norm_out", None, model.norm_out.linear))
@@ -105,10 +133,18 @@ def conditioning_modules(kind, model):
 
 def model_inputs(kind, dtype, pooled):
     """Keyword arguments for the model's forward, as its pipeline makes
-    them: the timestep in the latents' dtype divided by 1000."""
+    them: the timestep in the latents' dtype divided by 1000, or for SD3
+    the scheduler's float32 t as it is."""
     batch = len(TIMESTEPS)
     generator = torch.Generator().manual_seed(7)
     t = torch.tensor(TIMESTEPS, dtype=torch.float32)
+    if kind.startswith("sd3"):
+        return dict(
+            hidden_states=torch.randn(batch, 4, 4, 4,
+                                      generator=generator).to(dtype),
+            encoder_hidden_states=torch.randn(
+                batch, TEXT_TOKENS, 24, generator=generator).to(dtype),
+            pooled_projections=pooled.to(dtype), timestep=t)
     timestep = t.to(dtype) / 1000
     if kind == "qwen-image":
         return dict(
@@ -254,7 +290,7 @@ def bf16_ulp_distance(a, b):
     return (ordered(a) - ordered(b)).abs()
 
 
-KINDS = ["qwen-image", "flux.1-dev", "flux.1-schnell"]
+KINDS = ["qwen-image", "flux.1-dev", "flux.1-schnell", "sd3", "sd3.5"]
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 
 
@@ -439,6 +475,24 @@ def op_checks(kind, model):
                 ])
     checks = [("t_proj", Sinusoid(embed.time_proj, "t_model"))]
     checks += mlp("t_emb", embed.timestep_embedder, "t_proj", "act")
+    if kind.startswith("sd3"):
+        by_output = {}
+        for name, _, module in conditioning_modules(kind, model)[1:]:
+            by_output.setdefault(name, []).append(module)
+        checks += mlp("p_emb", embed.text_embedder, "pooled_model", "act_1")
+        checks += [
+            ("temb", Exact(lambda v: v["t_emb"] + v["p_emb"])),
+            ("temb_silu", Exact(lambda v: blocks[0].norm1.silu(v["temb"]))),
+        ]
+        for name in ["img_mod", "img_mod_dual", "txt_mod"]:
+            if name in by_output:
+                checks.append((name, Linear(by_output[name], "temb_silu",
+                                            stacked=True)))
+        checks += [
+            ("txt_mod_last", Linear(by_output["txt_mod_last"], "temb_silu")),
+            norm_out,
+        ]
+        return checks
     if kind == "flux.1-dev":
         checks.append(("g_proj", Sinusoid(embed.time_proj, "g_model")))
         checks += mlp("g_emb", embed.guidance_embedder, "g_proj", "act")
@@ -470,8 +524,10 @@ def test_bf16_each_op_matches_its_diffusers_module(kind, saved, temb_cli,
     checks = op_checks(kind, model)
     scalars = ["t_model"] + (["g_model"] if kind == "flux.1-dev" else [])
     names = scalars + [value for value, _ in checks]
-    if kind != "qwen-image":
+    if kind.startswith("flux"):
         names += ["pooled_model", "tg_emb"]
+    elif kind.startswith("sd3"):
+        names += ["pooled_model"]
     pooled_file = None
     if kind != "qwen-image":
         pooled_file = tmp_path / "pooled.npy"
@@ -513,7 +569,7 @@ def test_fp32_error_within_twice_pytorch(kind, saved, temb_cli, tmp_path,
     measure("fp32 max error vs float64, temb/pytorch", ", ".join(summary))
 
 
-@pytest.mark.parametrize("kind", ["qwen-image", "flux.1-dev"])
+@pytest.mark.parametrize("kind", ["qwen-image", "flux.1-dev", "sd3.5"])
 def test_rows_are_batch_invariant(kind, saved, temb_cli, tmp_path):
     _, folder, pooled = saved[(kind, "bf16")]
     batch = temb_outputs(temb_cli, kind, folder, pooled, tmp_path)
@@ -582,3 +638,15 @@ def test_cli_refuses_bad_requests_naming_the_cause(saved, temb_cli, tmp_path):
     code, err = run_failing(temb_cli, f"--model_dir={damaged}", "--timesteps=1",
                             out)
     assert code == 1 and shard.name in err and "header length" in err
+    # SD3.5: a dual-attention block index past the last block.
+    _, sd35, _ = saved[("sd3.5", "bf16")]
+    past = tmp_path / "past"
+    past.mkdir()
+    for item in sd35.iterdir():
+        (past / item.name).write_bytes(item.read_bytes())
+    config = json.loads((past / "config.json").read_text())
+    config["dual_attention_layers"] = [0, 3]
+    (past / "config.json").write_text(json.dumps(config))
+    code, err = run_failing(temb_cli, f"--model_dir={past}", "--timesteps=1",
+                            out)
+    assert code == 1 and "field dual_attention_layers" in err

@@ -45,6 +45,11 @@ class ModelConfig {
   // A boolean field, `fallback` when absent (diffusers omits nothing it
   // registers, but older configs predate some flags).
   absl::StatusOr<bool> Bool(const std::string& field, bool fallback) const;
+  // A list of block indices, each in [0, count): SD3.5's
+  // dual_attention_layers.  Empty when absent, as in configs written before
+  // the field existed.
+  absl::StatusOr<std::vector<int64_t>> IndexList(const std::string& field,
+                                                 int64_t count) const;
 
  private:
   std::string file_;

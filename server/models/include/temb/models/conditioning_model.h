@@ -96,6 +96,9 @@ class ConditioningModel {
   int64_t weight_bytes_ = 0;
   std::string cache_key_;
   std::vector<InputSpec> inputs_;
+  // The family's outputs this model has: all but those over an empty
+  // block selection.
+  std::vector<OutputSpec> outputs_;
   std::vector<PlannedOp> ops_;
   std::map<std::string, Value> value_info_;
   std::unique_ptr<Backend> sinusoid_backend_;

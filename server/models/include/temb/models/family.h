@@ -6,7 +6,8 @@
 //
 // Values are [N] scalars or [N, W] rows (W per op, from config.json); a
 // linear op stacked over `blocks` produces [N, L, W] with block i's Linear
-// at checkpoint prefix `weight` with "{i}" replaced by i.  Every op rounds
+// at checkpoint prefix `weight` with "{i}" replaced by i (`select` may
+// take a subset of the blocks, see BlockSelect).  Every op rounds
 // its result to its `dtype`: the model's dtype (the stored dtype of its
 // weights) or float32; arithmetic on a bf16 value is computed in float32
 // and rounded once, as PyTorch does on the CPU.
@@ -31,6 +32,18 @@ enum class OpKind {
 // Where an op's result is rounded to.
 enum class ValueDType { kFloat32, kModel };
 
+// Which of a stacked linear's blocks it covers, in increasing index.  SD3
+// builds its blocks unequal: the last one's context norm is narrower, and
+// SD3.5's dual-attention blocks have a wider norm1.  Each width is its own
+// op over its own blocks, so no output is padded.
+enum class BlockSelect {
+  kAll,         // every block
+  kAllButLast,  // blocks 0 .. L-2
+  kLast,        // block L-1 alone: an unstacked [N, W] value
+  kListed,      // the blocks in the config list `block_list`
+  kUnlisted,    // the blocks not in it
+};
+
 struct SinusoidParams {
   int dim = 256;
   bool flip_sin_to_cos = true;
@@ -49,6 +62,8 @@ struct Op {
   std::string weight;       // kLinear: "<prefix>" for <prefix>.weight/.bias
   int width_d = 0;          // kLinear: output width, in multiples of D
   std::string blocks;       // kLinear: config field counting blocks, or ""
+  BlockSelect select = BlockSelect::kAll;  // kLinear with `blocks`
+  std::string block_list;  // kListed, kUnlisted: config field of indices
   // The op exists only when this config flag is true ("!flag": false);
   // empty: always.
   std::string when;
@@ -64,7 +79,9 @@ struct InputSpec {
 };
 
 // One output, laid out as the model consumes it: [N, W] or, for a stacked
-// value, [N, L, W], in the model's dtype, chunks in diffusers' order.
+// value, [N, L, W], in the model's dtype, chunks in diffusers' order.  A
+// stacked output whose selection has no block in a model (SD3.0 has no
+// dual-attention blocks) is not produced for that model.
 struct OutputSpec {
   std::string name;
   std::string value;
