@@ -162,6 +162,21 @@ TEST(SafetensorsTest, RefusesHostileEntries) {
 
 // A small valid single-file checkpoint of a Qwen-Image-shaped model with
 // D = 8, two blocks, float32.
+// An fp32 tensor of values in [-0.5, 0.5) from a small linear congruential
+// generator: the same weights on every run, without a file of them.
+TensorToWrite RandomFloat32(const std::string& name, std::vector<int64_t> shape,
+                            uint32_t* state) {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  std::vector<uint8_t> data(n * 4);
+  for (int64_t i = 0; i < n; ++i) {
+    *state = *state * 1664525u + 1013904223u;
+    const float v = static_cast<float>(*state >> 8) / (1 << 24) - 0.5f;
+    std::memcpy(&data[i * 4], &v, 4);
+  }
+  return {name, DType::kFloat32, std::move(shape), std::move(data)};
+}
+
 void WriteQwenCheckpoint(const TempDir& dir, int bad = 0) {
   WriteText(dir.File("config.json"),
             R"({"_class_name": "QwenImageTransformer2DModel",
@@ -170,15 +185,7 @@ void WriteQwenCheckpoint(const TempDir& dir, int bad = 0) {
   std::vector<TensorToWrite> tensors;
   uint32_t state = 1;
   auto add = [&](const std::string& name, std::vector<int64_t> shape) {
-    int64_t n = 1;
-    for (int64_t d : shape) n *= d;
-    std::vector<uint8_t> data(n * 4);
-    for (int64_t i = 0; i < n; ++i) {
-      state = state * 1664525u + 1013904223u;
-      const float v = static_cast<float>(state >> 8) / (1 << 24) - 0.5f;
-      std::memcpy(&data[i * 4], &v, 4);
-    }
-    tensors.push_back({name, DType::kFloat32, shape, std::move(data)});
+    tensors.push_back(RandomFloat32(name, std::move(shape), &state));
   };
   const std::string mlp = "time_text_embed.timestep_embedder.";
   add(mlp + "linear_1.weight", {8, bad == 1 ? 128 : 256});
@@ -392,15 +399,7 @@ void WriteSd3Checkpoint(const TempDir& dir, const std::string& dual,
   std::vector<TensorToWrite> tensors;
   uint32_t state = 3;
   auto add = [&](const std::string& name, std::vector<int64_t> shape) {
-    int64_t n = 1;
-    for (int64_t d : shape) n *= d;
-    std::vector<uint8_t> data(n * 4);
-    for (int64_t i = 0; i < n; ++i) {
-      state = state * 1664525u + 1013904223u;
-      const float v = static_cast<float>(state >> 8) / (1 << 24) - 0.5f;
-      std::memcpy(&data[i * 4], &v, 4);
-    }
-    tensors.push_back({name, DType::kFloat32, shape, std::move(data)});
+    tensors.push_back(RandomFloat32(name, std::move(shape), &state));
   };
   auto linear = [&](const std::string& prefix, int64_t out, int64_t in) {
     add(prefix + ".weight", {out, in});
