@@ -146,16 +146,16 @@ int RunCondition(const std::vector<std::string>& argv) {
   absl::StatusOr<std::vector<float>> timesteps =
       ParseTimesteps(*args->String("timesteps"));
   if (!timesteps.ok()) return PrintError(timesteps.status());
-  inputs.t = *std::move(timesteps);
+  inputs.values["t"] = *std::move(timesteps);
   if (args->Has("guidance")) {
-    inputs.guidance = {static_cast<float>(*args->Double("guidance"))};
+    inputs.values["guidance"] = {static_cast<float>(*args->Double("guidance"))};
   }
   if (args->Has("pooled")) {
     std::vector<int64_t> shape;
     absl::StatusOr<std::vector<float>> pooled =
         ReadNpyFloat32(*args->String("pooled"), &shape);
     if (!pooled.ok()) return PrintError(pooled.status());
-    inputs.pooled = *std::move(pooled);
+    inputs.values["pooled"] = *std::move(pooled);
   }
   std::vector<std::string> outputs;
   if (args->Has("outputs")) {

@@ -368,10 +368,27 @@ absl::Status ConditioningModel::Run(
   return absl::OkStatus();
 }
 
+const std::vector<float>& ConditioningInputs::Get(
+    const std::string& name) const {
+  static const std::vector<float> kNone;
+  const auto found = values.find(name);
+  return found == values.end() ? kNone : found->second;
+}
+
 absl::StatusOr<std::vector<ConditioningOutput>> ConditioningModel::Compute(
     const ConditioningInputs& inputs,
     const std::vector<std::string>& names) const {
-  const int64_t rows = static_cast<int64_t>(inputs.t.size());
+  for (const auto& [name, given] : inputs.values) {
+    if (!given.empty() && !std::any_of(family_->inputs.begin(), family_->inputs.end(),
+                     [&](const InputSpec& spec) { return spec.name == name; })) {
+      std::vector<std::string> known;
+      for (const InputSpec& spec : family_->inputs) known.push_back(spec.name);
+      return absl::InvalidArgumentError(
+          absl::StrCat(name, ": not an input of ", family_->name, " (",
+                       absl::StrJoin(known, ", "), ")"));
+    }
+  }
+  const int64_t rows = static_cast<int64_t>(inputs.Get("t").size());
   if (rows < 1) {
     return absl::InvalidArgumentError("t: at least one timestep is required");
   }
@@ -420,9 +437,9 @@ absl::StatusOr<std::vector<ConditioningOutput>> ConditioningModel::Compute(
     }
     return absl::OkStatus();
   };
-  RETURN_IF_ERROR(take("t", inputs.t));
-  RETURN_IF_ERROR(take("guidance", inputs.guidance));
-  RETURN_IF_ERROR(take("pooled", inputs.pooled));
+  for (const InputSpec& input : family_->inputs) {
+    RETURN_IF_ERROR(take(input.name, inputs.Get(input.name)));
+  }
 
   // Outputs asked for, and the ops they need.  Besides the family's
   // outputs, any computed value can be asked for by its name in the

@@ -323,7 +323,7 @@ TEST(ConditioningModelTest, CacheHitsGiveTheComputedBits) {
   ASSERT_TRUE(model.ok()) << model.status();
   EXPECT_EQ((*model)->width(), 8);
   ConditioningInputs inputs;
-  inputs.t = {999.0f, 500.0f, 999.0f};
+  inputs.values["t"] = {999.0f, 500.0f, 999.0f};
   auto first = (*model)->Compute(inputs, {});
   ASSERT_TRUE(first.ok()) << first.status();
   ASSERT_EQ(first->size(), 4u);
@@ -345,7 +345,7 @@ TEST(ConditioningModelTest, CacheHitsGiveTheComputedBits) {
   auto uncached = ConditioningModel::Load(dir.path(), {});
   ASSERT_TRUE(uncached.ok());
   ConditioningInputs one;
-  one.t = {500.0f};
+  one.values["t"] = {500.0f};
   auto alone = (*uncached)->Compute(one, {"norm_out"});
   ASSERT_TRUE(alone.ok());
   ASSERT_EQ(alone->size(), 1u);
@@ -359,14 +359,14 @@ TEST(ConditioningModelTest, RefusesBadInputs) {
   auto model = ConditioningModel::Load(dir.path(), {});
   ASSERT_TRUE(model.ok()) << model.status();
   ConditioningInputs inputs;
-  inputs.t = {1.0f, std::nanf("")};
+  inputs.values["t"] = {1.0f, std::nanf("")};
   EXPECT_THAT(Message((*model)->Compute(inputs, {}).status()),
               HasSubstr("t[1] must be finite"));
-  inputs.t = {1.0f};
-  inputs.guidance = {3.5f};
+  inputs.values["t"] = {1.0f};
+  inputs.values["guidance"] = {3.5f};
   EXPECT_THAT(Message((*model)->Compute(inputs, {}).status()),
               HasSubstr("guidance: qwen-image model does not take"));
-  inputs.guidance.clear();
+  inputs.values["guidance"].clear();
   EXPECT_THAT(Message((*model)->Compute(inputs, {"single_mod"}).status()),
               HasSubstr("outputs: \"single_mod\" is not an output"));
   auto internal = (*model)->Compute(inputs, {"t_model", "temb_silu"});
@@ -380,7 +380,7 @@ TEST(ConditioningModelTest, RefusesBadInputs) {
   float t_model;
   std::memcpy(&t_model, (*scalar)[0].data.data(), 4);
   EXPECT_EQ(t_model, 1.0f / 1000.0f);
-  inputs.t.assign(kMaxConditioningRows + 1, 1.0f);
+  inputs.values["t"].assign(kMaxConditioningRows + 1, 1.0f);
   EXPECT_EQ((*model)->Compute(inputs, {}).status().code(),
             absl::StatusCode::kResourceExhausted);
 }
@@ -428,8 +428,8 @@ TEST(ConditioningModelTest, Sd3BlocksOfEachWidthAreSeparateOutputs) {
   auto model = ConditioningModel::Load(dir.path(), {});
   ASSERT_TRUE(model.ok()) << model.status();
   ConditioningInputs inputs;
-  inputs.t = {999.0f, 1.5f};
-  inputs.pooled = {0.5f, -1.0f, 2.0f, 0.0f};
+  inputs.values["t"] = {999.0f, 1.5f};
+  inputs.values["pooled"] = {0.5f, -1.0f, 2.0f, 0.0f};
   auto outputs = (*model)->Compute(inputs, {});
   ASSERT_TRUE(outputs.ok()) << outputs.status();
   std::vector<std::string> names;
@@ -454,7 +454,7 @@ TEST(ConditioningModelTest, Sd3BlocksOfEachWidthAreSeparateOutputs) {
   EXPECT_EQ((*outputs)[0].shape, (std::vector<int64_t>{2, 3, 48}));
   EXPECT_THAT(Message((*model)->Compute(inputs, {"img_mod_dual"}).status()),
               HasSubstr("outputs: \"img_mod_dual\" is not an output"));
-  inputs.pooled.clear();
+  inputs.values["pooled"].clear();
   EXPECT_THAT(Message((*model)->Compute(inputs, {}).status()),
               HasSubstr("pooled: required by this sd3 model"));
 }

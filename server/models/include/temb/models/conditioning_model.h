@@ -37,12 +37,16 @@ struct ConditioningOptions {
   std::shared_ptr<RowCache> cache;
 };
 
-// The inputs, as float32 values; which ones a model takes is its family's
-// InputSpec list (active ones: active_inputs()).
+// The inputs, as float32 values, by their InputSpec name ("t", "guidance",
+// "pooled", a family's extras): which ones a model takes is its family's
+// InputSpec list (active ones: active_inputs()).  Each is [N] or [N, W]
+// row-major, or one value (one row of W) that every row shares; "t" alone
+// sets N.
 struct ConditioningInputs {
-  std::vector<float> t;         // [N], the scheduler's timesteps
-  std::vector<float> guidance;  // [N], or [1] for every row
-  std::vector<float> pooled;    // [N, P], or [P] for every row
+  std::map<std::string, std::vector<float>> values;
+
+  // The values of `name`, or an empty vector.
+  const std::vector<float>& Get(const std::string& name) const;
 };
 
 struct ConditioningOutput {
