@@ -365,7 +365,7 @@ TEST(ConditioningModelTest, RefusesBadInputs) {
   inputs.values["t"] = {1.0f};
   inputs.values["guidance"] = {3.5f};
   EXPECT_THAT(Message((*model)->Compute(inputs, {}).status()),
-              HasSubstr("guidance: qwen-image model does not take"));
+              HasSubstr("guidance: not an input of qwen-image (t)"));
   inputs.values["guidance"].clear();
   EXPECT_THAT(Message((*model)->Compute(inputs, {"single_mod"}).status()),
               HasSubstr("outputs: \"single_mod\" is not an output"));
