@@ -61,7 +61,7 @@ ALLOWED = {
     "kernels": ["kernels_cpu", "kernels_cuda"],
     # The conditioning models: checkpoints, families, the row cache.
     "models": ["kernels"],
-    "core": ["kernels"],
+    "core": ["kernels", "models"],
     "v1_convert": ["core", "proto"],
     "grpc_server": ["core"],
     "native_frontend": ["grpc_server", "v1_convert"],

@@ -368,6 +368,42 @@ absl::Status ConditioningModel::Run(
   return absl::OkStatus();
 }
 
+std::vector<InputInfo> ConditioningModel::inputs() const {
+  std::vector<InputInfo> infos;
+  for (const InputSpec& input : inputs_) {
+    const Value& value = value_info_.at(input.name);
+    infos.push_back({input.name, value.scalar ? 0 : value.cols, input.help});
+  }
+  return infos;
+}
+
+std::vector<OutputInfo> ConditioningModel::outputs() const {
+  std::vector<OutputInfo> infos;
+  for (const OutputSpec& output : outputs_) {
+    const Value& value = value_info_.at(output.value);
+    OutputInfo info;
+    info.name = output.name;
+    info.dtype = value.dtype == ValueDType::kModel ? dtype_ : DType::kFloat32;
+    if (value.blocks > 0) {
+      info.row_shape = {value.blocks, value.cols / value.blocks};
+    } else if (!value.scalar) {
+      info.row_shape = {value.cols};
+    }
+    info.row_bytes = (value.scalar ? 1 : value.cols) * DTypeSize(info.dtype);
+    info.layout = output.layout;
+    infos.push_back(std::move(info));
+  }
+  return infos;
+}
+
+int64_t ConditioningModel::working_bytes_per_row() const {
+  int64_t bytes = 0;
+  for (const auto& [name, value] : value_info_) {
+    bytes += (value.scalar ? 1 : value.cols) * int64_t{sizeof(float)};
+  }
+  return bytes;
+}
+
 const std::vector<float>& ConditioningInputs::Get(
     const std::string& name) const {
   static const std::vector<float> kNone;

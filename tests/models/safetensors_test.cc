@@ -16,44 +16,13 @@
 #include "gtest/gtest.h"
 #include "temb/models/checkpoint.h"
 #include "temb/models/conditioning_model.h"
+#include "test_checkpoints.h"
 
 namespace temb::models {
 namespace {
 
 using ::testing::AllOf;
 using ::testing::HasSubstr;
-
-class TempDir {
- public:
-  TempDir() {
-    char pattern[] = "/tmp/temb_models_test.XXXXXX";
-    path_ = mkdtemp(pattern);
-  }
-  ~TempDir() { std::system(absl::StrCat("rm -rf '", path_, "'").c_str()); }
-  std::string File(const std::string& name) const {
-    return absl::StrCat(path_, "/", name);
-  }
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
-};
-
-void WriteText(const std::string& path, const std::string& text) {
-  std::ofstream(path, std::ios::binary) << text;
-}
-
-// A safetensors file with `header` as its JSON, `data_bytes` zero bytes
-// after it, and `length` (default: the header's size) as the length field.
-void WriteRaw(const std::string& path, const std::string& header,
-              size_t data_bytes, int64_t length = -1) {
-  const uint64_t field = length < 0 ? header.size() : length;
-  std::string bytes(8, '\0');
-  for (int i = 0; i < 8; ++i) bytes[i] = static_cast<char>(field >> (8 * i));
-  bytes += header;
-  bytes.append(data_bytes, '\0');
-  WriteText(path, bytes);
-}
 
 std::string Message(const absl::Status& status) {
   return std::string(status.message());
@@ -160,57 +129,9 @@ TEST(SafetensorsTest, RefusesHostileEntries) {
   }
 }
 
-// A small valid single-file checkpoint of a Qwen-Image-shaped model with
-// D = 8, two blocks, float32.
-// An fp32 tensor of values in [-0.5, 0.5) from a small linear congruential
-// generator: the same weights on every run, without a file of them.
-TensorToWrite RandomFloat32(const std::string& name, std::vector<int64_t> shape,
-                            uint32_t* state) {
-  int64_t n = 1;
-  for (int64_t d : shape) n *= d;
-  std::vector<uint8_t> data(n * 4);
-  for (int64_t i = 0; i < n; ++i) {
-    *state = *state * 1664525u + 1013904223u;
-    const float v = static_cast<float>(*state >> 8) / (1 << 24) - 0.5f;
-    std::memcpy(&data[i * 4], &v, 4);
-  }
-  return {name, DType::kFloat32, std::move(shape), std::move(data)};
-}
-
-void WriteQwenCheckpoint(const TempDir& dir, int bad = 0) {
-  WriteText(dir.File("config.json"),
-            R"({"_class_name": "QwenImageTransformer2DModel",
-                "num_layers": 2, "num_attention_heads": 2,
-                "attention_head_dim": 4})");
-  std::vector<TensorToWrite> tensors;
-  uint32_t state = 1;
-  auto add = [&](const std::string& name, std::vector<int64_t> shape) {
-    tensors.push_back(RandomFloat32(name, std::move(shape), &state));
-  };
-  const std::string mlp = "time_text_embed.timestep_embedder.";
-  add(mlp + "linear_1.weight", {8, bad == 1 ? 128 : 256});
-  add(mlp + "linear_1.bias", {8});
-  add(mlp + "linear_2.weight", {8, 8});
-  add(mlp + "linear_2.bias", {8});
-  for (int i = 0; i < 2; ++i) {
-    for (const char* stream : {"img_mod", "txt_mod"}) {
-      if (bad == 2 && i == 1 && std::string(stream) == "txt_mod") continue;
-      const std::string prefix =
-          absl::StrCat("transformer_blocks.", i, ".", stream, ".1.");
-      add(prefix + "weight", {48, 8});
-      add(prefix + "bias", {48});
-    }
-  }
-  add("norm_out.linear.weight", {16, 8});
-  add("norm_out.linear.bias", {16});
-  ASSERT_TRUE(
-      WriteSafetensors(dir.File("diffusion_pytorch_model.safetensors"), tensors)
-          .ok());
-}
-
 TEST(CheckpointTest, RefusesShapeDisagreeingWithConfig) {
   TempDir dir;
-  WriteQwenCheckpoint(dir, /*bad=*/1);
+  WriteQwenCheckpoint(dir.path(), /*bad=*/1);
   auto model = ConditioningModel::Load(dir.path(), {});
   EXPECT_EQ(model.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(
@@ -223,7 +144,7 @@ TEST(CheckpointTest, RefusesShapeDisagreeingWithConfig) {
 
 TEST(CheckpointTest, RefusesMissingTensor) {
   TempDir dir;
-  WriteQwenCheckpoint(dir, /*bad=*/2);
+  WriteQwenCheckpoint(dir.path(), /*bad=*/2);
   auto model = ConditioningModel::Load(dir.path(), {});
   EXPECT_EQ(model.status().code(), absl::StatusCode::kNotFound);
   EXPECT_THAT(
@@ -234,7 +155,7 @@ TEST(CheckpointTest, RefusesMissingTensor) {
 
 TEST(CheckpointTest, RefusesDTypeDisagreeingWithTheModel) {
   TempDir dir;
-  WriteQwenCheckpoint(dir);
+  WriteQwenCheckpoint(dir.path());
   auto checkpoint = Checkpoint::Open(dir.path());
   ASSERT_TRUE(checkpoint.ok()) << checkpoint.status();
   auto loaded =
@@ -247,7 +168,7 @@ TEST(CheckpointTest, RefusesDTypeDisagreeingWithTheModel) {
 
 TEST(CheckpointTest, RefusesMalformedConfig) {
   TempDir dir;
-  WriteQwenCheckpoint(dir);
+  WriteQwenCheckpoint(dir.path());
   WriteText(dir.File("config.json"), "{\"num_layers\": 2");
   auto model = ConditioningModel::Load(dir.path(), {});
   EXPECT_THAT(Message(model.status()),
@@ -269,7 +190,7 @@ TEST(CheckpointTest, RefusesMalformedConfig) {
 
 TEST(CheckpointTest, RefusesUnsupportedVariant) {
   TempDir dir;
-  WriteQwenCheckpoint(dir);
+  WriteQwenCheckpoint(dir.path());
   WriteText(dir.File("config.json"),
             R"({"_class_name": "QwenImageTransformer2DModel",
                 "num_layers": 2, "num_attention_heads": 2,
@@ -282,7 +203,7 @@ TEST(CheckpointTest, RefusesUnsupportedVariant) {
 
 TEST(CheckpointTest, RefusesIndexPointingOutsideTheFolder) {
   TempDir dir;
-  WriteQwenCheckpoint(dir);
+  WriteQwenCheckpoint(dir.path());
   WriteText(dir.File("diffusion_pytorch_model.safetensors.index.json"),
             R"({"weight_map": {"norm_out.linear.bias": "../x.safetensors"}})");
   auto checkpoint = Checkpoint::Open(dir.path());
@@ -295,7 +216,7 @@ TEST(CheckpointTest, RefusesIndexPointingOutsideTheFolder) {
 
 TEST(CheckpointTest, RefusesIndexNamingATensorItsShardLacks) {
   TempDir dir;
-  WriteQwenCheckpoint(dir);
+  WriteQwenCheckpoint(dir.path());
   WriteText(dir.File("diffusion_pytorch_model.safetensors.index.json"),
             R"({"weight_map": {"no.such.tensor":
                 "diffusion_pytorch_model.safetensors"}})");
@@ -315,7 +236,7 @@ TEST(CheckpointTest, RefusesFolderWithoutWeights) {
 
 TEST(ConditioningModelTest, CacheHitsGiveTheComputedBits) {
   TempDir dir;
-  WriteQwenCheckpoint(dir);
+  WriteQwenCheckpoint(dir.path());
   ConditioningOptions options;
   options.threads = 2;
   options.cache = std::make_shared<RowCache>(1 << 20);
@@ -355,7 +276,7 @@ TEST(ConditioningModelTest, CacheHitsGiveTheComputedBits) {
 
 TEST(ConditioningModelTest, RefusesBadInputs) {
   TempDir dir;
-  WriteQwenCheckpoint(dir);
+  WriteQwenCheckpoint(dir.path());
   auto model = ConditioningModel::Load(dir.path(), {});
   ASSERT_TRUE(model.ok()) << model.status();
   ConditioningInputs inputs;

@@ -49,6 +49,22 @@ struct ConditioningInputs {
   const std::vector<float>& Get(const std::string& name) const;
 };
 
+// What a model takes and gives, per row, for a service to describe it and
+// to bound a request's memory before computing.
+struct InputInfo {
+  std::string name;
+  int64_t width = 0;  // 0: one value per row ([N]); else [N, width]
+  std::string help;
+};
+
+struct OutputInfo {
+  std::string name;
+  DType dtype = DType::kFloat32;
+  std::vector<int64_t> row_shape;  // the output's shape without N
+  int64_t row_bytes = 0;
+  std::string layout;
+};
+
 struct ConditioningOutput {
   std::string name;
   std::vector<int64_t> shape;
@@ -69,6 +85,13 @@ class ConditioningModel {
   DType dtype() const { return dtype_; }
   int64_t width() const { return width_; }  // D
   const std::vector<InputSpec>& active_inputs() const { return inputs_; }
+  // The inputs this model takes and the outputs it gives, in the family's
+  // order.
+  std::vector<InputInfo> inputs() const;
+  std::vector<OutputInfo> outputs() const;
+  // An upper bound on the float32 values Compute() holds per row (every
+  // value the description computes), not counting the outputs' encoding.
+  int64_t working_bytes_per_row() const;
   // Bytes of checkpoint tensors held.
   int64_t weight_bytes() const { return weight_bytes_; }
   const std::string& cache_key() const { return cache_key_; }

@@ -1,0 +1,461 @@
+#include "temb/core/conditioning_service.h"
+
+#include <algorithm>
+#include <cstring>
+#include <filesystem>
+#include <map>
+#include <system_error>
+#include <utility>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/strings/ascii.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "temb/base/quoted.h"
+#include "temb/base/status_macros.h"
+
+namespace temb {
+
+struct ConditioningService::Entry {
+  std::string name;
+  std::string directory;
+  // Guarded by the service's mu_; `model` is set before state turns
+  // kReady and never changes after.
+  ModelState state = ModelState::kLoading;
+  std::string message;
+  std::unique_ptr<models::ConditioningModel> model;
+};
+
+namespace {
+
+// The description's names for the standard inputs.
+std::string ModelInputName(absl::string_view protocol_name) {
+  if (protocol_name == kConditionTimesteps) return "t";
+  if (protocol_name == kConditionPooled) return "pooled";
+  return std::string(protocol_name);
+}
+
+std::string ProtocolInputName(absl::string_view model_name) {
+  if (model_name == "t") return std::string(kConditionTimesteps);
+  if (model_name == "pooled") return std::string(kConditionPooled);
+  return std::string(model_name);
+}
+
+absl::Status CheckModelName(absl::string_view name) {
+  if (name.empty() || name.size() > kMaxModelNameBytes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("a model name must have 1 to ", kMaxModelNameBytes,
+                     " bytes, got ", name.size()));
+  }
+  if (!absl::ascii_isalnum(static_cast<unsigned char>(name[0]))) {
+    return absl::InvalidArgumentError(
+        "a model name must start with a letter or digit");
+  }
+  for (const char c : name) {
+    if (!absl::ascii_isalnum(static_cast<unsigned char>(c)) && c != '.' &&
+        c != '_' && c != '-') {
+      return absl::InvalidArgumentError(
+          "a model name may hold only letters, digits, '.', '_' and '-'");
+    }
+  }
+  return absl::OkStatus();
+}
+
+std::string ShapeString(absl::Span<const int64_t> shape) {
+  return absl::StrCat("[", absl::StrJoin(shape, ", "), "]");
+}
+
+}  // namespace
+
+absl::string_view ModelStateName(ModelState state) {
+  switch (state) {
+    case ModelState::kLoading:
+      return "loading";
+    case ModelState::kReady:
+      return "ready";
+    case ModelState::kFailed:
+      return "failed";
+  }
+  return "unknown";
+}
+
+ConditioningService::ConditioningService(Options options)
+    : options_(std::move(options)) {
+  if (options_.cache_bytes > 0) {
+    cache_ = std::make_shared<models::RowCache>(options_.cache_bytes);
+  }
+}
+
+ConditioningService::~ConditioningService() {
+  {
+    absl::MutexLock lock(&mu_);
+    stopping_ = true;
+  }
+  if (loader_.joinable()) loader_.join();
+}
+
+absl::Status ConditioningService::OpenRepository(
+    const std::string& repository,
+    const std::vector<std::string>& reserved_names) {
+  if (!entries_.empty() || loader_.joinable()) {
+    return absl::FailedPreconditionError("a repository is already open");
+  }
+  namespace fs = std::filesystem;
+  std::error_code error;
+  if (!fs::is_directory(repository, error)) {
+    return absl::NotFoundError(absl::StrCat(
+        "model_repository: ", Quoted(repository), " is not a directory"));
+  }
+  std::vector<std::string> names;
+  for (fs::directory_iterator it(repository, error), end; !error && it != end;
+       it.increment(error)) {
+    std::error_code type_error;
+    if (it->is_directory(type_error)) {
+      names.push_back(it->path().filename().string());
+    }
+  }
+  if (error) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("model_repository: ", Quoted(repository),
+                     " cannot be listed: ", error.message()));
+  }
+  std::sort(names.begin(), names.end());
+  absl::MutexLock lock(&mu_);
+  for (const std::string& name : names) {
+    // Hidden folders (.git, editors' and mounts' ..data) are not models.
+    if (name.empty() || name[0] == '.') continue;
+    auto entry = std::make_unique<Entry>();
+    entry->name = name;
+    entry->directory = (fs::path(repository) / name).string();
+    absl::Status name_status = CheckModelName(name);
+    if (name_status.ok() && std::find(reserved_names.begin(),
+                                      reserved_names.end(),
+                                      absl::AsciiStrToLower(name)) !=
+                                reserved_names.end()) {
+      name_status = absl::InvalidArgumentError(
+          "the name is taken by a preset of the same name");
+    }
+    if (!name_status.ok()) {
+      entry->state = ModelState::kFailed;
+      entry->message = absl::StrCat(entry->directory, ": ",
+                                    name_status.message());
+    } else {
+      ++loading_;
+    }
+    entries_.push_back(std::move(entry));
+  }
+  loader_ = std::thread([this] { LoadAll(); });
+  return absl::OkStatus();
+}
+
+void ConditioningService::LoadAll() {
+  models::ConditioningOptions options;
+  options.threads = options_.threads;
+  options.cache = cache_;
+  for (const auto& entry : entries_) {
+    {
+      absl::MutexLock lock(&mu_);
+      if (entry->state != ModelState::kLoading) continue;
+      if (stopping_) {
+        entry->state = ModelState::kFailed;
+        entry->message = "the server stopped before the model loaded";
+        --loading_;
+        continue;
+      }
+    }
+    auto model = models::ConditioningModel::Load(entry->directory, options);
+    absl::MutexLock lock(&mu_);
+    if (model.ok()) {
+      entry->model = *std::move(model);
+      entry->state = ModelState::kReady;
+    } else {
+      entry->state = ModelState::kFailed;
+      entry->message = std::string(model.status().message());
+    }
+    --loading_;
+  }
+}
+
+bool ConditioningService::WaitUntilLoaded(absl::Duration timeout) const {
+  absl::MutexLock lock(&mu_);
+  auto settled = [this]() ABSL_SHARED_LOCKS_REQUIRED(mu_) {
+    return loading_ == 0;
+  };
+  return mu_.AwaitWithTimeout(absl::Condition(&settled), timeout);
+}
+
+bool ConditioningService::loading() const {
+  absl::MutexLock lock(&mu_);
+  return loading_ > 0;
+}
+
+const ConditioningService::Entry* ConditioningService::Find(
+    absl::string_view name) const {
+  for (const auto& entry : entries_) {
+    if (entry->name == name) return entry.get();
+  }
+  return nullptr;
+}
+
+bool ConditioningService::has_model(absl::string_view name) const {
+  return Find(name) != nullptr;
+}
+
+std::vector<ConditioningModelInfo> ConditioningService::Models() const {
+  std::vector<ConditioningModelInfo> infos;
+  for (const auto& entry : entries_) infos.push_back(*Model(entry->name));
+  return infos;
+}
+
+absl::StatusOr<ConditioningModelInfo> ConditioningService::Model(
+    absl::string_view name) const {
+  const Entry* entry = Find(name);
+  if (entry == nullptr) {
+    return absl::NotFoundError(
+        absl::StrCat("model ", Quoted(name),
+                     " is not a conditioning model of this server"));
+  }
+  ConditioningModelInfo info;
+  info.name = entry->name;
+  info.directory = entry->directory;
+  {
+    absl::MutexLock lock(&mu_);
+    info.state = entry->state;
+    info.message = entry->message;
+  }
+  if (info.state != ModelState::kReady) return info;
+  const models::ConditioningModel& model = *entry->model;
+  info.family = model.family().name;
+  info.dtype = model.dtype();
+  info.width = model.width();
+  info.weight_bytes = model.weight_bytes();
+  info.inputs = model.inputs();
+  for (models::InputInfo& input : info.inputs) {
+    input.name = ProtocolInputName(input.name);
+  }
+  info.outputs = model.outputs();
+  return info;
+}
+
+models::RowCacheStats ConditioningService::cache_stats() const {
+  if (cache_ == nullptr) return {};
+  return cache_->stats();
+}
+
+absl::StatusOr<ConditionResponse> ConditioningService::Serve(
+    const ConditionRequest& request, AdmissionTicket* ticket) const {
+  const Entry* entry = Find(request.model);
+  if (entry == nullptr) {
+    std::vector<std::string> known;
+    for (const auto& e : entries_) known.push_back(e->name);
+    return absl::NotFoundError(absl::StrCat(
+        request.model_field, ": ", Quoted(request.model),
+        " is not a conditioning model of this server (models: ",
+        known.empty() ? "none" : absl::StrJoin(known, ", "), ")"));
+  }
+  {
+    absl::MutexLock lock(&mu_);
+    if (entry->state == ModelState::kLoading) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          request.model_field, ": model ", Quoted(entry->name),
+          " is still loading"));
+    }
+    if (entry->state == ModelState::kFailed) {
+      return absl::FailedPreconditionError(
+          absl::StrCat(request.model_field, ": model ", Quoted(entry->name),
+                       " failed to load: ", entry->message));
+    }
+  }
+  const models::ConditioningModel& model = *entry->model;
+  const std::vector<models::InputInfo> takes = model.inputs();
+
+  // The inputs, each checked against what the model takes.
+  const ConditionInput* timesteps = nullptr;
+  absl::flat_hash_map<std::string, const ConditionInput*> given;
+  for (const ConditionInput& input : request.inputs) {
+    const std::string model_name = ModelInputName(input.name);
+    const auto spec =
+        std::find_if(takes.begin(), takes.end(),
+                     [&](const models::InputInfo& i) {
+                       return i.name == model_name;
+                     });
+    if (spec == takes.end()) {
+      std::vector<std::string> known;
+      for (const models::InputInfo& i : takes) {
+        known.push_back(ProtocolInputName(i.name));
+      }
+      return absl::InvalidArgumentError(absl::StrCat(
+          input.field, ": ", Quoted(input.name), " is not an input of model ",
+          Quoted(entry->name), " (inputs: ", absl::StrJoin(known, ", "),
+          ")"));
+    }
+    if (!given.emplace(model_name, &input).second) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          input.field, ": input ", Quoted(input.name), " is given twice"));
+    }
+    // The shape must hold exactly the values given; checked extent by
+    // extent so that no product overflows.
+    const int64_t count = static_cast<int64_t>(input.values.size());
+    int64_t elements = 1;
+    bool fits = true;
+    for (const int64_t extent : input.shape) {
+      if (extent < 0) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(input.field, ": shape ", ShapeString(input.shape),
+                         " has a negative extent"));
+      }
+      if (extent > 0 && elements > count / extent) fits = false;
+      elements = fits ? elements * extent : elements;
+    }
+    if (!fits || elements != count) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(input.field, ": shape ", ShapeString(input.shape),
+                       " does not hold the ", count, " values given"));
+    }
+    if (model_name == "t") timesteps = &input;
+  }
+  if (timesteps == nullptr) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(kConditionTimesteps, ": required by model ",
+                     Quoted(entry->name), ", not given"));
+  }
+  if (timesteps->shape.empty() || timesteps->values.empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(timesteps->field, ": at least one timestep of shape [N] "
+                                       "or per-token [B, L] is required, got ",
+                     ShapeString(timesteps->shape)));
+  }
+  const bool per_token = timesteps->shape.size() > 1;
+
+  // Per-token timesteps: the distinct values, in order of first appearance
+  // (by bits: -0 and 0 embed alike but are kept apart, which costs a row and
+  // never a wrong one).
+  std::vector<float> t_rows;
+  std::vector<int64_t> index;
+  if (per_token) {
+    absl::flat_hash_map<uint32_t, int64_t> row_of;
+    index.reserve(timesteps->values.size());
+    for (const float t : timesteps->values) {
+      uint32_t bits;
+      std::memcpy(&bits, &t, sizeof(bits));
+      const auto [it, inserted] =
+          row_of.emplace(bits, static_cast<int64_t>(t_rows.size()));
+      if (inserted) t_rows.push_back(t);
+      index.push_back(it->second);
+    }
+  } else {
+    t_rows.assign(timesteps->values.begin(), timesteps->values.end());
+  }
+  const int64_t rows = static_cast<int64_t>(t_rows.size());
+  const int64_t max_rows =
+      std::min<int64_t>(options_.limits.max_batch, models::kMaxConditioningRows);
+  if (rows > max_rows) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        timesteps->field, ": ", rows, per_token ? " distinct" : "",
+        " timesteps is above the limit of ", max_rows, " rows (max_batch=",
+        options_.limits.max_batch, ", at most ",
+        models::kMaxConditioningRows, " per conditioning call)"));
+  }
+
+  models::ConditioningInputs inputs;
+  inputs.values["t"] = std::move(t_rows);
+  for (const models::InputInfo& spec : takes) {
+    if (spec.name == "t") continue;
+    const auto found = given.find(spec.name);
+    if (found == given.end()) continue;  // the model says what is required
+    const ConditionInput& input = *found->second;
+    // [N] / [N, W] per row, or [] / [1] / [W] / [1, W] shared.
+    const int64_t width = std::max<int64_t>(spec.width, 1);
+    const int64_t count = static_cast<int64_t>(input.values.size());
+    const bool shared = count == width;
+    const bool per_row = !per_token && count == rows * width &&
+                         !input.shape.empty() && input.shape[0] == rows;
+    if (!shared && !per_row) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          input.field, ": shape ", ShapeString(input.shape), " does not fit ",
+          per_token ? "per-token timesteps: give one value shared by all, "
+                    : absl::StrCat(rows, " timesteps: give [", rows,
+                                   spec.width > 0
+                                       ? absl::StrCat(", ", spec.width)
+                                       : "",
+                                   "] or one shared value, "),
+          "of ", spec.width > 0 ? absl::StrCat(spec.width, " values") : "1",
+          ")"));
+    }
+    inputs.values[spec.name].assign(input.values.begin(), input.values.end());
+  }
+
+  // The outputs, and what the answer and its computation hold.
+  const std::vector<models::OutputInfo> all_outputs = model.outputs();
+  std::vector<const models::OutputInfo*> wanted;
+  for (size_t i = 0; i < request.outputs.size(); ++i) {
+    const std::string& name = request.outputs[i];
+    const auto found =
+        std::find_if(all_outputs.begin(), all_outputs.end(),
+                     [&](const models::OutputInfo& o) { return o.name == name; });
+    if (found == all_outputs.end()) {
+      std::vector<std::string> known;
+      for (const models::OutputInfo& o : all_outputs) known.push_back(o.name);
+      return absl::InvalidArgumentError(absl::StrCat(
+          request.outputs_field, "[", i, "]: ", Quoted(name),
+          " is not an output of model ", Quoted(entry->name), " (outputs: ",
+          absl::StrJoin(known, ", "), ")"));
+    }
+    if (std::find(wanted.begin(), wanted.end(), &*found) != wanted.end()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          request.outputs_field, "[", i, "]: ", Quoted(name),
+          " is asked for twice"));
+    }
+    wanted.push_back(&*found);
+  }
+  if (wanted.empty()) {
+    for (const models::OutputInfo& o : all_outputs) wanted.push_back(&o);
+  }
+  int64_t output_bytes = per_token ? static_cast<int64_t>(index.size()) * 8 : 0;
+  for (const models::OutputInfo* output : wanted) {
+    output_bytes += rows * output->row_bytes;
+  }
+  if (output_bytes > options_.limits.max_output_bytes) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "the answer's ", output_bytes, " bytes (", rows, " rows of model ",
+        Quoted(entry->name), ") are above the limit of max_output_bytes=",
+        options_.limits.max_output_bytes,
+        ": ask for fewer timesteps or fewer outputs"));
+  }
+  if (ticket != nullptr) {
+    // The computation's float32 values and the outputs, encoded once by the
+    // model and once here, are held at the same time at worst.
+    RETURN_IF_ERROR(ticket->Reserve(rows * model.working_bytes_per_row() +
+                                    2 * output_bytes));
+  }
+
+  std::vector<std::string> names;
+  for (const models::OutputInfo* output : wanted) names.push_back(output->name);
+  ASSIGN_OR_RETURN(std::vector<models::ConditioningOutput> computed,
+                   model.Compute(inputs, names));
+  ConditionResponse response;
+  response.model = entry->name;
+  response.rows = rows;
+  response.output_bytes = output_bytes;
+  for (models::ConditioningOutput& output : computed) {
+    ConditionOutput out;
+    out.name = std::move(output.name);
+    out.shape = std::move(output.shape);
+    out.dtype = output.dtype;
+    out.data.assign(output.data.begin(), output.data.end());
+    std::vector<uint8_t>().swap(output.data);
+    response.outputs.push_back(std::move(out));
+  }
+  if (per_token) {
+    ConditionOutput out;
+    out.name = std::string(kConditionIndex);
+    out.shape = timesteps->shape;
+    out.index = true;
+    out.data.resize(index.size() * sizeof(int64_t));
+    std::memcpy(out.data.data(), index.data(), out.data.size());
+    response.outputs.push_back(std::move(out));
+  }
+  return response;
+}
+
+}  // namespace temb

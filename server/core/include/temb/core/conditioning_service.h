@@ -1,0 +1,166 @@
+// ConditioningService: the conditioning models a server serves, and the one
+// request path of every frontend that serves them (native temb.v1, KServe
+// v2 over gRPC and REST, the CLI's in-process mode).  A model repository is
+// a folder of diffusers model folders; each subfolder is a model named after
+// it (temb/models/conditioning_model.h computes it).  Models load in the
+// background, one at a time, each on its own: one that fails is reported
+// with its cause and the others serve.  No gRPC types here: frontends
+// convert their messages to ConditionRequest and back.
+#ifndef TEMB_CORE_CONDITIONING_SERVICE_H_
+#define TEMB_CORE_CONDITIONING_SERVICE_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "absl/types/span.h"
+#include "temb/core/admission.h"
+#include "temb/kernels/embedding_spec.h"
+#include "temb/models/conditioning_model.h"
+#include "temb/models/row_cache.h"
+
+namespace temb {
+
+// The standard inputs' names in every protocol; a family's extras keep
+// their own (e.g. "resolution").  The model's description calls them "t",
+// "guidance" and "pooled".
+inline constexpr absl::string_view kConditionTimesteps = "timesteps";
+inline constexpr absl::string_view kConditionGuidance = "guidance";
+inline constexpr absl::string_view kConditionPooled = "pooled_projections";
+// The output that maps each per-token timestep to its row (see
+// ConditionRequest).
+inline constexpr absl::string_view kConditionIndex = "index";
+// Names a model folder may have: they become URL path segments and metric
+// labels.
+inline constexpr size_t kMaxModelNameBytes = 128;
+
+enum class ModelState { kLoading, kReady, kFailed };
+absl::string_view ModelStateName(ModelState state);  // "loading" | ...
+
+// What a model's description says it takes and gives, with protocol names.
+struct ConditioningModelInfo {
+  std::string name;
+  std::string directory;
+  ModelState state = ModelState::kLoading;
+  std::string message;  // why it failed
+  // Set once ready:
+  std::string family;
+  DType dtype = DType::kFloat32;
+  int64_t width = 0;
+  int64_t weight_bytes = 0;
+  std::vector<models::InputInfo> inputs;  // protocol names
+  std::vector<models::OutputInfo> outputs;
+};
+
+// One input of a request: protocol name, where it sits in the caller's
+// message (for errors), float32 values and their shape.
+struct ConditionInput {
+  std::string name;
+  std::string field;
+  absl::Span<const float> values;
+  std::vector<int64_t> shape;
+};
+
+// A request: N timesteps ([N]) with their other inputs ([N] or [N, W], or
+// one value or row that every timestep shares), or per-token timesteps
+// (rank 2 or more, e.g. Wan 2.2 TI2V's [B, L]) whose other inputs are
+// shared: the answer then holds the rows of the distinct timesteps, in
+// order of first appearance, and an int64 "index" output of the
+// timesteps' shape mapping each to its row.
+struct ConditionRequest {
+  absl::string_view model;
+  absl::string_view request_id;
+  std::vector<ConditionInput> inputs;
+  std::vector<std::string> outputs;  // empty: all of the model's
+  // How the caller's protocol spells its fields in messages.
+  absl::string_view model_field = "model";
+  absl::string_view outputs_field = "outputs";
+};
+
+struct ConditionOutput {
+  std::string name;
+  std::vector<int64_t> shape;
+  DType dtype = DType::kFloat32;
+  bool index = false;  // "index": int64 elements, not dtype's
+  std::string data;    // little-endian elements
+};
+
+struct ConditionResponse {
+  std::string model;
+  std::vector<ConditionOutput> outputs;
+  int64_t rows = 0;          // rows computed or taken from the cache
+  int64_t output_bytes = 0;  // of every output
+};
+
+class ConditioningService {
+ public:
+  struct Options {
+    Limits limits;
+    // Threads of one computation.
+    int threads = 1;
+    // Bytes of the exact row cache shared by every model (0: no cache).
+    int64_t cache_bytes = int64_t{256} << 20;
+  };
+
+  // A service without models (no repository).
+  explicit ConditioningService(Options options);
+  // Stops loading (the model in progress finishes first).
+  ~ConditioningService();
+
+  // Lists `repository`'s subfolders and starts loading them in the
+  // background, in name order.  NOT_FOUND or INVALID_ARGUMENT when the
+  // repository itself cannot be read; a subfolder whose name is not a
+  // model name ([A-Za-z0-9][A-Za-z0-9._-]*, up to kMaxModelNameBytes), or
+  // that is taken by `reserved_names` (the presets), is listed as failed
+  // with the reason.
+  absl::Status OpenRepository(const std::string& repository,
+                              const std::vector<std::string>& reserved_names);
+
+  // Blocks until no model is loading, or until `timeout`; whether all
+  // settled.
+  bool WaitUntilLoaded(absl::Duration timeout) const;
+  // Whether any model is still loading.
+  bool loading() const;
+
+  std::vector<ConditioningModelInfo> Models() const;
+  // NOT_FOUND for a name that is not a model of the repository.
+  absl::StatusOr<ConditioningModelInfo> Model(absl::string_view name) const;
+  bool has_model(absl::string_view name) const;
+
+  // Thread-safe.  NOT_FOUND naming the model for an unknown one,
+  // FAILED_PRECONDITION for one that is loading or failed to load;
+  // INVALID_ARGUMENT naming the input, index or output; RESOURCE_EXHAUSTED
+  // naming the limit (max_batch timesteps, max_output_bytes, and with a
+  // `ticket`, max_queued_bytes for the answer and the computation's working
+  // memory, reserved before either is allocated).
+  absl::StatusOr<ConditionResponse> Serve(const ConditionRequest& request,
+                                          AdmissionTicket* ticket) const;
+
+  models::RowCacheStats cache_stats() const;
+  const Limits& limits() const { return options_.limits; }
+
+ private:
+  struct Entry;
+  void LoadAll();
+  const Entry* Find(absl::string_view name) const;
+
+  Options options_;
+  std::shared_ptr<models::RowCache> cache_;
+  mutable absl::Mutex mu_;
+  // Set once by OpenRepository; entries' state changes under mu_.
+  std::vector<std::unique_ptr<Entry>> entries_;
+  int loading_ ABSL_GUARDED_BY(mu_) = 0;
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  std::thread loader_;
+};
+
+}  // namespace temb
+
+#endif  // TEMB_CORE_CONDITIONING_SERVICE_H_

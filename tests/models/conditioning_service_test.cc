@@ -1,0 +1,234 @@
+// The conditioning models' request path: a repository loaded model by model
+// (a damaged one refused with its cause while the others serve), requests
+// checked field by field, per-token timesteps answered as distinct rows
+// and an index, the limits and the admission held before computing.
+#include "temb/core/conditioning_service.h"
+
+#include <sys/stat.h>
+
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "absl/time/time.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "test_checkpoints.h"
+
+namespace temb {
+namespace {
+
+using ::testing::AllOf;
+using ::testing::HasSubstr;
+using models::TempDir;
+
+std::string Message(const absl::Status& status) {
+  return std::string(status.message());
+}
+
+// A repository with a good model "qwen", a damaged one "broken" and a folder
+// whose name is taken by a preset.
+class ConditioningServiceTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    for (const char* name : {"qwen", "broken", "flux"}) {
+      ASSERT_EQ(mkdir(repository_.File(name).c_str(), 0755), 0);
+    }
+    models::WriteQwenCheckpoint(repository_.File("qwen"));
+    models::WriteQwenCheckpoint(repository_.File("broken"), /*bad=*/2);
+    models::WriteQwenCheckpoint(repository_.File("flux"));
+  }
+
+  std::unique_ptr<ConditioningService> Open(
+      ConditioningService::Options options = {}) {
+    auto service = std::make_unique<ConditioningService>(options);
+    EXPECT_TRUE(service->OpenRepository(repository_.path(), {"flux"}).ok());
+    EXPECT_TRUE(service->WaitUntilLoaded(absl::Seconds(30)));
+    return service;
+  }
+
+  TempDir repository_;
+};
+
+ConditionInput Timesteps(const std::vector<float>& values,
+                         std::vector<int64_t> shape = {}) {
+  ConditionInput input;
+  input.name = "timesteps";
+  input.field = "inputs[0]";
+  input.values = values;
+  input.shape = shape.empty()
+                    ? std::vector<int64_t>{static_cast<int64_t>(values.size())}
+                    : shape;
+  return input;
+}
+
+TEST_F(ConditioningServiceTest, EachModelLoadsOrFailsOnItsOwn) {
+  auto service = Open();
+  const auto models = service->Models();
+  ASSERT_EQ(models.size(), 3u);
+  EXPECT_EQ(models[0].name, "broken");
+  EXPECT_EQ(models[0].state, ModelState::kFailed);
+  EXPECT_THAT(models[0].message,
+              AllOf(HasSubstr("broken"), HasSubstr("txt_mod")));
+  EXPECT_EQ(models[1].name, "flux");
+  EXPECT_EQ(models[1].state, ModelState::kFailed);
+  EXPECT_THAT(models[1].message, HasSubstr("taken by a preset"));
+  EXPECT_EQ(models[2].name, "qwen");
+  EXPECT_EQ(models[2].state, ModelState::kReady);
+  EXPECT_EQ(models[2].family, "qwen-image");
+  EXPECT_EQ(models[2].width, 8);
+  ASSERT_EQ(models[2].inputs.size(), 1u);
+  EXPECT_EQ(models[2].inputs[0].name, "timesteps");
+  ASSERT_FALSE(models[2].outputs.empty());
+  EXPECT_EQ(models[2].outputs[0].name, "temb");
+  EXPECT_EQ(models[2].outputs[0].row_bytes, 8 * 4);
+
+  const std::vector<float> t = {999.0f, 500.0f};
+  ConditionRequest request;
+  request.model = "broken";
+  request.inputs = {Timesteps(t)};
+  auto answer = service->Serve(request, nullptr);
+  EXPECT_EQ(answer.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(Message(answer.status()), HasSubstr("failed to load"));
+  request.model = "../qwen";
+  answer = service->Serve(request, nullptr);
+  EXPECT_EQ(answer.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(Message(answer.status()), HasSubstr("models: broken, flux, qwen"));
+  request.model = "qwen";
+  answer = service->Serve(request, nullptr);
+  ASSERT_TRUE(answer.ok()) << answer.status();
+  EXPECT_EQ(answer->rows, 2);
+  EXPECT_EQ(answer->outputs[0].shape, (std::vector<int64_t>{2, 8}));
+}
+
+TEST_F(ConditioningServiceTest, RefusesBadRequestsNamingTheField) {
+  auto service = Open();
+  const std::vector<float> t = {999.0f, 500.0f};
+  const std::vector<float> g = {3.5f};
+  ConditionRequest request;
+  request.model = "qwen";
+  ConditionInput guidance;
+  guidance.name = "guidance";
+  guidance.field = "inputs[1]";
+  guidance.values = g;
+  guidance.shape = {1};
+  request.inputs = {Timesteps(t), guidance};
+  EXPECT_THAT(Message(service->Serve(request, nullptr).status()),
+              AllOf(HasSubstr("inputs[1]"), HasSubstr("not an input"),
+                    HasSubstr("inputs: timesteps")));
+  request.inputs = {Timesteps(t, {3})};
+  EXPECT_THAT(Message(service->Serve(request, nullptr).status()),
+              AllOf(HasSubstr("inputs[0]"), HasSubstr("shape [3]")));
+  request.inputs = {Timesteps(t, {int64_t{1} << 62, 4})};
+  EXPECT_THAT(Message(service->Serve(request, nullptr).status()),
+              HasSubstr("does not hold the 2 values"));
+  request.inputs = {Timesteps(t), Timesteps(t)};
+  EXPECT_THAT(Message(service->Serve(request, nullptr).status()),
+              HasSubstr("given twice"));
+  request.inputs = {};
+  EXPECT_THAT(Message(service->Serve(request, nullptr).status()),
+              HasSubstr("timesteps: required"));
+  request.inputs = {Timesteps(t)};
+  request.outputs = {"temb", "img_mod", "temb"};
+  EXPECT_THAT(Message(service->Serve(request, nullptr).status()),
+              AllOf(HasSubstr("outputs[2]"), HasSubstr("twice")));
+  request.outputs = {"t_emb"};
+  EXPECT_THAT(Message(service->Serve(request, nullptr).status()),
+              AllOf(HasSubstr("outputs[0]"), HasSubstr("not an output")));
+  const std::vector<float> bad = {1.0f, std::nanf("")};
+  request.outputs = {};
+  request.inputs = {Timesteps(bad)};
+  EXPECT_THAT(Message(service->Serve(request, nullptr).status()),
+              HasSubstr("must be finite"));
+}
+
+TEST_F(ConditioningServiceTest, PerTokenTimestepsGiveDistinctRowsAndAnIndex) {
+  auto service = Open();
+  // [B = 2, L = 3] with two distinct values.
+  const std::vector<float> tokens = {999.0f, 0.0f, 0.0f, 999.0f, 999.0f, 0.0f};
+  ConditionRequest request;
+  request.model = "qwen";
+  request.inputs = {Timesteps(tokens, {2, 3})};
+  request.outputs = {"norm_out"};
+  auto answer = service->Serve(request, nullptr);
+  ASSERT_TRUE(answer.ok()) << answer.status();
+  ASSERT_EQ(answer->outputs.size(), 2u);
+  EXPECT_EQ(answer->rows, 2);
+  EXPECT_EQ(answer->outputs[0].shape, (std::vector<int64_t>{2, 16}));
+  const ConditionOutput& index = answer->outputs[1];
+  EXPECT_EQ(index.name, "index");
+  EXPECT_TRUE(index.index);
+  EXPECT_EQ(index.shape, (std::vector<int64_t>{2, 3}));
+  std::vector<int64_t> rows(6);
+  std::memcpy(rows.data(), index.data.data(), 48);
+  EXPECT_EQ(rows, (std::vector<int64_t>{0, 1, 1, 0, 0, 1}));
+  // Each distinct row is the row of the plain request.
+  const std::vector<float> plain = {999.0f, 0.0f};
+  request.inputs = {Timesteps(plain)};
+  auto direct = service->Serve(request, nullptr);
+  ASSERT_TRUE(direct.ok());
+  EXPECT_EQ(direct->outputs[0].data, answer->outputs[0].data);
+}
+
+TEST_F(ConditioningServiceTest, LimitsAndAdmissionHoldBeforeComputing) {
+  ConditioningService::Options options;
+  options.limits.max_batch = 4;
+  options.limits.max_output_bytes = 3 * 1024;
+  auto service = Open(options);
+  std::vector<float> t(5, 1.0f);
+  ConditionRequest request;
+  request.model = "qwen";
+  request.inputs = {Timesteps(t)};
+  auto answer = service->Serve(request, nullptr);
+  EXPECT_EQ(answer.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(Message(answer.status()), HasSubstr("max_batch=4"));
+  // A row of every output: 8 + 2 * 2 * 48 + 16 floats = 864 bytes.
+  t.assign(4, 1.0f);
+  request.inputs = {Timesteps(t)};
+  answer = service->Serve(request, nullptr);
+  EXPECT_EQ(answer.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(Message(answer.status()), HasSubstr("max_output_bytes=3072"));
+  request.outputs = {"norm_out"};
+  EXPECT_TRUE(service->Serve(request, nullptr).ok());
+
+  // Admission: the answer and the working memory are reserved first.
+  AdmissionLimits admission_limits;
+  admission_limits.max_queued_bytes = 256;
+  AdmissionController admission(admission_limits);
+  auto ticket = admission.Admit(0, absl::InfiniteFuture());
+  ASSERT_TRUE(ticket.ok()) << ticket.status();
+  answer = service->Serve(request, &*ticket);
+  EXPECT_EQ(answer.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(Message(answer.status()), HasSubstr("max_queued_bytes"));
+}
+
+TEST_F(ConditioningServiceTest, RepeatedScheduleComesFromTheCache) {
+  auto service = Open();
+  std::vector<float> schedule(50);
+  for (int i = 0; i < 50; ++i) schedule[i] = 1000.0f - 20.0f * i + 0.25f;
+  ConditionRequest request;
+  request.model = "qwen";
+  request.inputs = {Timesteps(schedule)};
+  auto first = service->Serve(request, nullptr);
+  ASSERT_TRUE(first.ok());
+  const models::RowCacheStats before = service->cache_stats();
+  EXPECT_EQ(before.misses, 50);
+  auto second = service->Serve(request, nullptr);
+  ASSERT_TRUE(second.ok());
+  const models::RowCacheStats after = service->cache_stats();
+  EXPECT_EQ(after.misses, 50);  // no row computed the second time
+  EXPECT_EQ(after.hits, 50);
+  for (size_t i = 0; i < first->outputs.size(); ++i) {
+    EXPECT_EQ(first->outputs[i].data, second->outputs[i].data);
+  }
+}
+
+TEST(ConditioningServiceRepositoryTest, RefusesAMissingRepository) {
+  ConditioningService service({});
+  EXPECT_EQ(service.OpenRepository("/nonexistent/models", {}).code(),
+            absl::StatusCode::kNotFound);
+  EXPECT_TRUE(service.Models().empty());
+}
+
+}  // namespace
+}  // namespace temb
