@@ -65,6 +65,14 @@ ABSL_FLAG(absl::Duration, http_body_timeout,
 ABSL_FLAG(std::string, log_level, "info",
           "trace | debug | info | warn | error");
 ABSL_FLAG(std::string, log_format, "text", "text (key=value) | json");
+ABSL_FLAG(std::string, model_repository, "",
+          "folder of diffusers model folders (config.json and "
+          "diffusion_pytorch_model*.safetensors) served as conditioning "
+          "models, each named after its folder (docs/conditioning.md)");
+ABSL_FLAG(int64_t, conditioning_cache_bytes,
+          temb::AppOptions().conditioning_cache_bytes,
+          "bytes of the exact cache of conditioning rows shared by the "
+          "models (LRU). 0: no cache");
 ABSL_FLAG(std::string, presets_file, "",
           "temb.v1.PresetCatalog text proto replacing the built-in presets");
 ABSL_FLAG(absl::Duration, drain_grace, absl::Seconds(15),
@@ -152,6 +160,9 @@ int main(int argc, char** argv) {
   options.metrics_address = absl::GetFlag(FLAGS_metrics_address);
   options.http_address = absl::GetFlag(FLAGS_http_address);
   options.presets_file = absl::GetFlag(FLAGS_presets_file);
+  options.model_repository = absl::GetFlag(FLAGS_model_repository);
+  options.conditioning_cache_bytes =
+      absl::GetFlag(FLAGS_conditioning_cache_bytes);
   options.drain_grace = absl::GetFlag(FLAGS_drain_grace);
   options.admission.max_inflight = absl::GetFlag(FLAGS_max_inflight);
   options.admission.max_queued_bytes = absl::GetFlag(FLAGS_max_queued_bytes);

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
+#include <thread>
 #include <utility>
 
 #include "absl/strings/ascii.h"
@@ -123,6 +124,11 @@ absl::Status ValidateAppOptions(const AppOptions& options) {
     return Invalid("max_queued_bytes",
                    absl::StrCat("must be >= 0 (0: unlimited), got ",
                                 options.admission.max_queued_bytes));
+  }
+  if (options.conditioning_cache_bytes < 0) {
+    return Invalid("conditioning_cache_bytes",
+                   absl::StrCat("must be >= 0 (0: no cache), got ",
+                                options.conditioning_cache_bytes));
   }
   if (options.shm_max_regions < 0) {
     return Invalid("shm_max_regions",
@@ -263,6 +269,30 @@ absl::StatusOr<std::unique_ptr<App>> App::Start(
   service_options.fallback_options = options.backend_options;
   app->service_ = std::make_unique<EmbedService>(
       std::move(backend), std::move(presets), service_options);
+  // The conditioning models load in the background: the server answers at
+  // once, and each model is ready (KServe ModelReady) once loaded.
+  ConditioningService::Options conditioning_options;
+  conditioning_options.limits = options.limits;
+  conditioning_options.threads =
+      options.backend_options.cpu_threads > 0
+          ? options.backend_options.cpu_threads
+          : static_cast<int>(
+                std::max(1u, std::thread::hardware_concurrency()));
+  conditioning_options.cache_bytes = options.conditioning_cache_bytes;
+  app->conditioning_ =
+      std::make_unique<ConditioningService>(conditioning_options);
+  if (!options.model_repository.empty()) {
+    std::vector<std::string> preset_names;
+    for (const Preset& preset : app->service_->presets().presets()) {
+      preset_names.push_back(absl::AsciiStrToLower(preset.name));
+    }
+    absl::Status opened = app->conditioning_->OpenRepository(
+        options.model_repository, preset_names);
+    if (!opened.ok()) {
+      return absl::Status(opened.code(), absl::StrCat("--model_repository: ",
+                                                      opened.message()));
+    }
+  }
   app->max_message_bytes_ = MaxSendMessageBytes(options.limits);
   app->max_receive_message_bytes_ = MaxReceiveMessageBytes(options.limits);
   app->native_ = std::make_unique<NativeService>(
@@ -344,6 +374,7 @@ absl::StatusOr<std::unique_ptr<App>> App::Start(
        {"auth", app->tokens_ != nullptr},
        {"presets",
         static_cast<int64_t>(app->service_->presets().presets().size())},
+       {"model_repository", options.model_repository},
        {"presets_file", options.presets_file.empty() ? std::string("built-in")
                                                      : options.presets_file},
        {"metrics_port", app->metrics_port_},

@@ -13,6 +13,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "temb/core/admission.h"
+#include "temb/core/conditioning_service.h"
 #include "temb/core/embed_service.h"
 #include "temb/grpc/grpc_server.h"
 #include "temb/kernels/backend.h"
@@ -75,6 +76,11 @@ struct AppOptions {
   int http_max_header_bytes = 16 << 10;
   absl::Duration http_header_timeout = absl::Seconds(10);
   absl::Duration http_body_timeout = absl::Seconds(30);
+  // A folder of diffusers model folders served as conditioning models
+  // (conditioning_service.h); empty: none.
+  std::string model_repository;
+  // The exact row cache shared by the conditioning models; 0: none.
+  int64_t conditioning_cache_bytes = int64_t{256} << 20;
 };
 
 class App {
@@ -95,6 +101,7 @@ class App {
   int max_message_bytes() const { return max_message_bytes_; }
   int max_receive_message_bytes() const { return max_receive_message_bytes_; }
   const EmbedService& service() const { return *service_; }
+  const ConditioningService& conditioning() const { return *conditioning_; }
   const AdmissionController& admission() const { return *admission_; }
   // Null when metrics are disabled.
   const PrometheusMetrics* metrics() const { return metrics_.get(); }
@@ -121,6 +128,7 @@ class App {
   std::unique_ptr<TokenVerifier> tokens_;
   std::unique_ptr<CallGate> gate_;
   std::unique_ptr<EmbedService> service_;
+  std::unique_ptr<ConditioningService> conditioning_;
   std::unique_ptr<NativeService> native_;
   std::unique_ptr<kserve::KServeService> kserve_;
   std::unique_ptr<kserve::InferenceStatistics> statistics_;
