@@ -299,14 +299,17 @@ absl::StatusOr<std::unique_ptr<App>> App::Start(
       *app->service_, *app->gate_, app->observers_.get(),
       NativeService::Options{app->max_message_bytes_});
   app->statistics_ =
-      std::make_unique<kserve::InferenceStatistics>(app->service_->presets());
+      std::make_unique<kserve::InferenceStatistics>(
+          kserve::ServedModels{*app->service_, app->conditioning_.get()}
+              .Names());
   kserve::SharedMemoryLimits shared_memory_limits;
   shared_memory_limits.max_regions = options.shm_max_regions;
   app->shared_memory_ =
       std::make_unique<kserve::SharedMemoryRegistry>(shared_memory_limits);
   app->kserve_ = std::make_unique<kserve::KServeService>(
       *app->service_, *app->gate_, app->observers_.get(),
-      app->statistics_.get(), app->shared_memory_.get());
+      app->statistics_.get(), app->shared_memory_.get(),
+      app->conditioning_.get());
 
   // KServe v2 over HTTP/REST: the same core, gate rules and statistics.
   // Started before gRPC, so that a port in use fails before anything serves.
@@ -314,7 +317,7 @@ absl::StatusOr<std::unique_ptr<App>> App::Start(
     app->rest_ = std::make_unique<rest::RestHandler>(
         *app->service_, app->admission_.get(), app->tokens_.get(),
         app->observers_.get(), app->statistics_.get(),
-        app->shared_memory_.get());
+        app->shared_memory_.get(), app->conditioning_.get());
     rest::HttpServerOptions http_options;
     http_options.address = options.http_address;
     http_options.tls_cert_file = options.tls.cert_file;

@@ -3,31 +3,106 @@
 #include <algorithm>
 #include <vector>
 
+#include "temb/base/status_macros.h"
+#include "temb/kserve/conditioning_convert.h"
 #include "temb/kserve/kserve_convert.h"
 
 namespace temb::kserve {
 
-absl::Status RunInference(const EmbedService& core,
+std::vector<std::string> ServedModels::Names() const {
+  std::vector<std::string> names;
+  for (const Preset& preset : core.presets().presets()) {
+    names.push_back(preset.name);
+  }
+  if (conditioning != nullptr) {
+    for (const ConditioningModelInfo& model : conditioning->Models()) {
+      names.push_back(model.name);
+    }
+  }
+  return names;
+}
+
+bool ServedModels::Ready(absl::string_view name,
+                         absl::string_view version) const {
+  if (IsConditioning(name)) {
+    return FindConditioningModel(*conditioning, name, version).ok();
+  }
+  return FindModel(core.presets(), name, version).ok();
+}
+
+bool ServedModels::Settled() const {
+  return conditioning == nullptr || !conditioning->loading();
+}
+
+absl::Status ServedModels::FillMetadata(
+    absl::string_view name, absl::string_view version,
+    inference::ModelMetadataResponse* response) const {
+  if (IsConditioning(name)) {
+    ASSIGN_OR_RETURN(const ConditioningModelInfo model,
+                     FindConditioningModel(*conditioning, name, version));
+    FillConditioningMetadata(model, response);
+    return absl::OkStatus();
+  }
+  ASSIGN_OR_RETURN(const Preset* preset,
+                   FindModel(core.presets(), name, version));
+  FillModelMetadata(*preset, response);
+  return absl::OkStatus();
+}
+
+absl::Status ServedModels::FillConfig(absl::string_view name,
+                                      absl::string_view version,
+                                      inference::ModelConfig* config) const {
+  if (IsConditioning(name)) {
+    ASSIGN_OR_RETURN(const ConditioningModelInfo model,
+                     FindConditioningModel(*conditioning, name, version));
+    FillConditioningConfig(model, conditioning->limits(), config);
+    return absl::OkStatus();
+  }
+  ASSIGN_OR_RETURN(const Preset* preset,
+                   FindModel(core.presets(), name, version));
+  FillModelConfig(*preset, core.limits(), config);
+  return absl::OkStatus();
+}
+
+namespace {
+
+absl::Status InferModel(const ServedModels& models,
+                        const inference::ModelInferRequest& request,
+                        inference::ModelInferResponse* response,
+                        AdmissionTicket* ticket, OutputAllocator* output) {
+  if (models.IsConditioning(request.model_name())) {
+    return InferConditioning(*models.conditioning, request, response, ticket);
+  }
+  return Infer(models.core, request, response, ticket, output);
+}
+
+}  // namespace
+
+absl::Status RunInference(const ServedModels& models,
                           const SharedMemoryRegistry* shared_memory,
                           const inference::ModelInferRequest& request,
                           inference::ModelInferResponse* response,
                           AdmissionTicket* ticket, OutputAllocator* output) {
   if (!UsesSharedMemory(request)) {
-    return Infer(core, request, response, ticket, output);
+    return InferModel(models, request, response, ticket, output);
   }
   if (shared_memory == nullptr) {
     return absl::InvalidArgumentError("shared memory is not enabled");
   }
   // The inputs' bytes are copied in, the outputs written out, around the
-  // same Infer.
+  // same inference.
   inference::ModelInferRequest resolved = request;
   std::vector<SharedMemoryOutput> targets;
-  // No valid input is wider than max_batch 8-byte timesteps.
+  // No valid embedding input is wider than max_batch 8-byte timesteps; a
+  // conditioning input is bounded as one gRPC message would bound it.
   const uint64_t max_input_bytes =
-      static_cast<uint64_t>(std::max<int64_t>(core.limits().max_batch, 0)) * 8;
+      static_cast<uint64_t>(std::max<int64_t>(models.core.limits().max_batch, 0)) *
+      8;
   absl::Status status = PrepareSharedMemory(*shared_memory, max_input_bytes,
                                             ticket, &resolved, &targets);
-  if (status.ok()) status = Infer(core, resolved, response, ticket);
+  if (status.ok()) {
+    status = InferModel(models, resolved, response, ticket, nullptr);
+  }
   if (status.ok()) status = FinishSharedMemory(targets, response);
   return status;
 }

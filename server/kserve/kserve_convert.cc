@@ -40,13 +40,6 @@ constexpr absl::string_view kIgnoredRequestParameters[] = {
     "sequence_start", "sequence_end", "binary_data_output"};
 constexpr absl::string_view kTritonReservedPrefix = "triton_";
 
-bool IsIgnoredRequestParameter(absl::string_view key) {
-  return absl::StartsWith(key, kTritonReservedPrefix) ||
-         std::find(std::begin(kIgnoredRequestParameters),
-                   std::end(kIgnoredRequestParameters),
-                   key) != std::end(kIgnoredRequestParameters);
-}
-
 std::string ParamField(absl::string_view prefix, absl::string_view key) {
   return absl::StrCat(prefix, "parameters[", Quoted(key), "]");
 }
@@ -122,8 +115,9 @@ bool HasTypedContents(const InferTensorContents& c) {
          c.fp64_contents_size() > 0 || c.bytes_contents_size() > 0;
 }
 
-// Raw bytes of `type` as float32 timesteps (timesteps.h's conversion).
-std::vector<float> TimestepsFromRaw(TensorType type, const std::string& bytes) {
+// Raw little-endian bytes of `type` as float32 values: integers and FP64
+// rounded once (as a pipeline's .float() does), FP16 and BF16 exactly.
+std::vector<float> ValuesFromRaw(TensorType type, const std::string& bytes) {
   switch (type) {
     case TensorType::kInt64:
       return TimestepsFromRawBytes<int64_t>(bytes);
@@ -131,13 +125,24 @@ std::vector<float> TimestepsFromRaw(TensorType type, const std::string& bytes) {
       return TimestepsFromRawBytes<double>(bytes);
     case TensorType::kInt32:
       return TimestepsFromRawBytes<int32_t>(bytes);
+    case TensorType::kFp16:
+    case TensorType::kBf16: {
+      std::vector<float> out(bytes.size() / 2);
+      for (size_t i = 0; i < out.size(); ++i) {
+        uint16_t bits;
+        std::memcpy(&bits, bytes.data() + 2 * i, 2);
+        out[i] = type == TensorType::kFp16 ? HalfToFloat(bits)
+                                           : BFloat16ToFloat(bits);
+      }
+      return out;
+    }
     default:
       return TimestepsFromRawBytes<float>(bytes);
   }
 }
 
-// The typed contents field each accepted input type travels in, with its
-// element count in `contents`.
+// The typed contents field each type travels in, with its element count in
+// `contents`; FP16 and BF16 have none (raw contents only).
 std::pair<absl::string_view, int> TypedField(TensorType type,
                                              const InferTensorContents& c) {
   switch (type) {
@@ -147,13 +152,15 @@ std::pair<absl::string_view, int> TypedField(TensorType type,
       return {"fp64_contents", c.fp64_contents_size()};
     case TensorType::kInt32:
       return {"int_contents", c.int_contents_size()};
-    default:
+    case TensorType::kFp32:
       return {"fp32_contents", c.fp32_contents_size()};
+    default:
+      return {"raw_input_contents", 0};
   }
 }
 
-std::vector<float> TimestepsFromTyped(TensorType type,
-                                      const InferTensorContents& c) {
+std::vector<float> ValuesFromTyped(TensorType type,
+                                   const InferTensorContents& c) {
   switch (type) {
     case TensorType::kInt64:
       return TimestepsAsFloat32(c.int64_contents());
@@ -166,10 +173,20 @@ std::vector<float> TimestepsFromTyped(TensorType type,
   }
 }
 
-// Decodes input `i` (its datatype, shape and contents, raw or typed) into
-// `out`.
-absl::Status ParseInput(const ModelInferRequest& request, int i,
-                        InferInput* out) {
+std::string TypeList(absl::Span<const TensorType> types) {
+  std::string list;
+  for (size_t i = 0; i < types.size(); ++i) {
+    if (i > 0) list += i + 1 == types.size() ? " or " : ", ";
+    absl::StrAppend(&list, TensorTypeName(types[i]));
+  }
+  return list;
+}
+
+}  // namespace
+
+absl::Status DecodeInput(const ModelInferRequest& request, int i,
+                         absl::Span<const TensorType> accepted, int max_rank,
+                         std::vector<float>* values) {
   const auto& input = request.inputs(i);
   const std::string prefix = absl::StrCat("inputs[", i, "]");
   if (!input.parameters().empty()) {
@@ -182,21 +199,17 @@ absl::Status ParseInput(const ModelInferRequest& request, int i,
 
   const InferTensorContents& contents = input.contents();
   const std::optional<TensorType> type = ParseTensorType(input.datatype());
-  if (type != TensorType::kFp32 && type != TensorType::kInt64 &&
-      type != TensorType::kFp64 && type != TensorType::kInt32) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        prefix, ".datatype must be FP32, INT64, FP64 or INT32, got ",
-        Quoted(input.datatype())));
+  if (!type.has_value() ||
+      std::find(accepted.begin(), accepted.end(), *type) == accepted.end()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(prefix, ".datatype must be ", TypeList(accepted),
+                     ", got ", Quoted(input.datatype())));
   }
   const absl::string_view type_name = TensorTypeName(*type);
   const size_t type_size = TensorTypeSize(*type);
   const auto [typed_field, typed_count] = TypedField(*type, contents);
 
-  // [N] and [N, 1] (Triton's batched scalar) give [N, dim]; any other shape
-  // of rank up to kMaxTimestepsRank gives shape + [dim].
   const auto& shape = input.shape();
-  const bool batched_scalar =
-      shape.size() == 1 || (shape.size() == 2 && shape[1] == 1);
   int64_t count = 1;
   for (const int64_t extent : shape) {
     if (extent < 0 || (extent > 0 && count > INT64_MAX / extent)) {
@@ -205,14 +218,11 @@ absl::Status ParseInput(const ModelInferRequest& request, int i,
     }
     count *= extent;
   }
-  if (shape.empty() || shape.size() > kMaxTimestepsRank || count < 0) {
+  if (shape.empty() || shape.size() > max_rank || count < 0) {
     return absl::InvalidArgumentError(
-        absl::StrCat(prefix, ".shape must have rank 1 to ", kMaxTimestepsRank,
+        absl::StrCat(prefix, ".shape must have rank 1 to ", max_rank,
                      " and no negative dimension, got ", ShapeString(shape)));
   }
-  out->name = input.name();
-  out->timesteps_shape.clear();
-  if (!batched_scalar) out->timesteps_shape.assign(shape.begin(), shape.end());
 
   if (request.raw_input_contents_size() > 0) {
     if (request.raw_input_contents_size() != request.inputs_size()) {
@@ -232,7 +242,7 @@ absl::Status ParseInput(const ModelInferRequest& request, int i,
                        " bytes, but shape ", ShapeString(shape), " of ",
                        type_name, " needs ", count, " x ", type_size));
     }
-    out->timesteps = TimestepsFromRaw(*type, bytes);
+    *values = ValuesFromRaw(*type, bytes);
     return absl::OkStatus();
   }
 
@@ -257,7 +267,35 @@ absl::Status ParseInput(const ModelInferRequest& request, int i,
         prefix, ".contents.", typed_field, " has ", typed_count,
         " elements, but shape ", ShapeString(shape), " needs ", count));
   }
-  out->timesteps = TimestepsFromTyped(*type, contents);
+  *values = ValuesFromTyped(*type, contents);
+  return absl::OkStatus();
+}
+
+bool IsIgnoredRequestParameter(absl::string_view key) {
+  return absl::StartsWith(key, kTritonReservedPrefix) ||
+         std::find(std::begin(kIgnoredRequestParameters),
+                   std::end(kIgnoredRequestParameters),
+                   key) != std::end(kIgnoredRequestParameters);
+}
+
+namespace {
+
+// The timesteps an input of an embedding model holds: [N] and [N, 1]
+// (Triton's batched scalar) give [N, dim]; any other shape of rank up to
+// kMaxTimestepsRank gives shape + [dim].
+absl::Status ParseInput(const ModelInferRequest& request, int i,
+                        InferInput* out) {
+  static constexpr TensorType kAccepted[] = {
+      TensorType::kFp32, TensorType::kInt64, TensorType::kFp64,
+      TensorType::kInt32};
+  RETURN_IF_ERROR(
+      DecodeInput(request, i, kAccepted, kMaxTimestepsRank, &out->timesteps));
+  const auto& shape = request.inputs(i).shape();
+  const bool batched_scalar =
+      shape.size() == 1 || (shape.size() == 2 && shape[1] == 1);
+  out->name = request.inputs(i).name();
+  out->timesteps_shape.clear();
+  if (!batched_scalar) out->timesteps_shape.assign(shape.begin(), shape.end());
   return absl::OkStatus();
 }
 
@@ -279,20 +317,6 @@ absl::StatusOr<std::string> InputPart(const Preset& model, int i,
   return absl::InvalidArgumentError(absl::StrCat(
       "inputs[", i, "].name: unknown input ", Quoted(name), " of model \"",
       model.name, "\"; its inputs are ", absl::StrJoin(names, ", ")));
-}
-
-inference::DataType ConfigDataType(DType dtype) {
-  switch (dtype) {
-    case DType::kFloat32:
-      return inference::TYPE_FP32;
-    case DType::kFloat16:
-      return inference::TYPE_FP16;
-    case DType::kBFloat16:
-      return inference::TYPE_BF16;
-    case DType::kFloat64:
-      return inference::TYPE_FP64;
-  }
-  return inference::TYPE_FP32;
 }
 
 // -1 when the caller picks dim per request.
@@ -370,6 +394,20 @@ absl::StatusOr<InferCall> ParseInferRequest(const ModelInferRequest& request,
     }
   }
   return call;
+}
+
+inference::DataType ConfigDataType(DType dtype) {
+  switch (dtype) {
+    case DType::kFloat32:
+      return inference::TYPE_FP32;
+    case DType::kFloat16:
+      return inference::TYPE_FP16;
+    case DType::kBFloat16:
+      return inference::TYPE_BF16;
+    case DType::kFloat64:
+      return inference::TYPE_FP64;
+  }
+  return inference::TYPE_FP32;
 }
 
 std::string OutputNameFor(absl::string_view input_name) {

@@ -51,13 +51,14 @@ absl::StatusOr<grpc::ByteBuffer> InferResponseBytes(
 KServeService::KServeService(const EmbedService& core, const CallGate& gate,
                              RequestObserver* observer,
                              InferenceStatistics* statistics,
-                             SharedMemoryRegistry* shared_memory)
-    : core_(core),
+                             SharedMemoryRegistry* shared_memory,
+                             const ConditioningService* conditioning)
+    : models_{core, conditioning},
       gate_(gate),
       observer_(observer),
       own_statistics_(
           statistics == nullptr
-              ? std::make_unique<InferenceStatistics>(core.presets())
+              ? std::make_unique<InferenceStatistics>(models_.Names())
               : nullptr),
       statistics_(statistics == nullptr ? own_statistics_.get() : statistics),
       own_shared_memory_(shared_memory == nullptr
@@ -78,7 +79,7 @@ absl::Status KServeService::Compute(const grpc::CallbackServerContext& context,
   if (!admitted.ok()) return admitted.status();
   *ticket = std::move(*admitted);
   const absl::Status status =
-      RunInference(core_, shared_memory_, request, response, ticket, output);
+      RunInference(models_, shared_memory_, request, response, ticket, output);
   stats->Lap(InferPhase::kComputeInfer);
   return status;
 }
@@ -97,7 +98,9 @@ grpc::ServerUnaryReactor* KServeService::ServerReady(
     const inference::ServerReadyRequest* /*request*/,
     inference::ServerReadyResponse* response) {
   const absl::Status status = gate_.Authenticate(*context);
-  response->set_ready(status.ok() && gate_.serving());
+  // Ready once every conditioning model has loaded or failed (a failed one
+  // is not ready itself, ModelReady, and does not hold the others back).
+  response->set_ready(status.ok() && gate_.serving() && models_.Settled());
   return FinishWith(context, status);
 }
 
@@ -106,9 +109,8 @@ grpc::ServerUnaryReactor* KServeService::ModelReady(
     const inference::ModelReadyRequest* request,
     inference::ModelReadyResponse* response) {
   const absl::Status status = gate_.Authenticate(*context);
-  response->set_ready(
-      status.ok() && gate_.serving() &&
-      FindModel(core_.presets(), request->name(), request->version()).ok());
+  response->set_ready(status.ok() && gate_.serving() &&
+                      models_.Ready(request->name(), request->version()));
   return FinishWith(context, status);
 }
 
@@ -125,29 +127,23 @@ grpc::ServerUnaryReactor* KServeService::ModelMetadata(
     grpc::CallbackServerContext* context,
     const inference::ModelMetadataRequest* request,
     inference::ModelMetadataResponse* response) {
-  absl::StatusOr<const Preset*> model =
-      EnterModel(*context, request->name(), request->version());
-  if (model.ok()) FillModelMetadata(**model, response);
-  return FinishWith(context, model.status());
+  absl::Status status = gate_.Enter(*context);
+  if (status.ok()) {
+    status = models_.FillMetadata(request->name(), request->version(), response);
+  }
+  return FinishWith(context, status);
 }
 
 grpc::ServerUnaryReactor* KServeService::ModelConfig(
     grpc::CallbackServerContext* context,
     const inference::ModelConfigRequest* request,
     inference::ModelConfigResponse* response) {
-  absl::StatusOr<const Preset*> model =
-      EnterModel(*context, request->name(), request->version());
-  if (model.ok()) {
-    FillModelConfig(**model, core_.limits(), response->mutable_config());
+  absl::Status status = gate_.Enter(*context);
+  if (status.ok()) {
+    status = models_.FillConfig(request->name(), request->version(),
+                                response->mutable_config());
   }
-  return FinishWith(context, model.status());
-}
-
-absl::StatusOr<const Preset*> KServeService::EnterModel(
-    const grpc::CallbackServerContext& context, absl::string_view name,
-    absl::string_view version) const {
-  RETURN_IF_ERROR(gate_.Enter(context));
-  return FindModel(core_.presets(), name, version);
+  return FinishWith(context, status);
 }
 
 grpc::ServerUnaryReactor* KServeService::ModelStatistics(

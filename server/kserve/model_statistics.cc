@@ -2,6 +2,8 @@
 
 #include <chrono>
 
+#include "absl/strings/str_cat.h"
+#include "temb/base/quoted.h"
 #include "temb/kserve/kserve_convert.h"
 
 namespace temb::kserve {
@@ -43,11 +45,11 @@ struct InferenceStatistics::Entry {
   Duration phases[4];  // indexed by InferPhase
 };
 
-InferenceStatistics::InferenceStatistics(const PresetCatalog& models)
-    : models_(models) {
-  for (const Preset& preset : models.presets()) {
+InferenceStatistics::InferenceStatistics(
+    const std::vector<std::string>& models) {
+  for (const std::string& name : models) {
     auto entry = std::make_unique<Entry>();
-    entry->name = preset.name;
+    entry->name = name;
     entries_.push_back(std::move(entry));
   }
 }
@@ -90,11 +92,16 @@ absl::Status InferenceStatistics::Fill(
     }
     for (const auto& entry : entries_) selected.push_back(entry.get());
   } else {
-    absl::StatusOr<const Preset*> model = FindModel(models_, name, version);
-    if (!model.ok()) return model.status();
     const Entry* entry = Find(name);
     if (entry == nullptr) {
-      return absl::NotFoundError("model has no statistics");  // not reached
+      return absl::NotFoundError(
+          absl::StrCat("unknown model ", Quoted(name)));
+    }
+    if (!version.empty() && version != kModelVersion) {
+      return absl::NotFoundError(
+          absl::StrCat("model ", Quoted(name), " has no version ",
+                       Quoted(version), "; its only version is \"",
+                       kModelVersion, "\""));
     }
     selected.push_back(entry);
   }

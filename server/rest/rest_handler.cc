@@ -167,8 +167,10 @@ RestHandler::RestHandler(const EmbedService& core,
                          AdmissionController* admission,
                          const TokenVerifier* tokens, RequestObserver* observer,
                          kserve::InferenceStatistics* statistics,
-                         kserve::SharedMemoryRegistry* shared_memory)
+                         kserve::SharedMemoryRegistry* shared_memory,
+                         const ConditioningService* conditioning)
     : core_(core),
+      models_{core, conditioning},
       admission_(admission),
       tokens_(tokens),
       observer_(observer),
@@ -244,8 +246,10 @@ void RestHandler::Handle(const HttpRequest& request, BodyPermit permit,
   const bool get = request.method == "GET";
   if (path == "/v2/health/live" || path == "/v2/health/ready") {
     if (!get) return SetMethodNotAllowed("GET", response);
-    return SetProbe(path == "/v2/health/live" || admission_->serving(), 503,
-                    response);
+    // Ready once every conditioning model has loaded or failed.
+    return SetProbe(path == "/v2/health/live" ||
+                        (admission_->serving() && models_.Settled()),
+                    503, response);
   }
   if (path == "/v2" || path == "/v2/") {
     if (!get) return SetMethodNotAllowed("GET", response);
@@ -289,24 +293,30 @@ void RestHandler::ModelEndpoint(const HttpRequest& request, BodyPermit permit,
   if (action == "stats") return Statistics(model, version, response);
   if (action == "ready") {
     // Unknown models are not ready: 404 says why; draining: 503.
-    absl::StatusOr<const Preset*> found =
-        kserve::FindModel(core_.presets(), model, version);
-    if (!found.ok()) return SetError(found.status(), response);
-    return SetProbe(admission_->serving(), 503, response);
+    if (!models_.IsConditioning(model)) {
+      absl::StatusOr<const Preset*> found =
+          kserve::FindModel(core_.presets(), model, version);
+      if (!found.ok()) return SetError(found.status(), response);
+    }
+    return SetProbe(admission_->serving() && models_.Ready(model, version),
+                    503, response);
   }
   if (absl::Status status = Enter(); !status.ok()) {
     return SetError(status, response);
   }
-  absl::StatusOr<const Preset*> found =
-      kserve::FindModel(core_.presets(), model, version);
-  if (!found.ok()) return SetError(found.status(), response);
   if (action == "config") {
     inference::ModelConfig config;
-    kserve::FillModelConfig(**found, core_.limits(), &config);
+    if (absl::Status status = models_.FillConfig(model, version, &config);
+        !status.ok()) {
+      return SetError(status, response);
+    }
     return SetJson(200, MessageToJson(config), response);
   }
   inference::ModelMetadataResponse metadata;
-  kserve::FillModelMetadata(**found, &metadata);
+  if (absl::Status status = models_.FillMetadata(model, version, &metadata);
+      !status.ok()) {
+    return SetError(status, response);
+  }
   SetJson(200, MessageToJson(metadata), response);
 }
 
@@ -347,7 +357,7 @@ absl::StatusOr<EncodedInferResponse> RestHandler::Answer(
   call->id = body.request.id();
   call->stats.Lap(kserve::InferPhase::kComputeInput);
   inference::ModelInferResponse answer;
-  RETURN_IF_ERROR(kserve::RunInference(core_, shared_memory_, body.request,
+  RETURN_IF_ERROR(kserve::RunInference(models_, shared_memory_, body.request,
                                        &answer, &call->ticket));
   call->stats.Lap(kserve::InferPhase::kComputeInfer);
   // JSON outputs take several times their raw bytes: held like them.

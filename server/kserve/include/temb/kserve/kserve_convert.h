@@ -23,9 +23,12 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "absl/types/span.h"
 #include "inference/grpc_service.pb.h"
+#include "inference/model_config.pb.h"
 #include "temb/core/embed_service.h"
 #include "temb/core/presets.h"
+#include "temb/kserve/tensor_type.h"
 
 namespace temb::kserve {
 
@@ -53,6 +56,20 @@ struct InferCall {
   SpecRequest spec;  // spec.preset is the model name
   std::vector<InferInput> inputs;
 };
+
+// Decodes input `i` of `request` (its raw_input_contents entry or its typed
+// contents) to float32 values: integers and FP64 rounded once, FP16 and
+// BF16 exactly.  Its datatype must be one of `accepted` and its shape of
+// rank 1 to `max_rank`, holding exactly the values given.  INVALID_ARGUMENT
+// naming the field otherwise.  Every model's inputs are read here.
+absl::Status DecodeInput(const inference::ModelInferRequest& request, int i,
+                         absl::Span<const TensorType> accepted, int max_rank,
+                         std::vector<float>* values);
+
+// Request parameters Triton's own clients send that mean nothing to a
+// stateless model ("priority", "timeout", the sequence fields,
+// "binary_data_output", any "triton_*"): accepted and ignored.
+bool IsIgnoredRequestParameter(absl::string_view key);
 
 // The output an input gives: EMBEDDING for TIMESTEP, else NAME_EMBEDDING.
 std::string OutputNameFor(absl::string_view input_name);
@@ -104,6 +121,9 @@ void FillModelMetadata(const Preset& model,
 // batch out: TIMESTEP [1], EMBEDDING [dim] or [-1].
 void FillModelConfig(const Preset& model, const Limits& limits,
                      inference::ModelConfig* config);
+
+// The model configuration's name for `dtype`: TYPE_FP32, ...
+inference::DataType ConfigDataType(DType dtype);
 
 // Name "temb", `version`, and the protocol extensions implemented here.
 void FillServerMetadata(absl::string_view version,

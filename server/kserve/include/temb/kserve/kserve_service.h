@@ -16,6 +16,7 @@
 #include "temb/core/embed_service.h"
 #include "temb/core/request_observer.h"
 #include "temb/grpc/call_gate.h"
+#include "temb/kserve/inference.h"
 #include "temb/kserve/model_statistics.h"
 #include "temb/kserve/shared_memory.h"
 
@@ -61,7 +62,8 @@ class KServeService final : public internal::KServeServiceBase {
   KServeService(const EmbedService& core, const CallGate& gate,
                 RequestObserver* observer,
                 InferenceStatistics* statistics = nullptr,
-                SharedMemoryRegistry* shared_memory = nullptr);
+                SharedMemoryRegistry* shared_memory = nullptr,
+                const ConditioningService* conditioning = nullptr);
 
   grpc::ServerUnaryReactor* ServerLive(
       grpc::CallbackServerContext* context,
@@ -138,10 +140,6 @@ class KServeService final : public internal::KServeServiceBase {
       grpc::CallbackServerContext* context) override;
 
  private:
-  // Authenticates (and checks serving), then finds the model.
-  absl::StatusOr<const Preset*> EnterModel(
-      const grpc::CallbackServerContext& context, absl::string_view name,
-      absl::string_view version) const;
   // Authenticates, then NOT_FOUND for a named CUDA region (none is ever
   // registered), OK for none.
   absl::Status NoCudaRegion(const grpc::CallbackServerContext& context,
@@ -161,7 +159,7 @@ class KServeService final : public internal::KServeServiceBase {
                        AdmissionTicket* ticket, InferStatsTimer* stats,
                        OutputAllocator* output = nullptr) const;
 
-  const EmbedService& core_;
+  const ServedModels models_;
   const CallGate& gate_;
   RequestObserver* const observer_;
   std::unique_ptr<InferenceStatistics> own_statistics_;  // when none given

@@ -29,7 +29,6 @@
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
 #include "inference/grpc_service.pb.h"
-#include "temb/core/presets.h"
 
 namespace temb::kserve {
 
@@ -37,9 +36,8 @@ enum class InferPhase { kQueue, kComputeInput, kComputeInfer, kComputeOutput };
 
 class InferenceStatistics {
  public:
-  // One entry per model of `models`, all zero.  `models` must outlive this
-  // (the service core's catalogue).
-  explicit InferenceStatistics(const PresetCatalog& models);
+  // One entry per model name (ServedModels::Names()), all zero.
+  explicit InferenceStatistics(const std::vector<std::string>& models);
   ~InferenceStatistics();
   InferenceStatistics(const InferenceStatistics&) = delete;
   InferenceStatistics& operator=(const InferenceStatistics&) = delete;
@@ -52,7 +50,7 @@ class InferenceStatistics {
 
   // The statistics of model `name` at `version` ("" or "1"); an empty name
   // means every model, in catalogue order.  NOT_FOUND for an unknown model
-  // or version (kserve::FindModel's message).
+  // or version.
   absl::Status Fill(absl::string_view name, absl::string_view version,
                     inference::ModelStatisticsResponse* response) const;
 
@@ -60,7 +58,6 @@ class InferenceStatistics {
   struct Entry;
   Entry* Find(absl::string_view name) const;
 
-  const PresetCatalog& models_;
   // In catalogue order; few enough (tens) that a scan beats hashing.
   std::vector<std::unique_ptr<Entry>> entries_;
 };

@@ -42,6 +42,7 @@
 #include "temb/core/embed_service.h"
 #include "temb/core/request_observer.h"
 #include "temb/core/token_auth.h"
+#include "temb/kserve/inference.h"
 #include "temb/kserve/model_statistics.h"
 #include "temb/kserve/shared_memory.h"
 #include "temb/rest/rest_json.h"
@@ -128,7 +129,8 @@ class RestHandler {
   RestHandler(const EmbedService& core, AdmissionController* admission,
               const TokenVerifier* tokens, RequestObserver* observer,
               kserve::InferenceStatistics* statistics,
-              kserve::SharedMemoryRegistry* shared_memory = nullptr);
+              kserve::SharedMemoryRegistry* shared_memory = nullptr,
+              const ConditioningService* conditioning = nullptr);
 
   // Once a request's header has arrived (`head` without its body) and
   // before any of the body is read: authentication (every endpoint, health
@@ -183,6 +185,7 @@ class RestHandler {
       const HttpRequest& request, const SharedMemoryRoute& route) const;
 
   const EmbedService& core_;
+  const kserve::ServedModels models_;
   AdmissionController* const admission_;
   const TokenVerifier* const tokens_;
   RequestObserver* const observer_;

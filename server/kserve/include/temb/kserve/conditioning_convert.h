@@ -1,0 +1,69 @@
+// KServe v2 <-> ConditioningService: a conditioning model (a folder of the
+// model repository) as a KServe model, version "1".  Its inputs are the
+// model's, by their protocol names (docs/conditioning.md):
+//   timesteps           [N] or [N, 1] (Triton's batched scalar), or per
+//                       token [B, L] / any rank >= 2 with a last extent
+//                       other than 1: the answer then holds the distinct
+//                       rows and an INT64 output "index" of that shape
+//   guidance            [N], [N, 1] or one value for every row
+//   pooled_projections  [N, P] or [P] (one row for every timestep)
+//   a family's extras   as the model lists them
+// of FP32, FP64 (rounded once to float32, as a pipeline's .float() does),
+// INT64, INT32, and for row inputs also FP16 and BF16 (exact).  Its outputs
+// are the model's ([N, W] or [N, L, W] in the model's dtype); a request may
+// name a subset.  No request parameters besides those Triton's clients send
+// and every server ignores.
+#ifndef TEMB_KSERVE_CONDITIONING_CONVERT_H_
+#define TEMB_KSERVE_CONDITIONING_CONVERT_H_
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "inference/grpc_service.pb.h"
+#include "inference/model_config.pb.h"
+#include "temb/core/admission.h"
+#include "temb/core/conditioning_service.h"
+
+namespace temb::kserve {
+
+// A parsed request: the core's request and the float32 values it points to.
+struct ConditionCall {
+  std::vector<std::vector<float>> values;  // one per input
+  ConditionRequest request;
+};
+
+// Checks the request's tensors against `model`'s inputs and decodes them.
+// INVALID_ARGUMENT naming the field (inputs[i].datatype, .shape, .contents,
+// raw_input_contents[i], outputs[o].name, parameters[...]).
+absl::StatusOr<std::unique_ptr<ConditionCall>> ParseConditionRequest(
+    const inference::ModelInferRequest& request,
+    const ConditioningModelInfo& model);
+
+// Parse, Serve, and the response: one output per answer tensor, bytes in
+// raw_output_contents.  Codes as ConditioningService::Serve's.
+absl::Status InferConditioning(const ConditioningService& service,
+                               const inference::ModelInferRequest& request,
+                               inference::ModelInferResponse* response,
+                               AdmissionTicket* ticket);
+
+// The model at `version` ("" or "1"): NOT_FOUND for another version, and
+// for a model that is not ready FAILED_PRECONDITION (loading, or failed
+// with its cause).
+absl::StatusOr<ConditioningModelInfo> FindConditioningModel(
+    const ConditioningService& service, absl::string_view name,
+    absl::string_view version);
+
+// Shapes with the batch dimension as -1.
+void FillConditioningMetadata(const ConditioningModelInfo& model,
+                              inference::ModelMetadataResponse* response);
+// max_batch_size: the rows one call may hold; dims leave the batch out.
+void FillConditioningConfig(const ConditioningModelInfo& model,
+                            const Limits& limits,
+                            inference::ModelConfig* config);
+
+}  // namespace temb::kserve
+
+#endif  // TEMB_KSERVE_CONDITIONING_CONVERT_H_
