@@ -293,6 +293,9 @@ absl::StatusOr<std::unique_ptr<App>> App::Start(
                                                       opened.message()));
     }
   }
+  if (app->metrics_ != nullptr) {
+    app->metrics_->WatchConditioning(app->conditioning_.get());
+  }
   app->max_message_bytes_ = MaxSendMessageBytes(options.limits);
   app->max_receive_message_bytes_ = MaxReceiveMessageBytes(options.limits);
   app->native_ = std::make_unique<NativeService>(

@@ -390,6 +390,8 @@ absl::StatusOr<ConditionResponse> ConditioningService::Serve(
   std::vector<const models::OutputInfo*> wanted;
   for (size_t i = 0; i < request.outputs.size(); ++i) {
     const std::string& name = request.outputs[i];
+    // The index comes with per-token timesteps, asked for or not.
+    if (per_token && name == kConditionIndex) continue;
     const auto found =
         std::find_if(all_outputs.begin(), all_outputs.end(),
                      [&](const models::OutputInfo& o) { return o.name == name; });

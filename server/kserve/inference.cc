@@ -16,7 +16,7 @@ std::vector<std::string> ServedModels::Names() const {
   }
   if (conditioning != nullptr) {
     for (const ConditioningModelInfo& model : conditioning->Models()) {
-      names.push_back(model.name);
+      if (IsConditioning(model.name)) names.push_back(model.name);
     }
   }
   return names;

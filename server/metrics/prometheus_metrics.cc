@@ -37,9 +37,94 @@ prometheus::Histogram::BucketBoundaries BatchBuckets() {
   return buckets;
 }
 
+// The conditioning models' state and the row cache's counters, as the
+// service holds them at the moment of a scrape (nothing to keep in step).
+class ConditioningCollectable final : public prometheus::Collectable {
+ public:
+  explicit ConditioningCollectable(const ConditioningService* service)
+      : service_(service) {}
+
+  std::vector<prometheus::MetricFamily> Collect() const override {
+    std::vector<prometheus::MetricFamily> families;
+    prometheus::MetricFamily state = Family(
+        "temb_conditioning_model_state",
+        "1 for each conditioning model's state (loading, ready, failed)",
+        prometheus::MetricType::Gauge);
+    prometheus::MetricFamily weights =
+        Family("temb_conditioning_model_weight_bytes",
+               "Checkpoint bytes a conditioning model holds",
+               prometheus::MetricType::Gauge);
+    for (const ConditioningModelInfo& model : service_->Models()) {
+      for (const ModelState each :
+           {ModelState::kLoading, ModelState::kReady, ModelState::kFailed}) {
+        prometheus::ClientMetric metric;
+        metric.label = {{"model", model.name},
+                        {"state", std::string(ModelStateName(each))}};
+        metric.gauge.value = model.state == each ? 1 : 0;
+        state.metric.push_back(std::move(metric));
+      }
+      prometheus::ClientMetric metric;
+      metric.label = {{"model", model.name}};
+      metric.gauge.value = static_cast<double>(model.weight_bytes);
+      weights.metric.push_back(std::move(metric));
+    }
+    families.push_back(std::move(state));
+    families.push_back(std::move(weights));
+    const models::RowCacheStats cache = service_->cache_stats();
+    families.push_back(One("temb_conditioning_cache_hits_total",
+                           "Conditioning rows taken from the row cache",
+                           prometheus::MetricType::Counter, cache.hits));
+    families.push_back(One("temb_conditioning_cache_misses_total",
+                           "Conditioning rows computed (not in the cache)",
+                           prometheus::MetricType::Counter, cache.misses));
+    families.push_back(One("temb_conditioning_cache_evictions_total",
+                           "Rows evicted from the row cache",
+                           prometheus::MetricType::Counter, cache.evictions));
+    families.push_back(One("temb_conditioning_cache_bytes",
+                           "Bytes the row cache holds (keys and rows)",
+                           prometheus::MetricType::Gauge, cache.bytes));
+    families.push_back(One("temb_conditioning_cache_entries",
+                           "Rows the row cache holds",
+                           prometheus::MetricType::Gauge, cache.entries));
+    families.push_back(One("temb_conditioning_cache_capacity_bytes",
+                           "The row cache's bound (--conditioning_cache_bytes)",
+                           prometheus::MetricType::Gauge,
+                           cache.capacity_bytes));
+    return families;
+  }
+
+ private:
+  static prometheus::MetricFamily Family(std::string name, std::string help,
+                                         prometheus::MetricType type) {
+    prometheus::MetricFamily family;
+    family.name = std::move(name);
+    family.help = std::move(help);
+    family.type = type;
+    return family;
+  }
+
+  static prometheus::MetricFamily One(std::string name, std::string help,
+                                      prometheus::MetricType type,
+                                      int64_t value) {
+    prometheus::MetricFamily family =
+        Family(std::move(name), std::move(help), type);
+    prometheus::ClientMetric metric;
+    if (type == prometheus::MetricType::Counter) {
+      metric.counter.value = static_cast<double>(value);
+    } else {
+      metric.gauge.value = static_cast<double>(value);
+    }
+    family.metric.push_back(std::move(metric));
+    return family;
+  }
+
+  const ConditioningService* const service_;
+};
+
 }  // namespace
 
 struct PrometheusMetrics::Impl {
+  std::shared_ptr<ConditioningCollectable> conditioning;
   std::shared_ptr<prometheus::Registry> registry =
       std::make_shared<prometheus::Registry>();
   prometheus::Family<prometheus::Counter>& requests =
@@ -175,8 +260,21 @@ absl::StatusOr<int> PrometheusMetrics::Serve(const std::string& address) {
   }
 }
 
+void PrometheusMetrics::WatchConditioning(const ConditioningService* service) {
+  impl_->conditioning = std::make_shared<ConditioningCollectable>(service);
+  if (impl_->exposer != nullptr) {
+    impl_->exposer->RegisterCollectable(impl_->conditioning);
+  }
+}
+
 std::string PrometheusMetrics::TextExposition() const {
-  return prometheus::TextSerializer().Serialize(impl_->registry->Collect());
+  std::vector<prometheus::MetricFamily> families = impl_->registry->Collect();
+  if (impl_->conditioning != nullptr) {
+    for (prometheus::MetricFamily& family : impl_->conditioning->Collect()) {
+      families.push_back(std::move(family));
+    }
+  }
+  return prometheus::TextSerializer().Serialize(families);
 }
 
 void PrometheusMetrics::OnStart(absl::string_view /*method*/) {

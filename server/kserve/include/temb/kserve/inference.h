@@ -21,14 +21,15 @@
 namespace temb::kserve {
 
 // What a KServe frontend serves: the embedding core's presets and, when
-// `conditioning` is set, its models (their names never clash: a folder named
-// like a preset is refused when the repository opens).
+// `conditioning` is set, its models.  A preset keeps its name: a folder
+// named like one is refused when the repository opens (and reported there).
 struct ServedModels {
   const EmbedService& core;
   const ConditioningService* conditioning = nullptr;
 
   bool IsConditioning(absl::string_view name) const {
-    return conditioning != nullptr && conditioning->has_model(name);
+    return conditioning != nullptr && conditioning->has_model(name) &&
+           core.presets().Find(name) == nullptr;
   }
   // Every model's name: the presets, then the conditioning models.
   std::vector<std::string> Names() const;

@@ -13,6 +13,16 @@
 //   temb_backend_failures_total{backend,action}  counter
 //   temb_serving_state{state}                gauge, 1 for the current state
 //                                            (serving|draining|backend_failed)
+// and, read from the conditioning models when scraped:
+//   temb_conditioning_model_state{model,state}  gauge, 1 for the model's
+//                                            state (loading|ready|failed)
+//   temb_conditioning_model_weight_bytes{model}  gauge, checkpoint bytes held
+//   temb_conditioning_cache_hits_total       counter of rows taken from the
+//   temb_conditioning_cache_misses_total     row cache / computed for it
+//   temb_conditioning_cache_evictions_total  counter
+//   temb_conditioning_cache_bytes            gauge, bytes held (keys+rows)
+//   temb_conditioning_cache_entries          gauge
+//   temb_conditioning_cache_capacity_bytes   gauge
 #ifndef TEMB_METRICS_PROMETHEUS_METRICS_H_
 #define TEMB_METRICS_PROMETHEUS_METRICS_H_
 
@@ -21,6 +31,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "temb/core/conditioning_service.h"
 #include "temb/core/request_observer.h"
 
 namespace temb {
@@ -34,6 +45,10 @@ class PrometheusMetrics final : public RequestObserver {
   // Starts the HTTP exposer on HOST:PORT (port 0 picks one) and returns the
   // bound port.  UNAVAILABLE when the address cannot be bound.  Call once.
   absl::StatusOr<int> Serve(const std::string& address);
+
+  // Adds the conditioning models' and row cache's metrics, read from
+  // `service` (which must outlive this) at every scrape.  Call once.
+  void WatchConditioning(const ConditioningService* service);
 
   // The current metrics in the Prometheus text format (what /metrics serves).
   std::string TextExposition() const;

@@ -1,0 +1,357 @@
+"""Conditioning models served by temb-server from a model repository.
+
+The repository holds tiny models that diffusers itself builds and saves
+(Qwen-Image bf16 in shards, FLUX.1-dev bf16), beside damaged copies and
+badly named folders.  Over KServe v2 gRPC (tritonclient), REST
+(tritonclient.http and curl) and the CLI's in-process computation of the
+same folder, the answers must be the same bits: the parity suite ties the
+CLI to diffusers' own forward, so this ties every protocol to it.  Each
+damaged model is refused on its own with a message naming its file, tensor
+or field, while the good ones serve; a repeated 50-step schedule is taken
+from the row cache whole (the server's metrics say so).
+"""
+
+import json
+import os
+import pathlib
+import shutil
+import struct
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("diffusers")
+safetensors_torch = pytest.importorskip("safetensors.torch")
+triton_grpc = pytest.importorskip("tritonclient.grpc")
+triton_http = pytest.importorskip("tritonclient.http")
+from tritonclient.utils import InferenceServerException  # noqa: E402
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2] / "pylib"))
+from temb_testing import TembServer  # noqa: E402
+
+from test_conditioning_parity import (GUIDANCE, POOLED,  # noqa: E402
+                                      TIMESTEPS, flux_model, qwen_model)
+
+WEIGHTS = "diffusion_pytorch_model.safetensors"
+
+
+def read_safetensors(path):
+    raw = path.read_bytes()
+    (length,) = struct.unpack("<Q", raw[:8])
+    return json.loads(raw[8:8 + length]), raw[8 + length:]
+
+
+def write_safetensors(path, header, data, length=None):
+    text = json.dumps(header).encode()
+    path.write_bytes(struct.pack("<Q", len(text) if length is None else length)
+                     + text + data)
+
+
+def damaged_copies(good, repository):
+    """Folders whose damage the loader must name: {name: expected words}."""
+    cases = {}
+
+    def copy(name):
+        folder = repository / name
+        shutil.copytree(good, folder)
+        return folder
+
+    folder = copy("truncated")
+    weights = folder / WEIGHTS
+    weights.write_bytes(weights.read_bytes()[:weights.stat().st_size // 2])
+    cases["truncated"] = [WEIGHTS]
+
+    folder = copy("header-past-file")
+    header, data = read_safetensors(folder / WEIGHTS)
+    write_safetensors(folder / WEIGHTS, header, data, length=1 << 26)
+    cases["header-past-file"] = [WEIGHTS, "header length"]
+
+    folder = copy("offsets-out-of-range")
+    header, data = read_safetensors(folder / WEIGHTS)
+    entry = header["norm_out.linear.weight"]
+    entry["data_offsets"] = [entry["data_offsets"][0], len(data) + 64]
+    write_safetensors(folder / WEIGHTS, header, data)
+    cases["offsets-out-of-range"] = [WEIGHTS, "norm_out.linear.weight",
+                                     "data_offsets"]
+
+    folder = copy("overlapping")
+    header, data = read_safetensors(folder / WEIGHTS)
+    a, b = "norm_out.linear.weight", "norm_out.linear.bias"
+    size = header[b]["data_offsets"][1] - header[b]["data_offsets"][0]
+    start = header[a]["data_offsets"][0]
+    header[b]["data_offsets"] = [start, start + size]
+    write_safetensors(folder / WEIGHTS, header, data)
+    cases["overlapping"] = [WEIGHTS, "data_offsets", "overlap"]
+
+    folder = copy("missing-tensor")
+    header, data = read_safetensors(folder / WEIGHTS)
+    del header["norm_out.linear.bias"]
+    write_safetensors(folder / WEIGHTS, header, data)
+    cases["missing-tensor"] = ["norm_out.linear.bias"]
+
+    folder = copy("shape-disagrees")
+    config = json.loads((folder / "config.json").read_text())
+    config["attention_head_dim"] *= 2
+    (folder / "config.json").write_text(json.dumps(config))
+    cases["shape-disagrees"] = ["shape"]
+
+    folder = copy("malformed-config")
+    (folder / "config.json").write_text('{"_class_name": ')
+    cases["malformed-config"] = ["config.json"]
+
+    folder = copy("unknown-family")
+    config = json.loads((folder / "config.json").read_text())
+    config["_class_name"] = "NotADiffusionModel"
+    (folder / "config.json").write_text(json.dumps(config))
+    cases["unknown-family"] = ["config.json", "_class_name",
+                               "NotADiffusionModel"]
+
+    # Named like a preset, and a name no URL or metric label should carry.
+    copy("flux")
+    cases["flux"] = ["taken by a preset"]
+    copy("bad name")
+    cases["bad name"] = ["letters, digits"]
+    return cases
+
+
+@pytest.fixture(scope="module")
+def repository(tmp_path_factory):
+    root = tmp_path_factory.mktemp("repository")
+    # Qwen-Image in bf16, sharded (the index.json path), and FLUX.1-dev.
+    qwen_model(torch.bfloat16).save_pretrained(root / "qwen", max_shard_size="30KB")
+    flux_model(torch.bfloat16, True).save_pretrained(root / "flux-dev")
+    good = tmp_path_factory.mktemp("qwen-fp32")
+    qwen_model(torch.float32).save_pretrained(good)
+    shutil.copytree(good, root / "qwen32")
+    cases = damaged_copies(good, root)
+    return root, cases
+
+
+@pytest.fixture(scope="module")
+def server(repository, tmp_path_factory):
+    binary = os.environ.get("TEMB_SERVER_BIN")
+    if not binary:
+        pytest.skip("TEMB_SERVER_BIN is not set (run through ctest)")
+    root, _ = repository
+    workdir = tmp_path_factory.mktemp("server")
+    srv = TembServer(binary, workdir, "--backend=cpu",
+                     f"--model_repository={root}",
+                     "--http_address=127.0.0.1:0",
+                     f"--http_port_file={workdir / 'http_port'}",
+                     metrics=True)
+    # The REST port is written before the gRPC one, which TembServer waited
+    # for; the models load after both.
+    srv.http_target = "127.0.0.1:" + (workdir / "http_port").read_text().strip()
+    client = triton_grpc.InferenceServerClient(srv.target)
+    for _ in range(600):
+        if client.is_server_ready():
+            break
+        time.sleep(0.1)
+    assert client.is_server_ready(), srv.log()
+    yield srv
+    client.close()
+    srv.stop()
+
+
+@pytest.fixture(scope="module")
+def grpc_client(server):
+    client = triton_grpc.InferenceServerClient(server.target)
+    yield client
+    client.close()
+
+
+@pytest.fixture(scope="module")
+def http_client(server):
+    client = triton_http.InferenceServerClient(server.http_target)
+    yield client
+    client.close()
+
+
+def pooled_rows():
+    generator = torch.Generator().manual_seed(5)
+    return torch.randn(len(TIMESTEPS), POOLED, generator=generator).to(
+        torch.bfloat16)
+
+
+def cli_outputs(temb_cli, folder, tmp_path, guidance=None, pooled=None):
+    command = [str(temb_cli), "condition", f"--model_dir={folder}",
+               "--timesteps=" + ",".join(repr(t) for t in TIMESTEPS),
+               f"--out={tmp_path / 'cli.safetensors'}"]
+    if guidance is not None:
+        command.append(f"--guidance={guidance}")
+    if pooled is not None:
+        np.save(tmp_path / "pooled.npy", pooled.float().numpy())
+        command.append(f"--pooled={tmp_path / 'pooled.npy'}")
+    done = subprocess.run(command, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    return {name: tensor.view(torch.int16).numpy() if tensor.dtype ==
+            torch.bfloat16 else tensor.numpy()
+            for name, tensor in safetensors_torch.load_file(
+                str(tmp_path / "cli.safetensors")).items()}
+
+
+def bf16_bits(array):
+    """tritonclient returns BF16 as float32 holding the value: its top
+    16 bits."""
+    return (np.ascontiguousarray(array, dtype=np.float32).view(np.uint32)
+            >> 16).astype(np.uint16).view(np.int16)
+
+
+def infer(module, client, model, guidance=None, pooled=None, outputs=None,
+          timesteps=TIMESTEPS, shape=None):
+    t = np.asarray(timesteps, dtype=np.float32).reshape(
+        shape or [len(timesteps)])
+    inputs = [module.InferInput("timesteps", list(t.shape), "FP32")]
+    inputs[0].set_data_from_numpy(t)
+    if guidance is not None:
+        g = np.full([len(timesteps)], guidance, dtype=np.float32)
+        inputs.append(module.InferInput("guidance", list(g.shape), "FP32"))
+        inputs[-1].set_data_from_numpy(g)
+    if pooled is not None:
+        p = pooled.float().numpy()
+        inputs.append(module.InferInput("pooled_projections", list(p.shape),
+                                        "FP32"))
+        inputs[-1].set_data_from_numpy(p)
+    requested = None
+    if outputs:
+        requested = [module.InferRequestedOutput(name) for name in outputs]
+    return client.infer(model, inputs, outputs=requested)
+
+
+@pytest.mark.parametrize("protocol", ["grpc", "http"])
+def test_every_protocol_answers_the_clis_bits(protocol, server, repository,
+                                              grpc_client, http_client,
+                                              temb_cli, tmp_path):
+    root, _ = repository
+    module, client = ((triton_grpc, grpc_client) if protocol == "grpc"
+                      else (triton_http, http_client))
+    pooled = pooled_rows()
+    for model, guidance, rows in (("qwen", None, None),
+                                  ("flux-dev", GUIDANCE, pooled)):
+        expected = cli_outputs(temb_cli, root / model, tmp_path, guidance,
+                               rows)
+        result = infer(module, client, model, guidance, rows)
+        names = [o["name"] for o in result.get_response(as_json=True)[
+            "outputs"]] if protocol == "grpc" else [
+            o["name"] for o in result.get_response()["outputs"]]
+        assert sorted(names) == sorted(expected), model
+        for name, bits in expected.items():
+            got = result.as_numpy(name)
+            assert got.shape == bits.shape, (model, name)
+            assert np.array_equal(bf16_bits(got), bits), (model, name)
+
+
+def test_metadata_config_and_readiness(server, grpc_client, repository):
+    _, cases = repository
+    metadata = grpc_client.get_model_metadata("flux-dev", as_json=True)
+    inputs = {i["name"]: i for i in metadata["inputs"]}
+    assert set(inputs) == {"timesteps", "guidance", "pooled_projections"}
+    assert inputs["pooled_projections"]["shape"] == ["-1", str(POOLED)]
+    outputs = {o["name"]: o for o in metadata["outputs"]}
+    assert outputs["img_mod"]["datatype"] == "BF16"
+    assert outputs["img_mod"]["shape"] == ["-1", "2", str(6 * 256)]
+    config = grpc_client.get_model_config("qwen", as_json=True)["config"]
+    assert [i["name"] for i in config["input"]] == ["timesteps"]
+    assert grpc_client.is_model_ready("qwen")
+    assert grpc_client.is_model_ready("flux-dev")
+    for name in cases:
+        if name != "flux":  # the preset keeps its name and is ready
+            assert not grpc_client.is_model_ready(name), name
+    assert not grpc_client.is_model_ready("../qwen")
+    stats = grpc_client.get_inference_statistics("qwen", as_json=True)
+    assert stats["model_stats"][0]["name"] == "qwen"
+
+
+def test_per_token_timesteps_give_distinct_rows_and_an_index(server,
+                                                             grpc_client):
+    tokens = [999.0, 0.0, 0.0, 999.0, 999.0, 0.0]
+    result = infer(triton_grpc, grpc_client, "qwen", timesteps=tokens,
+                   shape=[2, 3], outputs=["norm_out", "index"])
+    index = result.as_numpy("index")
+    assert index.dtype == np.int64
+    assert index.tolist() == [[0, 1, 1], [0, 0, 1]]
+    rows = bf16_bits(result.as_numpy("norm_out"))
+    plain = bf16_bits(infer(triton_grpc, grpc_client, "qwen",
+                            timesteps=[999.0, 0.0],
+                            outputs=["norm_out"]).as_numpy("norm_out"))
+    assert np.array_equal(rows, plain)
+
+
+def test_damaged_models_are_refused_naming_the_cause(server, grpc_client,
+                                                     repository):
+    _, cases = repository
+    for name, words in cases.items():
+        if name == "flux":
+            continue
+        with pytest.raises(InferenceServerException) as error:
+            infer(triton_grpc, grpc_client, name)
+        assert error.value.status() == "StatusCode.FAILED_PRECONDITION", name
+        for word in words:
+            assert word in error.value.message(), (name, word,
+                                                   error.value.message())
+    # The preset named "flux" is still the preset.
+    assert grpc_client.get_model_metadata("flux", as_json=True)[
+        "inputs"][0]["name"] == "TIMESTEP"
+    # A request naming a path is an unknown model.
+    with pytest.raises(InferenceServerException) as error:
+        infer(triton_grpc, grpc_client, "../qwen")
+    assert error.value.status() == "StatusCode.NOT_FOUND"
+    # And the good models still serve.
+    assert infer(triton_grpc, grpc_client, "qwen").as_numpy("temb") is not None
+
+
+def test_rest_refusals_have_their_http_codes(server):
+    def post(model, body):
+        done = subprocess.run(
+            ["curl", "-s", "-o", "-", "-w", "\n%{http_code}",
+             "-H", "Content-Type: application/json", "--data", body,
+             f"http://{server.http_target}/v2/models/{model}/infer"],
+            capture_output=True, text=True, timeout=30, check=True)
+        text, code = done.stdout.rsplit("\n", 1)
+        return int(code), json.loads(text) if text else {}
+
+    body = json.dumps({"inputs": [{"name": "timesteps", "shape": [2],
+                                   "datatype": "FP32", "data": [999, 1]}]})
+    # float32 outputs travel as JSON (bf16 ones only as binary data).
+    code, answer = post("qwen32", body)
+    assert code == 200, answer
+    assert {o["name"] for o in answer["outputs"]} >= {"temb", "img_mod"}
+    code, answer = post("missing-tensor", body)
+    assert code == 400 and "norm_out.linear.bias" in answer["error"]
+    code, answer = post("..%2Fqwen", body)
+    assert code in (400, 404), answer
+    bad = json.dumps({"inputs": [{"name": "guidance", "shape": [1],
+                                  "datatype": "FP32", "data": [3.5]}]})
+    code, answer = post("qwen", bad)
+    assert code == 400 and "inputs[0]" in answer["error"]
+
+
+def test_repeated_schedule_is_taken_from_the_cache(server, grpc_client):
+    schedule = [1000.0 * (1 - i / 50) + 0.125 for i in range(50)]
+    before = server.metrics()
+    first = infer(triton_grpc, grpc_client, "qwen", timesteps=schedule)
+    middle = server.metrics()
+    second = infer(triton_grpc, grpc_client, "qwen", timesteps=schedule)
+    after = server.metrics()
+
+    def count(metrics, name):
+        return metrics.get((name, frozenset()), 0.0)
+
+    # The bf16 model rounds t to bf16 first (as its pipeline does), so
+    # some of these rows may be cached from earlier tests already.
+    assert (count(middle, "temb_conditioning_cache_misses_total")
+            + count(middle, "temb_conditioning_cache_hits_total")
+            - count(before, "temb_conditioning_cache_misses_total")
+            - count(before, "temb_conditioning_cache_hits_total")) == 50
+    assert count(after, "temb_conditioning_cache_misses_total") == \
+        count(middle, "temb_conditioning_cache_misses_total")
+    assert count(after, "temb_conditioning_cache_hits_total") - \
+        count(middle, "temb_conditioning_cache_hits_total") == 50
+    for name in ("temb", "img_mod", "txt_mod", "norm_out"):
+        assert np.array_equal(bf16_bits(first.as_numpy(name)),
+                              bf16_bits(second.as_numpy(name)))
+    assert count(after, "temb_conditioning_cache_bytes") > 0
