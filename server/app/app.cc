@@ -357,6 +357,10 @@ absl::StatusOr<std::unique_ptr<App>> App::Start(
   GrpcServer* server = app->server_.get();
   app->admission_->SetNotServingListener(
       [server](AdmissionController::State) { server->SetNotServing(); });
+  // Readiness waits for the conditioning models.
+  server->SetServing(kModelsHealthName, false);
+  app->conditioning_->CallWhenLoaded(
+      [server] { server->SetServing(kModelsHealthName, true); });
 
   LogEvent(
       LogLevel::kInfo, "serving",
@@ -391,6 +395,8 @@ absl::StatusOr<std::unique_ptr<App>> App::Start(
 void App::Shutdown() {
   std::call_once(shutdown_once_, [this] {
     const absl::Time deadline = absl::Now() + options_.drain_grace;
+    // The loading thread may touch the gRPC server's health: it ends first.
+    conditioning_->StopLoading();
     LogEvent(LogLevel::kInfo, "draining",
              {{"grace_seconds", absl::ToDoubleSeconds(options_.drain_grace)},
               {"inflight", admission_->inflight()}});

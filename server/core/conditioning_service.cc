@@ -86,7 +86,9 @@ ConditioningService::ConditioningService(Options options)
   }
 }
 
-ConditioningService::~ConditioningService() {
+ConditioningService::~ConditioningService() { StopLoading(); }
+
+void ConditioningService::StopLoading() {
   {
     absl::MutexLock lock(&mu_);
     stopping_ = true;
@@ -174,6 +176,13 @@ void ConditioningService::LoadAll() {
     }
     --loading_;
   }
+  std::vector<std::function<void()>> callbacks;
+  {
+    absl::MutexLock lock(&mu_);
+    callbacks.swap(when_loaded_);
+    if (stopping_) return;  // what they would tell is going away
+  }
+  for (const auto& callback : callbacks) callback();
 }
 
 bool ConditioningService::WaitUntilLoaded(absl::Duration timeout) const {
@@ -182,6 +191,17 @@ bool ConditioningService::WaitUntilLoaded(absl::Duration timeout) const {
     return loading_ == 0;
   };
   return mu_.AwaitWithTimeout(absl::Condition(&settled), timeout);
+}
+
+void ConditioningService::CallWhenLoaded(std::function<void()> callback) {
+  {
+    absl::MutexLock lock(&mu_);
+    if (loading_ > 0) {
+      when_loaded_.push_back(std::move(callback));
+      return;
+    }
+  }
+  callback();
 }
 
 bool ConditioningService::loading() const {

@@ -38,6 +38,11 @@ class HttpServer;
 class RestHandler;
 }  // namespace rest
 
+// The grpc.health.v1 entry that turns SERVING once every conditioning model
+// has loaded or failed (at once without --model_repository): what a
+// readiness probe asks for.
+inline constexpr char kModelsHealthName[] = "temb.models";
+
 struct AppOptions {
   // gRPC HOST:PORT; port 0 picks a free one (App::port()).
   std::string address = "0.0.0.0:50051";
