@@ -80,6 +80,58 @@ void AppendMlp(std::vector<Op>* ops, const std::string& out,
   ops->push_back(When(when, Linear(out, out + "_a", prefix + ".linear_2", 1)));
 }
 
+// The modules diffusers' from_pretrained keeps in float32: their tensors are
+// read as float32 and the op computes in float32.
+Op KeptFloat32(Op op) {
+  op.weight_dtype = ValueDType::kFloat32;
+  op.dtype = ValueDType::kFloat32;
+  return op;
+}
+
+// in + the checkpoint tensor `table` of shape lead + [D], rounded to dtype.
+Op TableAdd(std::string out, std::string in, std::string table,
+            std::vector<int64_t> lead, ValueDType dtype,
+            std::string blocks = "") {
+  Op op = MakeOp(OpKind::kTableAdd, std::move(out), {std::move(in)});
+  op.weight = std::move(table);
+  op.table_shape = std::move(lead);
+  op.dtype = dtype;
+  op.blocks = std::move(blocks);
+  return op;
+}
+
+Op Concat(std::string out, std::vector<std::string> in) {
+  return MakeOp(OpKind::kConcat, std::move(out), std::move(in));
+}
+
+// A linear of width `width_d` times the config field `field`.
+Op LinearOfField(std::string out, std::string in, std::string weight,
+                 int width_d, std::string field, std::string blocks = "") {
+  Op op = Linear(std::move(out), std::move(in), std::move(weight), width_d,
+                 std::move(blocks));
+  op.width_field = std::move(field);
+  return op;
+}
+
+// TimestepEmbedding whose width is not D: `field`'s value, or D / div with
+// `groups` rows per input row (see Op::groups).
+void AppendMlpOf(std::vector<Op>* ops, const std::string& out,
+                 const std::string& in, const std::string& prefix,
+                 const std::string& field, int div, int groups,
+                 const std::string& when) {
+  Op first = Linear(out + "_h", in, prefix + ".linear_1", 1);
+  Op second = Linear(out, out + "_a", prefix + ".linear_2", 1);
+  for (Op* op : {&first, &second}) {
+    op->width_field = field;
+    op->width_div = div;
+    op->groups = groups;
+    op->when = when;
+  }
+  ops->push_back(std::move(first));
+  ops->push_back(When(when, Silu(out + "_a", out + "_h")));
+  ops->push_back(std::move(second));
+}
+
 FamilyDescription QwenImage() {
   FamilyDescription family;
   family.class_name = "QwenImageTransformer2DModel";
@@ -249,11 +301,61 @@ FamilyDescription Sd3() {
   return family;
 }
 
+FamilyDescription Wan() {
+  FamilyDescription family;
+  family.class_name = "WanTransformer3DModel";
+  family.name = "wan";
+  family.width_fields = {"num_attention_heads", "attention_head_dim"};
+  family.inputs = {{"t", "", "", "the scheduler's timesteps (0..1000)"}};
+  std::vector<Op>& ops = family.ops;
+  // Pipeline: timestep = t.expand(B), the scheduler's t with no cast;
+  // WanTimeTextImageEmbedding: Timesteps(freq_dim, flip, shift 0) in
+  // float32.
+  ops.push_back(Cast("t_model", "t", ValueDType::kFloat32));
+  Op sinus = Sinusoid("t_sinus", "t_model", 1);
+  sinus.sinusoid.dim_field = "freq_dim";
+  ops.push_back(sinus);
+  // time_embedder is in _keep_in_fp32_modules: from_pretrained(torch_dtype)
+  // leaves it float32, and the sinusoid is cast to its weights' dtype, so
+  // the MLP runs in float32 in a bf16 model; then .type_as(the text
+  // embedding), the model's dtype.
+  ops.push_back(KeptFloat32(Linear(
+      "temb_h", "t_sinus", "condition_embedder.time_embedder.linear_1", 1)));
+  ops.push_back(KeptFloat32(Silu("temb_a", "temb_h")));
+  ops.push_back(KeptFloat32(Linear(
+      "temb_f32", "temb_a", "condition_embedder.time_embedder.linear_2", 1)));
+  ops.push_back(Cast("temb", "temb_f32", ValueDType::kModel));
+  // time_proj(act_fn(temb)): one Linear D -> 6D shared by every block, in
+  // the model's dtype (time_proj is not a kept module).
+  ops.push_back(Silu("temb_silu", "temb"));
+  ops.push_back(
+      Linear("timestep_proj", "temb_silu", "condition_embedder.time_proj", 6));
+  // WanTransformerBlock: scale_shift_table (1, 6, D), kept float32, +
+  // temb.float(): a float32 sum.
+  ops.push_back(KeptFloat32(TableAdd("block_mod", "timestep_proj",
+                                     "blocks.{i}.scale_shift_table", {1, 6},
+                                     ValueDType::kFloat32, "num_layers")));
+  // Output norm: scale_shift_table (1, 2, D) + temb.unsqueeze(1), the raw
+  // bf16 temb promoted to float32 by the float32 table.
+  ops.push_back(KeptFloat32(TableAdd("norm_out", "temb", "scale_shift_table",
+                                     {1, 2}, ValueDType::kFloat32)));
+  family.outputs = {
+      {"temb", "temb", "[N, D]", 0},
+      {"timestep_proj", "timestep_proj", "[N, 6, D]: time_proj's output", 6},
+      {"block_mod", "block_mod",
+       "[N, L, 6, D] float32: shift_msa, scale_msa, gate_msa, c_shift_msa, "
+       "c_scale_msa, c_gate_msa",
+       6},
+      {"norm_out", "norm_out", "[N, 2, D] float32: shift, scale", 2},
+  };
+  return family;
+}
+
 }  // namespace
 
 const std::vector<FamilyDescription>& Families() {
   static const auto* families =
-      new std::vector<FamilyDescription>{QwenImage(), Flux1(), Sd3()};
+      new std::vector<FamilyDescription>{QwenImage(), Flux1(), Sd3(), Wan()};
   return *families;
 }
 

@@ -478,5 +478,120 @@ TEST(CheckpointTest, RefusesSd3DualLayersDisagreeingWithTheWeights) {
   }
 }
 
+// The same values rounded to bf16: a checkpoint saved in bf16.
+TensorToWrite RandomBFloat16(const std::string& name,
+                             std::vector<int64_t> shape, uint32_t* state) {
+  TensorToWrite tensor = RandomFloat32(name, std::move(shape), state);
+  std::vector<uint8_t> data(tensor.data.size() / 2);
+  for (size_t i = 0; i < data.size() / 2; ++i) {
+    float value;
+    std::memcpy(&value, &tensor.data[i * 4], 4);
+    const uint16_t bits = FloatToBFloat16(value);
+    std::memcpy(&data[i * 2], &bits, 2);
+  }
+  tensor.dtype = DType::kBFloat16;
+  tensor.data = std::move(data);
+  return tensor;
+}
+
+// A Wan-shaped checkpoint, D = 8, two blocks, as a bf16 pipeline saves it:
+// time_proj in bf16, the kept modules (time_embedder, the tables) in float32
+// except linear_1, stored bf16 to be upcast.  `block1_table` is block 1's
+// table shape.
+void WriteWanCheckpoint(const TempDir& dir,
+                        std::vector<int64_t> block1_table = {1, 6, 8}) {
+  WriteText(dir.File("config.json"),
+            R"({"_class_name": "WanTransformer3DModel", "num_layers": 2,
+                "num_attention_heads": 2, "attention_head_dim": 4,
+                "freq_dim": 16})");
+  std::vector<TensorToWrite> tensors;
+  uint32_t state = 5;
+  const std::string mlp = "condition_embedder.time_embedder.";
+  tensors.push_back(RandomBFloat16(mlp + "linear_1.weight", {8, 16}, &state));
+  tensors.push_back(RandomBFloat16(mlp + "linear_1.bias", {8}, &state));
+  tensors.push_back(RandomFloat32(mlp + "linear_2.weight", {8, 8}, &state));
+  tensors.push_back(RandomFloat32(mlp + "linear_2.bias", {8}, &state));
+  tensors.push_back(
+      RandomBFloat16("condition_embedder.time_proj.weight", {48, 8}, &state));
+  tensors.push_back(
+      RandomBFloat16("condition_embedder.time_proj.bias", {48}, &state));
+  tensors.push_back(
+      RandomFloat32("blocks.0.scale_shift_table", {1, 6, 8}, &state));
+  tensors.push_back(RandomFloat32("blocks.1.scale_shift_table",
+                                  std::move(block1_table), &state));
+  tensors.push_back(RandomFloat32("scale_shift_table", {1, 2, 8}, &state));
+  ASSERT_TRUE(
+      WriteSafetensors(dir.File("diffusion_pytorch_model.safetensors"), tensors)
+          .ok());
+}
+
+std::vector<float> AsFloats(const ConditioningOutput& output) {
+  std::vector<float> values;
+  const size_t size = DTypeSize(output.dtype);
+  for (size_t i = 0; i < output.data.size(); i += size) {
+    float value;
+    if (output.dtype == DType::kFloat32) {
+      std::memcpy(&value, &output.data[i], 4);
+    } else {
+      uint16_t bits;
+      std::memcpy(&bits, &output.data[i], 2);
+      value = BFloat16ToFloat(bits);
+    }
+    values.push_back(value);
+  }
+  return values;
+}
+
+TEST(ConditioningModelTest, WanTablesAddInFloat32ToTheBf16Values) {
+  TempDir dir;
+  WriteWanCheckpoint(dir);
+  auto model = ConditioningModel::Load(dir.path(), {});
+  ASSERT_TRUE(model.ok()) << model.status();
+  // The kept float32 modules do not set the model's dtype.
+  EXPECT_EQ((*model)->dtype(), DType::kBFloat16);
+  ConditioningInputs inputs;
+  inputs.values["t"] = {999.0f, 0.5f};
+  auto outputs = (*model)->Compute(inputs, {});
+  ASSERT_TRUE(outputs.ok()) << outputs.status();
+  ASSERT_EQ(outputs->size(), 4u);
+  std::vector<std::vector<int64_t>> shapes;
+  std::vector<DType> dtypes;
+  for (const ConditioningOutput& output : *outputs) {
+    shapes.push_back(output.shape);
+    dtypes.push_back(output.dtype);
+  }
+  EXPECT_EQ(shapes, (std::vector<std::vector<int64_t>>{
+                        {2, 8}, {2, 6, 8}, {2, 2, 6, 8}, {2, 2, 8}}));
+  EXPECT_EQ(dtypes, (std::vector<DType>{DType::kBFloat16, DType::kBFloat16,
+                                        DType::kFloat32, DType::kFloat32}));
+  // norm_out = table (1, 2, D) + temb, temb repeated along the table.
+  auto checkpoint = Checkpoint::Open(dir.path());
+  ASSERT_TRUE(checkpoint.ok()) << checkpoint.status();
+  auto table =
+      (*checkpoint)->Load("scale_shift_table", DType::kFloat32, {1, 2, 8});
+  ASSERT_TRUE(table.ok()) << table.status();
+  std::vector<float> table_values(16);
+  std::memcpy(table_values.data(), table->data.data(), 64);
+  const std::vector<float> temb = AsFloats((*outputs)[0]);
+  const std::vector<float> norm_out = AsFloats((*outputs)[3]);
+  for (int row = 0; row < 2; ++row) {
+    for (int j = 0; j < 16; ++j) {
+      EXPECT_EQ(norm_out[row * 16 + j], table_values[j] + temb[row * 8 + j % 8])
+          << row << " " << j;
+    }
+  }
+}
+
+TEST(CheckpointTest, RefusesTableOfTheWrongShapeNamingIt) {
+  TempDir dir;
+  WriteWanCheckpoint(dir, {1, 5, 8});
+  auto model = ConditioningModel::Load(dir.path(), {});
+  EXPECT_EQ(model.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(
+      Message(model.status()),
+      AllOf(HasSubstr("tensor \"blocks.1.scale_shift_table\""),
+            HasSubstr("field shape: [1, 5, 8]"), HasSubstr("[1, 6, 8]")));
+}
+
 }  // namespace
 }  // namespace temb::models
