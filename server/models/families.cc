@@ -104,15 +104,6 @@ Op Concat(std::string out, std::vector<std::string> in) {
   return MakeOp(OpKind::kConcat, std::move(out), std::move(in));
 }
 
-// A linear of width `width_d` times the config field `field`.
-Op LinearOfField(std::string out, std::string in, std::string weight,
-                 int width_d, std::string field, std::string blocks = "") {
-  Op op = Linear(std::move(out), std::move(in), std::move(weight), width_d,
-                 std::move(blocks));
-  op.width_field = std::move(field);
-  return op;
-}
-
 // TimestepEmbedding whose width is not D: `field`'s value, or D / div with
 // `groups` rows per input row (see Op::groups).
 void AppendMlpOf(std::vector<Op>* ops, const std::string& out,
@@ -351,11 +342,78 @@ FamilyDescription Wan() {
   return family;
 }
 
+FamilyDescription PixArt() {
+  FamilyDescription family;
+  family.class_name = "PixArtTransformer2DModel";
+  family.name = "pixart";
+  family.width_fields = {"num_attention_heads", "attention_head_dim"};
+  // diffusers derives a null use_additional_conditions from sample_size
+  // (True exactly at 128, PixArt-alpha's 1024 px models).
+  family.flag_defaults = {{"use_additional_conditions", "sample_size", 128}};
+  family.inputs = {
+      {"t", "", "", "the scheduler's timesteps (0..1000)"},
+      {"resolution", "", "use_additional_conditions",
+       "the image's height and width in pixels (PixArt-alpha)", 2},
+      {"aspect_ratio", "", "use_additional_conditions",
+       "height / width (PixArt-alpha)"},
+  };
+  std::vector<Op>& ops = family.ops;
+  // Pipeline: current_timestep.expand(B), the scheduler's t with no cast;
+  // PixArtAlphaCombinedTimestepSizeEmbeddings: Timesteps(256, flip, shift
+  // 0) in float32, cast to hidden_states' dtype.
+  ops.push_back(Cast("t_model", "t", ValueDType::kFloat32));
+  ops.push_back(Sinusoid("t_sinus", "t_model", 1));
+  ops.push_back(Cast("t_proj", "t_sinus", ValueDType::kModel));
+  AppendMlp(&ops, "t_emb", "t_proj", "adaln_single.emb.timestep_embedder");
+  // PixArt-alpha: the pipeline casts resolution [N, 2] and aspect_ratio
+  // [N, 1] to the text embedding's dtype; each element's sinusoid, cast,
+  // through its MLP of width D // 3 and reshaped to [N, -1]; the two are
+  // concatenated and added to the timestep embedding.
+  const std::string extra = "use_additional_conditions";
+  ops.push_back(
+      When(extra, Cast("res_model", "resolution", ValueDType::kModel)));
+  ops.push_back(When(extra, Sinusoid("res_sinus", "res_model", 1)));
+  ops.push_back(When(extra, Cast("res_proj", "res_sinus", ValueDType::kModel)));
+  AppendMlpOf(&ops, "res_emb", "res_proj",
+              "adaln_single.emb.resolution_embedder", "", 3, 2, extra);
+  ops.push_back(
+      When(extra, Cast("ar_model", "aspect_ratio", ValueDType::kModel)));
+  ops.push_back(When(extra, Sinusoid("ar_sinus", "ar_model", 1)));
+  ops.push_back(When(extra, Cast("ar_proj", "ar_sinus", ValueDType::kModel)));
+  AppendMlpOf(&ops, "ar_emb", "ar_proj",
+              "adaln_single.emb.aspect_ratio_embedder", "", 3, 1, extra);
+  ops.push_back(When(extra, Concat("size_emb", {"res_emb", "ar_emb"})));
+  ops.push_back(When(extra, Add("temb", "t_emb", "size_emb")));
+  ops.push_back(When("!" + extra, Cast("temb", "t_emb", ValueDType::kModel)));
+  // AdaLayerNormSingle: linear(silu(embedded_timestep)), one Linear D -> 6D
+  // shared by every block.
+  ops.push_back(Silu("temb_silu", "temb"));
+  ops.push_back(Linear("timestep", "temb_silu", "adaln_single.linear", 6));
+  // BasicTransformerBlock (ada_norm_single): scale_shift_table[None] (6, D)
+  // + timestep.reshape(B, 6, -1), both in the model's dtype.
+  ops.push_back(TableAdd("block_mod", "timestep",
+                         "transformer_blocks.{i}.scale_shift_table", {6},
+                         ValueDType::kModel, "num_layers"));
+  // Output: scale_shift_table[None] (2, D) + embedded_timestep[:, None].
+  ops.push_back(TableAdd("norm_out", "temb", "scale_shift_table", {2},
+                         ValueDType::kModel));
+  family.outputs = {
+      {"embedded_timestep", "temb", "[N, D]", 0},
+      {"timestep", "timestep", "[N, 6D]: adaln_single's Linear", 0},
+      {"block_mod", "block_mod",
+       "[N, L, 6, D]: shift_msa, scale_msa, gate_msa, shift_mlp, scale_mlp, "
+       "gate_mlp",
+       6},
+      {"norm_out", "norm_out", "[N, 2, D]: shift, scale", 2},
+  };
+  return family;
+}
+
 }  // namespace
 
 const std::vector<FamilyDescription>& Families() {
-  static const auto* families =
-      new std::vector<FamilyDescription>{QwenImage(), Flux1(), Sd3(), Wan()};
+  static const auto* families = new std::vector<FamilyDescription>{
+      QwenImage(), Flux1(), Sd3(), Wan(), PixArt()};
   return *families;
 }
 

@@ -593,5 +593,86 @@ TEST(CheckpointTest, RefusesTableOfTheWrongShapeNamingIt) {
             HasSubstr("field shape: [1, 5, 8]"), HasSubstr("[1, 6, 8]")));
 }
 
+// A PixArt-shaped float32 checkpoint, D = 6, two blocks, with the size
+// embedders (D // 3 = 2 wide) when `alpha`; config.json leaves
+// use_additional_conditions null, as diffusers writes it by default.
+void WritePixArtCheckpoint(const TempDir& dir, bool alpha) {
+  WriteText(dir.File("config.json"),
+            absl::StrCat(R"({"_class_name": "PixArtTransformer2DModel",
+                "num_layers": 2, "num_attention_heads": 2,
+                "attention_head_dim": 3, "use_additional_conditions": null,
+                "sample_size": )",
+                         alpha ? 128 : 32, "}"));
+  std::vector<TensorToWrite> tensors;
+  uint32_t state = 7;
+  auto linear = [&](const std::string& prefix, int64_t out, int64_t in) {
+    tensors.push_back(RandomFloat32(prefix + ".weight", {out, in}, &state));
+    tensors.push_back(RandomFloat32(prefix + ".bias", {out}, &state));
+  };
+  const std::string emb = "adaln_single.emb.";
+  linear(emb + "timestep_embedder.linear_1", 6, 256);
+  linear(emb + "timestep_embedder.linear_2", 6, 6);
+  if (alpha) {
+    for (const char* size : {"resolution_embedder", "aspect_ratio_embedder"}) {
+      linear(emb + size + ".linear_1", 2, 256);
+      linear(emb + size + ".linear_2", 2, 2);
+    }
+  }
+  linear("adaln_single.linear", 36, 6);
+  for (int i = 0; i < 2; ++i) {
+    tensors.push_back(RandomFloat32(
+        absl::StrCat("transformer_blocks.", i, ".scale_shift_table"), {6, 6},
+        &state));
+  }
+  tensors.push_back(RandomFloat32("scale_shift_table", {2, 6}, &state));
+  ASSERT_TRUE(
+      WriteSafetensors(dir.File("diffusion_pytorch_model.safetensors"), tensors)
+          .ok());
+}
+
+TEST(ConditioningModelTest, PixArtSizeInputsFollowTheDerivedFlag) {
+  TempDir alpha_dir;
+  WritePixArtCheckpoint(alpha_dir, /*alpha=*/true);
+  auto alpha = ConditioningModel::Load(alpha_dir.path(), {});
+  ASSERT_TRUE(alpha.ok()) << alpha.status();
+  ConditioningInputs inputs;
+  inputs.values["t"] = {999.0f, 10.0f};
+  // sample_size 128 with a null flag: the size inputs are required.
+  EXPECT_THAT(Message((*alpha)->Compute(inputs, {}).status()),
+              HasSubstr("resolution: required by this pixart model"));
+  inputs.values["resolution"] = {896.0f, 1152.0f};
+  inputs.values["aspect_ratio"] = {0.75f};
+  auto outputs = (*alpha)->Compute(inputs, {});
+  ASSERT_TRUE(outputs.ok()) << outputs.status();
+  std::vector<std::vector<int64_t>> shapes;
+  for (const ConditioningOutput& output : *outputs) {
+    shapes.push_back(output.shape);
+  }
+  EXPECT_EQ(shapes, (std::vector<std::vector<int64_t>>{
+                        {2, 6}, {2, 36}, {2, 2, 6, 6}, {2, 2, 6}}));
+  // The resolution embedder is one Linear over each of height and width,
+  // side by side: swapping them swaps the halves, bit for bit.
+  auto forward = (*alpha)->Compute(inputs, {"res_emb"});
+  inputs.values["resolution"] = {1152.0f, 896.0f};
+  auto swapped = (*alpha)->Compute(inputs, {"res_emb"});
+  ASSERT_TRUE(forward.ok() && swapped.ok());
+  const std::vector<float> a = AsFloats((*forward)[0]);
+  const std::vector<float> b = AsFloats((*swapped)[0]);
+  ASSERT_EQ(a.size(), 8u);  // [N, 2 * (D // 3)]
+  for (int row = 0; row < 2; ++row) {
+    for (int j = 0; j < 2; ++j) {
+      EXPECT_EQ(a[row * 4 + j], b[row * 4 + 2 + j]);
+      EXPECT_EQ(a[row * 4 + 2 + j], b[row * 4 + j]);
+    }
+  }
+  // Any other sample_size with a null flag: PixArt-Sigma, no size inputs.
+  TempDir sigma_dir;
+  WritePixArtCheckpoint(sigma_dir, /*alpha=*/false);
+  auto sigma = ConditioningModel::Load(sigma_dir.path(), {});
+  ASSERT_TRUE(sigma.ok()) << sigma.status();
+  EXPECT_THAT(Message((*sigma)->Compute(inputs, {}).status()),
+              HasSubstr("resolution: pixart model does not take this input"));
+}
+
 }  // namespace
 }  // namespace temb::models

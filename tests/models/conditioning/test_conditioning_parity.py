@@ -307,6 +307,9 @@ def capture_row_by_row(kind, model, args):
                 one[key] = value[row:row + 1]
             elif key == "img_shapes":
                 one[key] = value[:1]
+            elif isinstance(value, dict):  # PixArt's added_cond_kwargs
+                one[key] = {k: None if v is None else v[row:row + 1]
+                            for k, v in value.items()}
             else:
                 one[key] = value
         for name, tensor in capture(kind, model, one).items():
@@ -325,7 +328,7 @@ def bf16_ulp_distance(a, b):
 
 # ---------------------------------------------------------------------------
 # Families whose conditioning ends in additive tables (Wan, PixArt) or whose
-# widths are not D (CogVideoX).  Each is a Family: how diffusers builds and
+# widths are not D.  Each is a Family: how diffusers builds and
 # saves it, the pipeline's forward arguments, and where its outputs are.
 
 TABLE = object()  # conditioning_modules: the module's scale_shift_table sums
@@ -543,9 +546,134 @@ class WanBf16Stored(Wan):
         return loaded
 
 
+def mlp_checks(prefix, module, source, groups=1):
+    """A TimestepEmbedding's three ops against its own modules."""
+    return [
+        (f"{prefix}_h", Linear([module.linear_1], source, groups=groups)),
+        (f"{prefix}_a", Exact(lambda v: module.act(v[f"{prefix}_h"]))),
+        (prefix, Linear([module.linear_2], f"{prefix}_a", groups=groups)),
+    ]
+
+
+# PixArt: D = 288 (4 heads of 72), so that alpha's size embedders (D // 3
+# each, three of them concatenated) add up to D.
+PIXART_WIDTH = 288
+# The pipeline's micro-conditions: [height, width] and height / width.
+PIXART_RESOLUTION = (896.0, 1152.0)
+
+
+class PixArt(Family):
+    """PixArt-Sigma (use_additional_conditions false) or alpha (true).  The
+    alpha model leaves the flag null at sample_size 128, as diffusers
+    derives it, so the derivation is what is tested."""
+    sinusoids = ("adaln_single.emb.time_proj",)
+    scalar_names = ("t_model",)
+
+    def __init__(self, alpha):
+        self.alpha = alpha
+        if alpha:
+            self.sinusoids += ("adaln_single.emb.additional_condition_proj",)
+            self.scalar_names += ("res_model", "ar_model")
+
+    def build(self, dtype):
+        torch.manual_seed(8 if self.alpha else 9)
+        model = diffusers.PixArtTransformer2DModel(
+            num_attention_heads=4, attention_head_dim=PIXART_WIDTH // 4,
+            in_channels=4, out_channels=8, num_layers=3,
+            cross_attention_dim=PIXART_WIDTH, patch_size=2,
+            caption_channels=24, sample_size=128 if self.alpha else 32)
+        assert model.config.use_additional_conditions is None
+        assert model.use_additional_conditions == self.alpha
+        return model.to(dtype).eval()
+
+    def extra_inputs(self, rows):
+        if not self.alpha:
+            return {}
+        height, width = PIXART_RESOLUTION
+        return {"resolution": [height, width],
+                "aspect_ratio": [float(height / width)]}
+
+    def modules(self, model):
+        adaln = model.adaln_single
+        found = [
+            ("embedded_timestep", None, adaln, lambda out: out[1]),
+            ("timestep", None, adaln, lambda out: out[0]),
+        ]
+        found += [("block_mod", i, block, TABLE)
+                  for i, block in enumerate(model.transformer_blocks)]
+        found.append(("norm_out", None, model, TABLE))
+        return found
+
+    def inputs(self, dtype, t, generator):
+        # PixArt(-Sigma)Pipeline: current_timestep.expand(B), the
+        # scheduler's t; resolution and aspect_ratio in the text
+        # embedding's dtype, the same for every row.
+        batch = t.shape[0]
+        added = {"resolution": None, "aspect_ratio": None}
+        if self.alpha:
+            height, width = PIXART_RESOLUTION
+            added = {
+                "resolution": torch.tensor([height, width]).repeat(
+                    batch, 1).to(dtype),
+                "aspect_ratio": torch.tensor([float(height / width)]).repeat(
+                    batch, 1).to(dtype),
+            }
+        return dict(
+            hidden_states=torch.randn(batch, 4, 4, 4,
+                                      generator=generator).to(dtype),
+            encoder_hidden_states=torch.randn(
+                batch, TEXT_TOKENS, 24, generator=generator).to(dtype),
+            timestep=t, added_cond_kwargs=added)
+
+    def scalars(self, values, embedded):
+        pairs = [(values["t_model"], embedded[self.sinusoids[0]][0])]
+        if self.alpha:
+            resolution, aspect_ratio = embedded[self.sinusoids[1]]
+            pairs += [(values["res_model"], resolution),
+                      (values["ar_model"], aspect_ratio)]
+        return pairs
+
+    def op_checks(self, model):
+        adaln = model.adaln_single
+        emb = adaln.emb
+        blocks = model.transformer_blocks
+        checks = [("t_proj", Sinusoid(emb.time_proj, "t_model"))]
+        checks += mlp_checks("t_emb", emb.timestep_embedder, "t_proj")
+        if self.alpha:
+            proj = emb.additional_condition_proj
+            checks += [("res_proj", Sinusoid(proj, "res_model", flatten=True))]
+            checks += mlp_checks("res_emb", emb.resolution_embedder,
+                                 "res_proj", groups=2)
+            checks += [("ar_proj", Sinusoid(proj, "ar_model"))]
+            checks += mlp_checks("ar_emb", emb.aspect_ratio_embedder,
+                                 "ar_proj")
+            checks += [
+                ("size_emb", Exact(lambda v: torch.cat(
+                    [v["res_emb"], v["ar_emb"]], dim=1))),
+                ("temb", Exact(lambda v: v["t_emb"] + v["size_emb"])),
+            ]
+        else:
+            checks += [("temb", Exact(lambda v: v["t_emb"]))]
+        checks += [
+            ("temb_silu", Exact(lambda v: adaln.silu(v["temb"]))),
+            ("timestep", Linear([adaln.linear], "temb_silu")),
+            # As the blocks and the output compute them, on temb's inputs.
+            ("block_mod", Exact(lambda v: torch.stack(
+                [b.scale_shift_table[None] +
+                 v["timestep"].reshape(v["timestep"].shape[0], 6, -1)
+                 for b in blocks], dim=1))),
+            ("norm_out", Exact(lambda v: model.scale_shift_table[None] +
+                               v["temb"][:, None])),
+        ]
+        return checks
+
+
+
 FAMILIES = {
     "wan": Wan(),
     "wan-bf16-stored": WanBf16Stored(),
+    "pixart-sigma": PixArt(alpha=False),
+    "pixart-alpha": PixArt(alpha=True),
 }
 
 KINDS = ["qwen-image", "flux.1-dev", "flux.1-schnell", "sd3", "sd3.5"] + \
@@ -711,11 +839,16 @@ class Sinusoid:
     bf16 as the model casts it: the sin/cos engines differ, within one
     ulp after the cast."""
 
-    def __init__(self, module, source):
-        self.module, self.source = module, source
+    def __init__(self, module, source, flatten=False):
+        self.module, self.source, self.flatten = module, source, flatten
 
     def check(self, value, values):
-        expected = self.module(values[self.source]).to(torch.bfloat16)
+        x = values[self.source]
+        if self.flatten:  # [N, k]: each element's sinusoid, side by side
+            expected = self.module(x.flatten()).reshape(x.shape[0], -1)
+        else:
+            expected = self.module(x)
+        expected = expected.to(torch.bfloat16)
         distance = bf16_ulp_distance(values[value], expected)
         assert int(distance.max()) <= 1, value
         return str(int((distance > 0).sum()))
@@ -728,12 +861,18 @@ class Linear:
     within one bf16 ulp, or within that bound plus one ulp where the sum
     cancels."""
 
-    def __init__(self, modules, source, stacked=False, shape=None):
+    def __init__(self, modules, source, stacked=False, shape=None, groups=1):
         self.modules, self.source, self.stacked = modules, source, stacked
         self.shape = shape  # the row's shape as the model reshapes it
+        self.groups = groups  # rows of the Linear per row of the value
 
     def check(self, value, values):
         x = values[self.source]
+        if self.groups > 1:
+            got = values[value]
+            values = dict(values)
+            values[value] = got.reshape(got.shape[0] * self.groups, -1)
+            x = x.reshape(x.shape[0] * self.groups, -1)
         outs, bounds = [], []
         for module in self.modules:
             outs.append(module(x))
@@ -979,7 +1118,8 @@ def test_fp32_error_within_twice_pytorch(kind, saved, temb_cli, tmp_path,
     measure("fp32 max error vs float64, temb/pytorch", ", ".join(summary))
 
 
-@pytest.mark.parametrize("kind", ["qwen-image", "flux.1-dev", "sd3.5", "wan"])
+@pytest.mark.parametrize("kind", ["qwen-image", "flux.1-dev", "sd3.5", "wan",
+                                  "pixart-alpha"])
 def test_rows_are_batch_invariant(kind, saved, temb_cli, tmp_path):
     _, folder, pooled = saved[(kind, "bf16")]
     batch = temb_outputs(temb_cli, kind, folder, pooled, tmp_path)
