@@ -674,5 +674,56 @@ TEST(ConditioningModelTest, PixArtSizeInputsFollowTheDerivedFlag) {
               HasSubstr("resolution: pixart model does not take this input"));
 }
 
+TEST(ConditioningModelTest, CogVideoXOfsFollowsItsWidthField) {
+  TempDir dir;
+  auto write = [&](const std::string& ofs, const std::string& flip) {
+    WriteText(dir.File("config.json"),
+              absl::StrCat(R"({"_class_name": "CogVideoXTransformer3DModel",
+                  "num_layers": 1, "num_attention_heads": 2,
+                  "attention_head_dim": 4, "time_embed_dim": 6,
+                  "freq_shift": 0, "flip_sin_to_cos": )",
+                           flip, R"(, "ofs_embed_dim": )", ofs, "}"));
+    std::vector<TensorToWrite> tensors;
+    uint32_t state = 9;
+    auto linear = [&](const std::string& prefix, int64_t out, int64_t in) {
+      tensors.push_back(RandomFloat32(prefix + ".weight", {out, in}, &state));
+      tensors.push_back(RandomFloat32(prefix + ".bias", {out}, &state));
+    };
+    // The sinusoid is D = 8 wide; the embedding time_embed_dim = 6.
+    linear("time_embedding.linear_1", 6, 8);
+    linear("time_embedding.linear_2", 6, 6);
+    linear("ofs_embedding.linear_1", 6, 6);
+    linear("ofs_embedding.linear_2", 6, 6);
+    linear("transformer_blocks.0.norm1.linear", 48, 6);
+    linear("transformer_blocks.0.norm2.linear", 48, 6);
+    linear("norm_out.linear", 16, 6);
+    ASSERT_TRUE(WriteSafetensors(
+                    dir.File("diffusion_pytorch_model.safetensors"), tensors)
+                    .ok());
+  };
+  ConditioningInputs inputs;
+  inputs.values["t"] = {999.0f};
+  inputs.values["ofs"] = {2.0f};
+  write("null", "true");
+  auto model = ConditioningModel::Load(dir.path(), {});
+  ASSERT_TRUE(model.ok()) << model.status();
+  EXPECT_THAT(Message((*model)->Compute(inputs, {}).status()),
+              HasSubstr("ofs: cogvideox model does not take this input"));
+  write("6", "true");
+  model = ConditioningModel::Load(dir.path(), {});
+  ASSERT_TRUE(model.ok()) << model.status();
+  auto outputs = (*model)->Compute(inputs, {"temb", "norm1"});
+  ASSERT_TRUE(outputs.ok()) << outputs.status();
+  EXPECT_EQ((*outputs)[0].shape, (std::vector<int64_t>{1, 6}));
+  EXPECT_EQ((*outputs)[1].shape, (std::vector<int64_t>{1, 1, 48}));
+  inputs.values.erase("ofs");
+  EXPECT_THAT(Message((*model)->Compute(inputs, {}).status()),
+              HasSubstr("ofs: required by this cogvideox model"));
+  write("6", "\"yes\"");
+  EXPECT_THAT(Message(ConditioningModel::Load(dir.path(), {}).status()),
+              AllOf(HasSubstr("config.json"),
+                    HasSubstr("field flip_sin_to_cos: must be true or false")));
+}
+
 }  // namespace
 }  // namespace temb::models

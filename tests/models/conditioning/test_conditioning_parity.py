@@ -189,6 +189,11 @@ def capture(kind, model, args, time_proj_override=None,
         if how is TABLE:
             restores.append(record_table_adds(module, keep))
             continue
+        if isinstance(how, Argument):
+            handles.append(module.register_forward_pre_hook(
+                lambda _m, _args, kwargs, keep=keep, how=how:
+                    keep(kwargs[how.name]), with_kwargs=True))
+            continue
 
         def hook(_module, _inputs, output, keep=keep, how=how):
             keep(output if how is None else how(output))
@@ -295,6 +300,22 @@ def capture_with_linears_in(dtype, kind, model, args):
     return capture(kind, other, args)
 
 
+def capture_with_linears_reversed(kind, model, args):
+    """capture() of a copy of `model` whose every Linear is PyTorch's own,
+    in the model's dtype, over the terms in reverse order (input and weight
+    flipped along k): the same sum, summed the other way round."""
+    other = copy.deepcopy(model)
+
+    def forward(self, x):
+        return torch.nn.functional.linear(x.flip(-1), self.weight.flip(-1),
+                                          self.bias)
+
+    for module in other.modules():
+        if isinstance(module, torch.nn.Linear):
+            module.forward = types.MethodType(forward, module)
+    return capture(kind, other, args)
+
+
 def capture_row_by_row(kind, model, args):
     """capture() of the model run on one row of the batch at a time."""
     batch = len(TIMESTEPS)
@@ -328,12 +349,20 @@ def bf16_ulp_distance(a, b):
 
 # ---------------------------------------------------------------------------
 # Families whose conditioning ends in additive tables (Wan, PixArt) or whose
-# widths are not D.  Each is a Family: how diffusers builds and
+# widths are not D (CogVideoX).  Each is a Family: how diffusers builds and
 # saves it, the pipeline's forward arguments, and where its outputs are.
 
 TABLE = object()  # conditioning_modules: the module's scale_shift_table sums
 _ADDS = {torch.Tensor.__add__, torch.Tensor.__radd__, torch.Tensor.add,
          torch.add}
+
+
+class Argument:
+    """conditioning_modules: the keyword argument `name` the module is
+    called with (CogVideoX's temb, a sum no module returns)."""
+
+    def __init__(self, name):
+        self.name = name
 
 
 class _TableAdds(torch.Tensor):
@@ -668,12 +697,93 @@ class PixArt(Family):
         return checks
 
 
+class CogVideoX(Family):
+    """CogVideoX (time_embed_dim 128, not D, so widths come from the
+    config) or CogVideoX 1.5 I2V (ofs_embed_dim set: the ofs embedding,
+    fed the pipeline's constant 2.0, adds to the time embedding)."""
+    sinusoids = ("time_proj",)
+    scalar_names = ("t_model",)
+
+    def __init__(self, ofs):
+        self.ofs = ofs
+        if ofs:
+            self.sinusoids += ("ofs_proj",)
+            self.scalar_names += ("ofs_model",)
+
+    def build(self, dtype):
+        torch.manual_seed(10 if self.ofs else 11)
+        config = dict(num_attention_heads=4, attention_head_dim=WIDTH // 4,
+                      in_channels=4, out_channels=4, time_embed_dim=128,
+                      text_embed_dim=24, num_layers=3, sample_width=8,
+                      sample_height=8, sample_frames=1, patch_size=2,
+                      max_text_seq_length=TEXT_TOKENS)
+        if self.ofs:
+            config.update(ofs_embed_dim=128, patch_size_t=2,
+                          use_rotary_positional_embeddings=True,
+                          use_learned_positional_embeddings=False)
+        model = diffusers.CogVideoXTransformer3DModel(**config)
+        return model.to(dtype).eval()
+
+    def extra_inputs(self, rows):
+        return {"ofs": [2.0]} if self.ofs else {}
+
+    def modules(self, model):
+        found = [("temb", None, model.norm_out, Argument("temb"))]
+        for i, block in enumerate(model.transformer_blocks):
+            found.append(("norm1", i, block.norm1.linear))
+            found.append(("norm2", i, block.norm2.linear))
+        found.append(("norm_out", None, model.norm_out.linear))
+        return found
+
+    def inputs(self, dtype, t, generator):
+        # CogVideoX(Image)ToVideoPipeline: t.expand(B); the 1.5 I2V
+        # pipeline's ofs is latents.new_full((1,), 2.0).
+        batch = t.shape[0]
+        frames = 2 if self.ofs else 1
+        args = dict(
+            hidden_states=torch.randn(batch, frames, 4, 8, 8,
+                                      generator=generator).to(dtype),
+            encoder_hidden_states=torch.randn(
+                batch, TEXT_TOKENS, 24, generator=generator).to(dtype),
+            timestep=t)
+        if self.ofs:
+            args["ofs"] = torch.full((1,), 2.0, dtype=dtype)
+        return args
+
+    def scalars(self, values, embedded):
+        pairs = [(values["t_model"], embedded["time_proj"][0])]
+        if self.ofs:
+            pairs.append((values["ofs_model"][:1], embedded["ofs_proj"][0]))
+        return pairs
+
+    def op_checks(self, model):
+        blocks = model.transformer_blocks
+        checks = [("t_proj", Sinusoid(model.time_proj, "t_model"))]
+        checks += mlp_checks("t_emb", model.time_embedding, "t_proj")
+        if self.ofs:
+            checks += [("ofs_proj", Sinusoid(model.ofs_proj, "ofs_model"))]
+            checks += mlp_checks("ofs_emb", model.ofs_embedding, "ofs_proj")
+            checks += [("temb", Exact(lambda v: v["t_emb"] + v["ofs_emb"]))]
+        else:
+            checks += [("temb", Exact(lambda v: v["t_emb"]))]
+        checks += [
+            ("temb_silu", Exact(lambda v: blocks[0].norm1.silu(v["temb"]))),
+            ("norm1", Linear([b.norm1.linear for b in blocks], "temb_silu",
+                             stacked=True)),
+            ("norm2", Linear([b.norm2.linear for b in blocks], "temb_silu",
+                             stacked=True)),
+            ("norm_out", Linear([model.norm_out.linear], "temb_silu")),
+        ]
+        return checks
+
 
 FAMILIES = {
     "wan": Wan(),
     "wan-bf16-stored": WanBf16Stored(),
     "pixart-sigma": PixArt(alpha=False),
     "pixart-alpha": PixArt(alpha=True),
+    "cogvideox": CogVideoX(ofs=False),
+    "cogvideox-1.5-i2v": CogVideoX(ofs=True),
 }
 
 KINDS = ["qwen-image", "flux.1-dev", "flux.1-schnell", "sd3", "sd3.5"] + \
@@ -744,6 +854,8 @@ def test_bf16_matches_diffusers_within_one_ulp(kind, saved, temb_cli,
         "float32-summed Linears":
             capture_with_linears_in(torch.float32, kind, model, args),
         "one row at a time": capture_row_by_row(kind, model, args),
+        "Linears summed over k reversed":
+            capture_with_linears_reversed(kind, model, args),
     }
     if kind in FAMILIES and FAMILIES[kind].float32_stage:
         # A float32 module whose output is rounded to bf16 (Wan's
@@ -1119,7 +1231,7 @@ def test_fp32_error_within_twice_pytorch(kind, saved, temb_cli, tmp_path,
 
 
 @pytest.mark.parametrize("kind", ["qwen-image", "flux.1-dev", "sd3.5", "wan",
-                                  "pixart-alpha"])
+                                  "pixart-alpha", "cogvideox-1.5-i2v"])
 def test_rows_are_batch_invariant(kind, saved, temb_cli, tmp_path):
     _, folder, pooled = saved[(kind, "bf16")]
     batch = temb_outputs(temb_cli, kind, folder, pooled, tmp_path)
