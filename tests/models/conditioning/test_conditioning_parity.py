@@ -1312,3 +1312,22 @@ def test_cli_refuses_bad_requests_naming_the_cause(saved, temb_cli, tmp_path):
     code, err = run_failing(temb_cli, f"--model_dir={past}", "--timesteps=1",
                             out)
     assert code == 1 and "field dual_attention_layers" in err
+    # The other inputs by name: malformed, given to a model without them,
+    # missing where the config asks for them.
+    _, alpha, _ = saved[("pixart-alpha", "bf16")]
+    _, sigma, _ = saved[("pixart-sigma", "bf16")]
+    code, err = run_failing(temb_cli, f"--model_dir={alpha}", "--timesteps=1",
+                            "--inputs=resolution", out)
+    assert code == 1 and "--inputs: 'resolution' is not name=values" in err
+    code, err = run_failing(temb_cli, f"--model_dir={alpha}", "--timesteps=1",
+                            "--inputs=resolution=1024,x", out)
+    assert code == 1 and "--inputs: resolution: " in err and "'x'" in err
+    code, err = run_failing(temb_cli, f"--model_dir={alpha}", "--timesteps=1",
+                            "--inputs=resolution=1024,1024,1024", out)
+    assert code == 1 and "resolution: expected 2 or 2 values" in err
+    code, err = run_failing(temb_cli, f"--model_dir={alpha}", "--timesteps=1",
+                            "--inputs=resolution=1024,1024", out)
+    assert code == 1 and "aspect_ratio: required by this pixart model" in err
+    code, err = run_failing(temb_cli, f"--model_dir={sigma}", "--timesteps=1",
+                            "--inputs=resolution=1024,1024", out)
+    assert code == 1 and "resolution: pixart model does not take" in err

@@ -5,9 +5,9 @@
 // knows a family; adding one is adding an entry there.
 //
 // Values are [N] scalars or [N, W] rows (W per op, from config.json); a
-// linear op stacked over `blocks` produces [N, L, W] with block i's Linear
-// at checkpoint prefix `weight` with "{i}" replaced by i (`select` may
-// take a subset of the blocks, see BlockSelect).  Every op rounds
+// linear or table-add op stacked over `blocks` produces [N, L, W] with
+// block i's tensors at checkpoint name `weight` with "{i}" replaced by i
+// (`select` may take a subset of the blocks, see BlockSelect).  Every op rounds
 // its result to its `dtype`: the model's dtype (the stored dtype of its
 // weights) or float32; arithmetic on a bf16 value is computed in float32
 // and rounded once, as PyTorch does on the CPU.
