@@ -228,8 +228,10 @@ absl::Status ConditioningModel::Plan(const Checkpoint& checkpoint) {
     value_info_[input.name] = value;
     inputs_.push_back(input);
   }
-  // The model's dtype is the stored dtype of its first Linear's weight;
-  // every other tensor must agree (Checkpoint::Load checks).
+  // The model's dtype is the stored dtype of its first tensor read in the
+  // model's dtype (a Linear's weight or a table); every other such tensor
+  // must agree (Checkpoint::Load checks).  Tensors read as float32 (kept
+  // modules) may be stored in any floating dtype.
   bool dtype_known = false;
   std::set<std::string> absent;  // values over an empty block selection
   for (const Op& op : family_->ops) {
