@@ -40,6 +40,7 @@ struct ConditioningModel::PlannedOp {
   int64_t groups = 1;                      // kLinear
   SinusoidParams sinusoid;                 // kSinusoid, config fields resolved
   std::vector<std::vector<float>> tables;  // kTableAdd: one per block
+  std::vector<int> engine_ids;  // kLinear on a LinearEngine: one per block
 };
 
 namespace {
@@ -190,9 +191,35 @@ absl::StatusOr<std::unique_ptr<ConditioningModel>> ConditioningModel::Load(
   model->options_ = options;
   model->sinusoid_backend_ = CreateCpuBackend(options.threads);
   RETURN_IF_ERROR(model->Plan(*checkpoint));
-  model->cache_key_ = absl::StrCat(family->name, "|", DTypeName(model->dtype_),
-                                   "|", checkpoint->weights_identity());
+  if (options.linear_engine != nullptr) {
+    RETURN_IF_ERROR(model->UploadLinears());
+  }
+  // Rows summed by another engine may round differently: never shared.
+  model->cache_key_ = absl::StrCat(
+      family->name, "|", DTypeName(model->dtype_), "|",
+      checkpoint->weights_identity(), "|",
+      options.linear_engine != nullptr ? options.linear_engine->name() : "cpu");
   return model;
+}
+
+absl::Status ConditioningModel::UploadLinears() {
+  for (PlannedOp& planned : ops_) {
+    if (planned.op->kind != OpKind::kLinear) continue;
+    for (int64_t block = 0; block < planned.blocks; ++block) {
+      LinearWeights weights;
+      weights.weight = planned.weights[block].data;
+      weights.bias = planned.biases[block].data;
+      weights.dtype = planned.weight_dtype;
+      weights.in_features = planned.in_width;
+      weights.out_features = planned.out_width;
+      ASSIGN_OR_RETURN(const int id, options_.linear_engine->Upload(weights));
+      planned.engine_ids.push_back(id);
+      // The device holds them now.
+      std::vector<uint8_t>().swap(planned.weights[block].data);
+      std::vector<uint8_t>().swap(planned.biases[block].data);
+    }
+  }
+  return absl::OkStatus();
 }
 
 absl::Status ConditioningModel::Plan(const Checkpoint& checkpoint) {
@@ -479,15 +506,21 @@ absl::Status ConditioningModel::Run(
       const int64_t row_width = planned.out_width * planned.groups;
       std::vector<float> block_out(static_cast<size_t>(rows * row_width));
       for (int64_t block = 0; block < planned.blocks; ++block) {
-        LinearParams params;
-        params.weight = planned.weights[block].data;
-        params.bias = planned.biases[block].data;
-        params.dtype = planned.weight_dtype;
-        params.in_features = planned.in_width;
-        params.out_features = planned.out_width;
-        RETURN_IF_ERROR(LinearForward(params, in, rows * planned.groups,
-                                      out_dtype, options_.threads,
-                                      absl::MakeSpan(block_out)));
+        if (options_.linear_engine != nullptr) {
+          RETURN_IF_ERROR(options_.linear_engine->Forward(
+              planned.engine_ids[block], in, rows * planned.groups, out_dtype,
+              absl::MakeSpan(block_out)));
+        } else {
+          LinearParams params;
+          params.weight = planned.weights[block].data;
+          params.bias = planned.biases[block].data;
+          params.dtype = planned.weight_dtype;
+          params.in_features = planned.in_width;
+          params.out_features = planned.out_width;
+          RETURN_IF_ERROR(LinearForward(params, in, rows * planned.groups,
+                                        out_dtype, options_.threads,
+                                        absl::MakeSpan(block_out)));
+        }
         // [N, W] of block `block` into [N, L, W].
         for (int64_t row = 0; row < rows; ++row) {
           std::copy_n(block_out.data() + row * row_width, row_width,
@@ -578,8 +611,10 @@ absl::StatusOr<std::vector<ConditioningOutput>> ConditioningModel::Compute(
     const ConditioningInputs& inputs,
     const std::vector<std::string>& names) const {
   for (const auto& [name, given] : inputs.values) {
-    if (!given.empty() && !std::any_of(family_->inputs.begin(), family_->inputs.end(),
-                     [&](const InputSpec& spec) { return spec.name == name; })) {
+    if (!given.empty() &&
+        !std::any_of(
+            family_->inputs.begin(), family_->inputs.end(),
+            [&](const InputSpec& spec) { return spec.name == name; })) {
       std::vector<std::string> known;
       for (const InputSpec& spec : family_->inputs) known.push_back(spec.name);
       return absl::InvalidArgumentError(

@@ -19,9 +19,9 @@
 namespace temb {
 namespace {
 
+using models::TempDir;
 using ::testing::AllOf;
 using ::testing::HasSubstr;
-using models::TempDir;
 
 std::string Message(const absl::Status& status) {
   return std::string(status.message());
@@ -94,7 +94,8 @@ TEST_F(ConditioningServiceTest, EachModelLoadsOrFailsOnItsOwn) {
   request.model = "../qwen";
   answer = service->Serve(request, nullptr);
   EXPECT_EQ(answer.status().code(), absl::StatusCode::kNotFound);
-  EXPECT_THAT(Message(answer.status()), HasSubstr("models: broken, flux, qwen"));
+  EXPECT_THAT(Message(answer.status()),
+              HasSubstr("models: broken, flux, qwen"));
   request.model = "qwen";
   answer = service->Serve(request, nullptr);
   ASSERT_TRUE(answer.ok()) << answer.status();

@@ -86,6 +86,9 @@ struct AppOptions {
   std::string model_repository;
   // The exact row cache shared by the conditioning models; 0: none.
   int64_t conditioning_cache_bytes = int64_t{256} << 20;
+  // Where the conditioning models' Linear layers run: kCpu, or kCuda
+  // (cuBLASLt on backend_options.cuda_device); kAuto is the CPU.
+  BackendChoice conditioning_device = BackendChoice::kCpu;
 };
 
 class App {

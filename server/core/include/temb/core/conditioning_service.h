@@ -108,6 +108,8 @@ class ConditioningService {
     int threads = 1;
     // Bytes of the exact row cache shared by every model (0: no cache).
     int64_t cache_bytes = int64_t{256} << 20;
+    // Where the models' Linear layers run (null: the CPU).
+    std::shared_ptr<LinearEngine> linear_engine;
   };
 
   // A service without models (no repository).
