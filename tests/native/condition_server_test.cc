@@ -162,7 +162,7 @@ TEST_F(ConditionServerTest, AnswersBitForBitAsTheCore) {
   EXPECT_EQ(response.outputs(0).name(), "temb");
   EXPECT_THAT(response.outputs(0).tensor().shape(), ElementsAre(4, 8));
 
-  // A subset, in the order asked.
+  // A subset, answered in the model's order.
   request.add_outputs("norm_out");
   request.add_outputs("temb");
   ASSERT_TRUE(Condition(request, &response).ok());

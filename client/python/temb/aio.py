@@ -23,7 +23,7 @@ from temb import _codec, _request, _transport
 from temb._proto.temb.v1 import temb_pb2 as pb
 from temb._request import Embedding
 from temb.errors import TembError, error_from_code
-from temb.types import HealthStatus, ServerInfo
+from temb.types import ConditioningModel, HealthStatus, ServerInfo
 
 __all__ = ["Client"]
 
@@ -142,6 +142,30 @@ class Client(_request.ClientBase):
             call.cancel()
         if state.error is not None:
             raise state.error
+
+    async def condition(self, model: str, timesteps: Any,
+                        guidance: Any = None, pooled_projections: Any = None,
+                        outputs: Any = None,
+                        return_tensors: Optional[str] = None, *,
+                        request_id: Optional[str] = None,
+                        timeout: Optional[float] = None,
+                        bf16_format: str = "auto",
+                        **extras: Any) -> Dict[str, Any]:
+        """See :meth:`temb.Client.condition`."""
+        decoding = _codec.make_decoding(return_tensors or "np", bf16_format)
+        request = _codec.condition_request(
+            model, {"timesteps": timesteps, "guidance": guidance,
+                    "pooled_projections": pooled_projections, **extras},
+            outputs, request_id)
+        with _request.rpc_errors(request.request_id):
+            response = await self._stub.Condition(
+                request, **self._call_options(timeout))
+        return _codec.condition_result(response, decoding)
+
+    async def models(self, *, timeout: Optional[float] = None
+                     ) -> Tuple[ConditioningModel, ...]:
+        """See :meth:`temb.Client.models`."""
+        return (await self.server_info(timeout=timeout)).conditioning_models
 
     async def server_info(self, *, timeout: Optional[float] = None
                           ) -> ServerInfo:
