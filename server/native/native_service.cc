@@ -10,8 +10,8 @@
 #include "temb/grpc/ordered_stream.h"
 #include "temb/grpc/raw_messages.h"
 #include "temb/grpc/status.h"
-#include "temb/native/condition_convert.h"
 #include "temb/native/embed_response_bytes.h"
+#include "temb/v1_convert/condition_convert.h"
 #include "temb/v1_convert/conversions.h"
 
 namespace temb {
@@ -236,11 +236,6 @@ absl::StatusOr<v1::ConditionResponse> NativeService::ComputeCondition(
   ASSIGN_OR_RETURN(
       *ticket,
       gate_.Admit(*context, static_cast<int64_t>(request.ByteSizeLong())));
-  if (request.request_id().size() > kMaxRequestIdBytes) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("request_id must be at most ", kMaxRequestIdBytes,
-                     " bytes, got ", request.request_id().size()));
-  }
   if (conditioning_ == nullptr) {
     return absl::NotFoundError(
         absl::StrCat("model: ", Quoted(request.model()),

@@ -265,3 +265,31 @@ def test_aio_client_answers_the_same(condition_server, cclient):
     assert "qwen-bf16" in [m.name for m in models]
     for output in want:
         assert torch.equal(bits(got[output]), bits(want[output])), output
+
+
+def test_local_engine_answers_as_the_server(repository, cclient, pooled):
+    import temb.local  # pylint: disable=import-outside-toplevel
+    if not temb.local.available():
+        pytest.skip("the _temb_local extension is not built")
+    engine = temb.local.Engine(model_repository=str(repository),
+                               cpu_threads=2)
+    assert engine.models() == cclient.models()
+    for name in sorted(MODELS):
+        want = cclient.condition(name, TIMESTEPS, return_tensors="pt",
+                                 **condition_args(name, pooled))
+        got = engine.condition(name, TIMESTEPS, return_tensors="pt",
+                               **condition_args(name, pooled))
+        assert list(got) == list(want)
+        for output in want:
+            assert got[output].dtype == want[output].dtype
+            assert torch.equal(bits(got[output]), bits(want[output])), \
+                (name, output)
+    with pytest.raises(temb.FailedPreconditionError,
+                       match="diffusion_pytorch_model.safetensors"):
+        engine.condition("broken", TIMESTEPS)
+    with pytest.raises(temb.InvalidArgumentError, match=r"inputs\[1\]"):
+        engine.condition("qwen-bf16", TIMESTEPS, guidance=GUIDANCE)
+    assert "qwen-bf16" in [m.name for m in engine.server_info()
+                           .conditioning_models]
+    with pytest.raises(temb.NotFoundError, match="model_repository"):
+        temb.local.Engine().condition("qwen-bf16", TIMESTEPS)

@@ -1,4 +1,4 @@
-#include "temb/native/condition_convert.h"
+#include "temb/v1_convert/condition_convert.h"
 
 #include <cfloat>
 #include <cmath>
@@ -10,6 +10,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "temb/core/embed_service.h"
 #include "temb/kernels/dtype.h"
 #include "temb/v1_convert/conversions.h"
 
@@ -97,6 +98,11 @@ absl::Status DecodeInput(const std::string& field, int dtype,
 absl::StatusOr<ConditionRequest> ConditionRequestFromProto(
     const v1::ConditionRequest& request,
     std::vector<std::vector<float>>* storage) {
+  if (request.request_id().size() > kMaxRequestIdBytes) {
+    return Invalid("request_id",
+                   absl::StrCat("must be at most ", kMaxRequestIdBytes,
+                                " bytes, got ", request.request_id().size()));
+  }
   ConditionRequest call;
   call.model = request.model();
   call.request_id = request.request_id();

@@ -1,8 +1,9 @@
 // temb.v1's Condition messages <-> ConditioningService's plain types, and
-// the conditioning models in ServerInfo.  Here rather than in v1_convert:
-// the Python package builds v1_convert without the conditioning models.
-#ifndef TEMB_NATIVE_CONDITION_CONVERT_H_
-#define TEMB_NATIVE_CONDITION_CONVERT_H_
+// the conditioning models in ServerInfo: the native frontend and temb.local
+// (client/local) use it.  A target of its own (temb::v1_condition), so that
+// v1_convert alone does not link the checkpoint reader.
+#ifndef TEMB_V1_CONVERT_CONDITION_CONVERT_H_
+#define TEMB_V1_CONVERT_CONDITION_CONVERT_H_
 
 #include <vector>
 
@@ -15,7 +16,8 @@ namespace temb {
 // `request` as the core's ConditionRequest; it points into `request` and
 // into `storage`, which receives every input's values as float32, and both
 // must outlive it.  INVALID_ARGUMENT naming the field ("inputs[1].tensor.
-// data", ...) for an input without a name, a dtype that is not FP32, FP64,
+// data", ...) for a request_id over kMaxRequestIdBytes, an input without a
+// name, a dtype that is not FP32, FP64,
 // FP16 or BF16, data that is not a whole number of elements or does not
 // match the shape, or an FP64 value that is not exactly a float32 (temb
 // never rounds a caller's input: its exact bits key the row cache).
@@ -36,4 +38,4 @@ void AddConditioningToServerInfo(const ConditioningService& service,
 
 }  // namespace temb
 
-#endif  // TEMB_NATIVE_CONDITION_CONVERT_H_
+#endif  // TEMB_V1_CONVERT_CONDITION_CONVERT_H_
