@@ -237,9 +237,24 @@ absl::StatusOr<std::vector<models::TensorToWrite>> ConditionOnServer(
         Float32Input(kConditionPooled, *pooled, pooled_shape);
   }
   for (const std::string& name : outputs) request.add_outputs(name);
-  ASSIGN_OR_RETURN(const v1::ConditionResponse response,
-                   client->Condition(request));
-  return TensorsFromResponse(response);
+  absl::StatusOr<v1::ConditionResponse> response = client->Condition(request);
+  if (absl::IsResourceExhausted(response.status()) &&
+      absl::StrContains(response.status().message(), "larger than max")) {
+    // gRPC's refusal of a message over the server's receive limit names no
+    // flag: say which input made it that large.
+    std::string sizes;
+    for (const v1::NamedTensor& input : request.inputs()) {
+      absl::StrAppend(&sizes, sizes.empty() ? "" : ", ", input.name(), " ",
+                      input.tensor().data().size(), " bytes");
+    }
+    return absl::ResourceExhaustedError(absl::StrCat(
+        response.status().message(), ": the request's inputs (", sizes,
+        ") are over the server's request limit (temb info: "
+        "max_request_bytes); give --pooled one row [P] when every timestep "
+        "shares it, or split --timesteps over several calls"));
+  }
+  if (!response.ok()) return response.status();
+  return TensorsFromResponse(*response);
 }
 
 }  // namespace

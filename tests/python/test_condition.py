@@ -293,3 +293,32 @@ def test_local_engine_answers_as_the_server(repository, cclient, pooled):
                            .conditioning_models]
     with pytest.raises(temb.NotFoundError, match="model_repository"):
         temb.local.Engine().condition("qwen-bf16", TIMESTEPS)
+
+
+def test_a_request_over_the_size_limit_names_its_inputs(
+        server_binary, repository, tmp_path, cli_binary):
+    server = TembServer(server_binary, tmp_path, "--backend=cpu",
+                        "--max_batch=64", f"--model_repository={repository}",
+                        start_timeout=60)
+    try:
+        with temb.Client(server.target, timeout=60) as client:
+            limit = client.server_info().limits.max_request_bytes
+            rows = 64
+            pooled = np.zeros((rows, 1 + limit // (4 * rows)), np.float32)
+            with pytest.raises(temb.ResourceExhaustedError,
+                               match=r"pooled_projections \[64, \d+\]: "
+                                     r"\d+ bytes.*max_request_bytes"):
+                client.condition("flux-dev-bf16", np.ones(rows, np.float32),
+                                 guidance=GUIDANCE, pooled_projections=pooled)
+        np.save(tmp_path / "pooled.npy", pooled)
+        done = subprocess.run(
+            [str(cli_binary), "condition", f"--target={server.target}",
+             "--model=flux-dev-bf16", "--timesteps=" + ",".join(["1"] * rows),
+             f"--guidance={GUIDANCE}", f"--pooled={tmp_path / 'pooled.npy'}",
+             f"--out={tmp_path / 'out.safetensors'}"],
+            capture_output=True, text=True, timeout=120)
+        assert done.returncode == 1
+        assert "pooled_projections" in done.stderr
+        assert "max_request_bytes" in done.stderr
+    finally:
+        server.stop(timeout=15)

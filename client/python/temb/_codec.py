@@ -427,6 +427,23 @@ def condition_request(model: str, inputs: Dict[str, Any],
     return request
 
 
+def explain_condition_error(error: TembError, request: pb.ConditionRequest
+                            ) -> TembError:
+    """gRPC's refusal of a message over the server's receive limit names no
+    field: say which inputs made the request that large, and what to do."""
+    if (error.code != grpc.StatusCode.RESOURCE_EXHAUSTED
+            or "larger than max" not in error.details):
+        return error
+    sizes = ", ".join(f"{i.name} {list(i.tensor.shape)}: "
+                      f"{len(i.tensor.data)} bytes" for i in request.inputs)
+    return type(error)(
+        error.code,
+        f"{error.details}: the request's inputs ({sizes}) are over the "
+        "server's request limit (server_info().limits.max_request_bytes); "
+        "give pooled projections shared by every row as one row [P], or "
+        "split the timesteps over several calls", error.request_id)
+
+
 def condition_result(response: pb.ConditionResponse, decoding: Decoding
                      ) -> Dict[str, Any]:
     return {output.name: decode_condition_output(output.tensor, decoding)

@@ -276,9 +276,12 @@ class Client(_request.ClientBase):
             model, {"timesteps": timesteps, "guidance": guidance,
                     "pooled_projections": pooled_projections, **extras},
             outputs, request_id)
-        with _request.rpc_errors(request.request_id):
-            response = self._stub.Condition(request,
-                                            **self._call_options(timeout))
+        try:
+            with _request.rpc_errors(request.request_id):
+                response = self._stub.Condition(request,
+                                                **self._call_options(timeout))
+        except TembError as error:
+            raise _codec.explain_condition_error(error, request) from None
         return _codec.condition_result(response, decoding)
 
     def models(self, *, timeout: Optional[float] = None
