@@ -1,5 +1,6 @@
 #include "temb/native/native_service.h"
 
+#include <limits>
 #include <string>
 #include <utility>
 #include <vector>
@@ -45,13 +46,23 @@ int64_t BatchOf(const v1::EmbedRequest& request) {
   return batch;
 }
 
-// The timesteps a Condition request carries (its batch in metrics and logs).
+// The timesteps a Condition request carries (its batch in metrics and
+// logs): the product of the shape the caller claims, 0 where that is
+// negative or overflows (the request is refused then anyway).
 int64_t ConditionBatchOf(const v1::ConditionRequest& request) {
   for (const v1::NamedTensor& input : request.inputs()) {
     if (input.name() != kConditionTimesteps) continue;
+    if (input.tensor().shape_size() == 0) return 0;
     int64_t count = 1;
-    for (int64_t dim : input.tensor().shape()) count *= dim;
-    return input.tensor().shape_size() > 0 ? count : 0;
+    for (const int64_t extent : input.tensor().shape()) {
+      if (extent < 0 ||
+          (extent > 0 &&
+           count > std::numeric_limits<int64_t>::max() / extent)) {
+        return 0;
+      }
+      count *= extent;
+    }
+    return count;
   }
   return 0;
 }
