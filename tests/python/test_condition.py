@@ -322,3 +322,31 @@ def test_a_request_over_the_size_limit_names_its_inputs(
         assert "max_request_bytes" in done.stderr
     finally:
         server.stop(timeout=15)
+
+
+def test_condition_stream_answers_in_order_with_errors_in_place(
+        cclient, condition_server):
+    items = [dict(model="qwen-bf16", timesteps=TIMESTEPS[:i + 1],
+                  request_id=f"r{i}", return_tensors="pt") for i in range(5)]
+    items[2] = dict(model="broken", timesteps=TIMESTEPS, request_id="r2")
+    results = list(cclient.condition_stream(items, raise_errors=False))
+    assert len(results) == 5
+    assert isinstance(results[2], temb.FailedPreconditionError)
+    assert results[2].request_id == "r2"
+    for i in (0, 1, 3, 4):
+        want = cclient.condition(**items[i])
+        assert list(results[i]) == list(want)
+        for output in want:
+            assert torch.equal(bits(results[i][output]), bits(want[output]))
+    with pytest.raises(temb.FailedPreconditionError):
+        list(cclient.condition_stream(items))
+
+    async def run():
+        async with temb.aio.Client(condition_server.target,
+                                   timeout=60) as client:
+            return [r async for r in client.condition_stream(
+                items, raise_errors=False)]
+
+    answers = asyncio.run(run())
+    assert isinstance(answers[2], temb.FailedPreconditionError)
+    assert torch.equal(bits(answers[4]["temb"]), bits(results[4]["temb"]))

@@ -152,11 +152,10 @@ class Client(_request.ClientBase):
                         bf16_format: str = "auto",
                         **extras: Any) -> Dict[str, Any]:
         """See :meth:`temb.Client.condition`."""
-        decoding = _codec.make_decoding(return_tensors or "np", bf16_format)
-        request = _codec.condition_request(
-            model, {"timesteps": timesteps, "guidance": guidance,
-                    "pooled_projections": pooled_projections, **extras},
-            outputs, request_id)
+        request, decoding = _request.condition_call(
+            model, timesteps, guidance, pooled_projections, outputs,
+            return_tensors, request_id=request_id, bf16_format=bf16_format,
+            **extras)
         try:
             with _request.rpc_errors(request.request_id):
                 response = await self._stub.Condition(
@@ -164,6 +163,32 @@ class Client(_request.ClientBase):
         except TembError as error:
             raise _codec.explain_condition_error(error, request) from None
         return _codec.condition_result(response, decoding)
+
+    async def condition_stream(
+            self,
+            requests: Union[Iterable[Mapping[str, Any]],
+                            AsyncIterable[Mapping[str, Any]]], *,
+            timeout: Optional[float] = None,
+            raise_errors: bool = True
+    ) -> AsyncIterator[Union[Dict[str, Any], TembError]]:
+        """See :meth:`temb.Client.condition_stream`; `requests` may also be
+        an async iterable."""
+        state = _request.ConditionStreamState()
+        request_iterator: Union[Iterator[Any], AsyncIterator[Any]]
+        if isinstance(requests, collections.abc.AsyncIterable):
+            request_iterator = state.async_requests(requests)
+        else:
+            request_iterator = state.requests(requests)
+        call = self._stub.ConditionStream(request_iterator,
+                                          **self._call_options(timeout))
+        try:
+            with _request.rpc_errors():
+                async for response in call:
+                    yield state.result(response, raise_errors)
+        finally:
+            call.cancel()
+        if state.error is not None:
+            raise state.error
 
     async def models(self, *, timeout: Optional[float] = None
                      ) -> Tuple[ConditioningModel, ...]:

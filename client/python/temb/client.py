@@ -271,11 +271,10 @@ class Client(_request.ClientBase):
           model is loading or failed to load), InvalidArgumentError naming
           the input or output, ResourceExhaustedError (a server limit).
         """
-        decoding = _codec.make_decoding(return_tensors or "np", bf16_format)
-        request = _codec.condition_request(
-            model, {"timesteps": timesteps, "guidance": guidance,
-                    "pooled_projections": pooled_projections, **extras},
-            outputs, request_id)
+        request, decoding = _request.condition_call(
+            model, timesteps, guidance, pooled_projections, outputs,
+            return_tensors, request_id=request_id, bf16_format=bf16_format,
+            **extras)
         try:
             with _request.rpc_errors(request.request_id):
                 response = self._stub.Condition(request,
@@ -283,6 +282,29 @@ class Client(_request.ClientBase):
         except TembError as error:
             raise _codec.explain_condition_error(error, request) from None
         return _codec.condition_result(response, decoding)
+
+    def condition_stream(self, requests: Iterable[Mapping[str, Any]], *,
+                         timeout: Optional[float] = None,
+                         raise_errors: bool = True
+                         ) -> Iterator[Union[Dict[str, Any], TembError]]:
+        """Many :meth:`condition` calls over one stream (ConditionStream);
+        yields their results in order.  Each item is a mapping of
+        :meth:`condition`'s arguments by name (``model`` and ``timesteps``
+        included, ``timeout`` excluded), consumed lazily.  Errors as in
+        :meth:`embed_stream`: a refused request raises its TembError (or,
+        with ``raise_errors=False``, is yielded in its place and the stream
+        goes on); `timeout` bounds the whole stream."""
+        state = _request.ConditionStreamState()
+        call = self._stub.ConditionStream(state.requests(requests),
+                                          **self._call_options(timeout))
+        try:
+            with _request.rpc_errors():
+                for response in call:
+                    yield state.result(response, raise_errors)
+        finally:
+            call.cancel()  # no-op once finished; stops an abandoned stream
+        if state.error is not None:
+            raise state.error
 
     def models(self, *, timeout: Optional[float] = None
                ) -> Tuple[ConditioningModel, ...]:

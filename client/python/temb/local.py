@@ -246,11 +246,10 @@ class Engine:
         The same loader, checks, row cache and kernels as the server: the
         same bits and the same errors."""
         del timeout
-        decoding = _codec.make_decoding(return_tensors or "np", bf16_format)
-        request = _codec.condition_request(
-            model, {"timesteps": timesteps, "guidance": guidance,
-                    "pooled_projections": pooled_projections, **extras},
-            outputs, request_id)
+        request, decoding = _request.condition_call(
+            model, timesteps, guidance, pooled_projections, outputs,
+            return_tensors, request_id=request_id, bf16_format=bf16_format,
+            **extras)
         data = self._get_conditioning().condition(request.SerializeToString())
         return _codec.condition_result(pb.ConditionResponse.FromString(data),
                                        decoding)
