@@ -3,7 +3,9 @@
 # build, reduced to what `pip install ./client/python` ships in the package
 # `temb`:
 #   _temb_local      temb.local's engine (client/local): base, kernels (CPU),
-#                    the service core and its temb.v1 conversions;
+#                    the service core, the conditioning models (checkpoint
+#                    reader, families, row cache) and their temb.v1
+#                    conversions;
 #   _temb_transport  temb.Client's native transport (client/transport), only
 #                    where gRPC's C++ development files are found;
 #   _proto/          temb.v1's Python stubs, from proto/temb/v1/temb.proto;

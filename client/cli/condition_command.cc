@@ -1,10 +1,14 @@
 // temb condition: a diffusion transformer's time conditioning (timestep
 // MLP, guidance and pooled-text embedders, every block's modulation) from
-// the model's own diffusers checkpoint, computed in process on the CPU and
-// written as a safetensors file (temb/models/conditioning_model.h).
+// the model's own diffusers checkpoint, computed in process on the CPU
+// (--model_dir, temb/models/conditioning_model.h) or by a server's
+// conditioning model (--target and --model, temb.v1 Condition), and written
+// as a safetensors file, or a .npy file for one output.  Both modes write
+// the same file for the same numbers, so they compare byte for byte.
 #include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <fstream>
 #include <iostream>
 #include <memory>
 #include <string>
@@ -20,9 +24,13 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "temb/base/file_reader.h"
+#include "temb/base/quoted.h"
 #include "temb/base/status_macros.h"
 #include "temb/cli/commands.h"
 #include "temb/cli/common.h"
+#include "temb/cli/output.h"
+#include "temb/client/temb_client.h"
+#include "temb/core/conditioning_service.h"
 #include "temb/models/conditioning_model.h"
 #include "temb/models/safetensors.h"
 
@@ -30,9 +38,13 @@ namespace temb::cli {
 namespace {
 
 std::vector<FlagSpec> ConditionFlags() {
-  return {
+  std::vector<FlagSpec> flags = {
       {"model_dir", FlagType::kString,
-       "a diffusers model folder (config.json and safetensors weights)"},
+       "compute in process from this diffusers model folder (config.json "
+       "and safetensors weights)"},
+      {"model", FlagType::kString,
+       "with --target: the server's conditioning model (temb info lists "
+       "them)"},
       {"timesteps", FlagType::kString,
        "the scheduler's timesteps, e.g. 999,500 or @file"},
       {"guidance", FlagType::kDouble,
@@ -45,13 +57,21 @@ std::vector<FlagSpec> ConditionFlags() {
       {"outputs", FlagType::kString,
        "comma-separated outputs (default: all of the family's); any value "
        "of the family's description (server/models/families.cc) by name"},
-      {"out", FlagType::kString, "the safetensors file to write"},
-      {"threads", FlagType::kInt, "CPU threads (default: all cores)"},
+      {"out", FlagType::kString,
+       "the file to write: .safetensors (every output), or .npy (exactly "
+       "one output; bf16 as raw uint16 bits)"},
+      {"threads", FlagType::kInt,
+       "with --model_dir: CPU threads (default: all cores)"},
       {"repeat", FlagType::kInt,
-       "compute this many times (with the row cache) and report timings"},
-      {"cache_mib", FlagType::kInt, "row cache capacity in MiB (default 256)"},
+       "with --model_dir: compute this many times (with the row cache) and "
+       "report timings"},
+      {"cache_mib", FlagType::kInt,
+       "with --model_dir: row cache capacity in MiB (default 256)"},
       {"help", FlagType::kBool, "show this help"},
   };
+  // --target (a server) and its connection flags.
+  for (FlagSpec& flag : ConnectionFlags()) flags.push_back(std::move(flag));
+  return flags;
 }
 
 // The float32 values of a little-endian .npy file of dtype '<f4' in C
@@ -156,6 +176,129 @@ absl::Status ParseNamedInputs(const std::string& text,
   return absl::OkStatus();
 }
 
+// The float32 values `values` of `shape` as a temb.v1 input.
+v1::NamedTensor Float32Input(absl::string_view name,
+                             const std::vector<float>& values,
+                             const std::vector<int64_t>& shape) {
+  v1::NamedTensor input;
+  input.set_name(std::string(name));
+  v1::Tensor* tensor = input.mutable_tensor();
+  tensor->set_dtype(v1::DTYPE_FP32);
+  tensor->mutable_shape()->Add(shape.begin(), shape.end());
+  tensor->set_data(std::string(reinterpret_cast<const char*>(values.data()),
+                               values.size() * sizeof(float)));
+  return input;
+}
+
+// A server's answer as the tensors the in-process mode writes: the same
+// names, order, shapes and bytes.
+absl::StatusOr<std::vector<models::TensorToWrite>> TensorsFromResponse(
+    const v1::ConditionResponse& response) {
+  std::vector<models::TensorToWrite> tensors;
+  for (const v1::NamedTensor& output : response.outputs()) {
+    DType dtype;
+    switch (output.tensor().dtype()) {
+      case v1::DTYPE_FP32:
+        dtype = DType::kFloat32;
+        break;
+      case v1::DTYPE_FP16:
+        dtype = DType::kFloat16;
+        break;
+      case v1::DTYPE_BF16:
+        dtype = DType::kBFloat16;
+        break;
+      case v1::DTYPE_FP64:
+        dtype = DType::kFloat64;
+        break;
+      default:
+        // Only per-token timesteps give an int64 index, and --timesteps is
+        // one list.
+        return absl::InternalError(absl::StrCat(
+            "the server answered output ", Quoted(output.name()),
+            " with dtype ", output.tensor().dtype(), ", which is not written"));
+    }
+    const std::string& data = output.tensor().data();
+    tensors.push_back(
+        {output.name(),
+         dtype,
+         {output.tensor().shape().begin(), output.tensor().shape().end()},
+         std::vector<uint8_t>(data.begin(), data.end())});
+  }
+  return tensors;
+}
+
+// --out: a .npy file for exactly one tensor, else a safetensors file.
+absl::Status WriteOutputs(const std::string& path,
+                          const std::vector<models::TensorToWrite>& tensors) {
+  if (!absl::EndsWith(path, ".npy")) {
+    return models::WriteSafetensors(path, tensors);
+  }
+  if (tensors.size() != 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--out ", path, ": a .npy file holds one tensor and there are ",
+        tensors.size(), "; name one with --outputs, or write .safetensors"));
+  }
+  const models::TensorToWrite& tensor = tensors[0];
+  TensorView view;
+  view.dtype = tensor.dtype;
+  view.data = absl::string_view(
+      reinterpret_cast<const char*>(tensor.data.data()), tensor.data.size());
+  // [N, ..., last]: rows of the last extent, shaped by the rest.
+  view.cols = tensor.shape.empty() ? 1 : tensor.shape.back();
+  view.row_shape.assign(tensor.shape.begin(), tensor.shape.end() - 1);
+  view.rows = 1;
+  for (int64_t extent : view.row_shape) view.rows *= extent;
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out << ToNpy(view);
+  out.close();
+  if (!out) {
+    return absl::UnavailableError(
+        absl::StrCat("--out ", path, ": could not be written"));
+  }
+  return absl::OkStatus();
+}
+
+// The remote mode: one Condition call.
+absl::StatusOr<std::vector<models::TensorToWrite>> ConditionOnServer(
+    const Args& args, const std::vector<float>& timesteps,
+    const std::vector<float>* pooled, const std::vector<int64_t>& pooled_shape,
+    const std::vector<std::string>& outputs) {
+  ASSIGN_OR_RETURN(const ClientOptions options, ClientOptionsFromArgs(args));
+  ASSIGN_OR_RETURN(std::unique_ptr<Client> client, Client::Create(options));
+  v1::ConditionRequest request;
+  request.set_model(*args.String("model"));
+  *request.add_inputs() = Float32Input(
+      kConditionTimesteps, timesteps, {static_cast<int64_t>(timesteps.size())});
+  if (args.Has("guidance")) {
+    *request.add_inputs() =
+        Float32Input(kConditionGuidance,
+                     {static_cast<float>(*args.Double("guidance"))}, {1});
+  }
+  if (pooled != nullptr) {
+    *request.add_inputs() =
+        Float32Input(kConditionPooled, *pooled, pooled_shape);
+  }
+  for (const std::string& name : outputs) request.add_outputs(name);
+  absl::StatusOr<v1::ConditionResponse> response = client->Condition(request);
+  if (absl::IsResourceExhausted(response.status()) &&
+      absl::StrContains(response.status().message(), "larger than max")) {
+    // gRPC's refusal of a message over the server's receive limit names no
+    // flag: say which input made it that large.
+    std::string sizes;
+    for (const v1::NamedTensor& input : request.inputs()) {
+      absl::StrAppend(&sizes, sizes.empty() ? "" : ", ", input.name(), " ",
+                      input.tensor().data().size(), " bytes");
+    }
+    return absl::ResourceExhaustedError(absl::StrCat(
+        response.status().message(), ": the request's inputs (", sizes,
+        ") are over the server's request limit (temb info: "
+        "max_request_bytes); give --pooled one row [P] when every timestep "
+        "shares it, or split --timesteps over several calls"));
+  }
+  if (!response.ok()) return response.status();
+  return TensorsFromResponse(*response);
+}
+
 }  // namespace
 
 int RunCondition(const std::vector<std::string>& argv) {
@@ -168,7 +311,24 @@ int RunCondition(const std::vector<std::string>& argv) {
     std::cout << "usage: temb condition [flags]\n" << FlagHelp(specs);
     return kExitOk;
   }
-  for (const char* required : {"model_dir", "timesteps", "out"}) {
+  const bool remote = args->Has("target");
+  if (remote == args->Has("model_dir")) {
+    return PrintUsage("condition",
+                      "give either --model_dir (compute in process) or "
+                      "--target with --model (a server's conditioning model)",
+                      specs);
+  }
+  if (!remote && args->Has("model")) {
+    return PrintUsage("condition", "--model needs --target", specs);
+  }
+  if (remote && args->Has("inputs")) {
+    return PrintUsage("condition",
+                      "--inputs (a family's extra inputs) is computed in "
+                      "process only, with --model_dir",
+                      specs);
+  }
+  for (const char* required :
+       {remote ? "model" : "model_dir", "timesteps", "out"}) {
     if (!args->Has(required)) {
       return PrintUsage("condition",
                         absl::StrCat("--", required, " is required"), specs);
@@ -193,10 +353,10 @@ int RunCondition(const std::vector<std::string>& argv) {
   if (args->Has("guidance")) {
     inputs.values["guidance"] = {static_cast<float>(*args->Double("guidance"))};
   }
+  std::vector<int64_t> pooled_shape;
   if (args->Has("pooled")) {
-    std::vector<int64_t> shape;
     absl::StatusOr<std::vector<float>> pooled =
-        ReadNpyFloat32(*args->String("pooled"), &shape);
+        ReadNpyFloat32(*args->String("pooled"), &pooled_shape);
     if (!pooled.ok()) return PrintError(pooled.status());
     inputs.values["pooled"] = *std::move(pooled);
   }
@@ -209,6 +369,23 @@ int RunCondition(const std::vector<std::string>& argv) {
   if (args->Has("outputs")) {
     outputs =
         absl::StrSplit(*args->String("outputs"), ',', absl::SkipWhitespace());
+  }
+
+  if (remote) {
+    const auto pooled = inputs.values.find("pooled");
+    absl::StatusOr<std::vector<models::TensorToWrite>> tensors =
+        ConditionOnServer(
+            *args, inputs.values["t"],
+            pooled == inputs.values.end() ? nullptr : &pooled->second,
+            pooled_shape, outputs);
+    if (!tensors.ok()) return PrintError(tensors.status());
+    for (const models::TensorToWrite& tensor : *tensors) {
+      std::cout << tensor.name << " [" << absl::StrJoin(tensor.shape, ", ")
+                << "] " << DTypeName(tensor.dtype) << "\n";
+    }
+    const absl::Status written = WriteOutputs(*args->String("out"), *tensors);
+    if (!written.ok()) return PrintError(written);
+    return kExitOk;
   }
 
   models::ConditioningOptions options;
@@ -248,8 +425,7 @@ int RunCondition(const std::vector<std::string>& argv) {
     tensors.push_back(
         {output.name, output.dtype, output.shape, std::move(output.data)});
   }
-  const absl::Status written =
-      models::WriteSafetensors(*args->String("out"), tensors);
+  const absl::Status written = WriteOutputs(*args->String("out"), tensors);
   if (!written.ok()) return PrintError(written);
   return kExitOk;
 }

@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "temb/cli/commands.h"
 #include "temb/cli/common.h"
 #include "temb/client/temb_client.h"
@@ -55,6 +56,8 @@ std::string DTypeLabel(v1::DType dtype) {
       return "bf16";
     case v1::DTYPE_FP64:
       return "fp64";
+    case v1::DTYPE_INT64:
+      return "int64";
     default:
       return "fp32";
   }
@@ -112,6 +115,64 @@ void PrintPresets(
   std::cout << "(* dim may be chosen by the caller)" << std::endl;
 }
 
+std::string ModelStateLabel(v1::ModelState state) {
+  switch (state) {
+    case v1::MODEL_STATE_LOADING:
+      return "loading";
+    case v1::MODEL_STATE_READY:
+      return "ready";
+    case v1::MODEL_STATE_FAILED:
+      return "failed";
+    default:
+      return "unknown";
+  }
+}
+
+// The conditioning models: one line per model, then one per output with
+// its row shape and bytes per row (what a step costs on the wire).
+void PrintConditioningModels(const v1::ServerInfo& info) {
+  const v1::RowCacheStats& cache = info.conditioning_cache();
+  std::cout << absl::StrFormat(
+      "conditioning models (row cache: %d hits, %d misses, %d of %d bytes):\n",
+      cache.hits(), cache.misses(), cache.bytes(), cache.capacity_bytes());
+  if (info.conditioning_models_size() == 0) {
+    std::cout << "  none (temb-server --model_repository)" << std::endl;
+    return;
+  }
+  std::cout << absl::StrFormat("  %-24s %-8s %-14s %-5s %-7s %-12s %s\n",
+                               "model", "state", "family", "dtype", "width",
+                               "weights", "inputs");
+  for (const v1::ConditioningModel& model : info.conditioning_models()) {
+    if (model.state() != v1::MODEL_STATE_READY) {
+      std::cout << absl::StrFormat("  %-24s %-8s %s\n", model.name(),
+                                   ModelStateLabel(model.state()),
+                                   model.message());
+      continue;
+    }
+    std::string inputs;
+    for (const v1::ConditioningInput& input : model.inputs()) {
+      absl::StrAppend(
+          &inputs, inputs.empty() ? "" : ", ", input.name(),
+          input.width() > 0 ? absl::StrCat("[", input.width(), "]") : "");
+    }
+    std::cout << absl::StrFormat(
+        "  %-24s %-8s %-14s %-5s %-7d %-12s %s\n", model.name(),
+        ModelStateLabel(model.state()), model.family(),
+        DTypeLabel(model.dtype()), model.width(),
+        absl::StrFormat("%.1f MiB", model.weight_bytes() / 1048576.0), inputs);
+    int64_t row_bytes = 0;
+    for (const v1::ConditioningOutput& output : model.outputs()) {
+      std::cout << absl::StrFormat(
+          "      %-22s [N, %s] %s  %d bytes/row\n", output.name(),
+          absl::StrJoin(output.row_shape(), ", "), DTypeLabel(output.dtype()),
+          output.row_bytes());
+      row_bytes += output.row_bytes();
+    }
+    std::cout << absl::StrFormat("      %-22s %d bytes/row\n", "(all outputs)",
+                                 row_bytes);
+  }
+}
+
 }  // namespace
 
 int RunHealth(const std::vector<std::string>& argv) {
@@ -160,9 +221,11 @@ int RunInfo(const std::vector<std::string>& argv) {
             << "limits:   max_dim=" << limits.max_dim()
             << " max_batch=" << limits.max_batch()
             << " max_output_bytes=" << limits.max_output_bytes()
-            << " max_message_bytes=" << limits.max_message_bytes() << "\n"
+            << " max_message_bytes=" << limits.max_message_bytes()
+            << " max_request_bytes=" << limits.max_request_bytes() << "\n"
             << "presets:\n";
   PrintPresets(info->presets());
+  PrintConditioningModels(*info);
   return kExitOk;
 }
 

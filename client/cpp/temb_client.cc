@@ -58,8 +58,8 @@ std::string ServiceConfigJson(const ClientOptions& options) {
         attempts, ConfigDuration(options.initial_backoff),
         ConfigDuration(options.max_backoff));
   }
-  // Embed and GetServerInfo are idempotent; a stream is not retried because
-  // its requests may already have been answered.  CANCELLED is retried
+  // Embed, Condition and GetServerInfo are idempotent; a stream is not retried
+  // because its requests may already have been answered.  CANCELLED is retried
   // because a server that is shutting down cancels calls that reached it
   // too late to be handled; a retry policy only ever acts on a status that
   // came from the server, so a cancel by this application (or an expired
@@ -67,6 +67,7 @@ std::string ServiceConfigJson(const ClientOptions& options) {
   return absl::StrCat(
       R"({"loadBalancingConfig":[{"round_robin":{}}],"methodConfig":[{"name":[)",
       R"({"service":"temb.v1.EmbeddingService","method":"Embed"},)",
+      R"({"service":"temb.v1.EmbeddingService","method":"Condition"},)",
       R"({"service":"temb.v1.EmbeddingService","method":"GetServerInfo"}])",
       retry, "}]}");
 }
@@ -190,6 +191,16 @@ absl::StatusOr<v1::ServerInfo> Client::GetServerInfo() {
       NextStub()->GetServerInfo(&context, v1::GetServerInfoRequest(), &info);
   if (!status.ok()) return ToAbslStatus(status);
   return info;
+}
+
+absl::StatusOr<v1::ConditionResponse> Client::Condition(
+    const v1::ConditionRequest& request) {
+  grpc::ClientContext context;
+  ConfigureContext(&context);
+  v1::ConditionResponse response;
+  grpc::Status status = NextStub()->Condition(&context, request, &response);
+  if (!status.ok()) return ToAbslStatus(status);
+  return response;
 }
 
 absl::StatusOr<grpc::health::v1::HealthCheckResponse::ServingStatus>

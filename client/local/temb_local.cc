@@ -16,24 +16,31 @@
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
+#include <thread>
 #include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
+#include "absl/time/time.h"
 #include "absl/types/span.h"
 #include "temb/base/status_macros.h"
+#include "temb/core/conditioning_service.h"
 #include "temb/core/embed_service.h"
 #include "temb/core/presets.h"
 #include "temb/core/timesteps.h"
 #include "temb/core/version.h"
 #include "temb/kernels/registry.h"
+#include "temb/v1_convert/condition_convert.h"
 #include "temb/v1_convert/conversions.h"
 #include "temb/v1_convert/preset_catalog.h"
 
@@ -385,10 +392,80 @@ py::bytes ServerInfoBytes(const Core& core) {
   return py::bytes(ServerInfoProto(*core.service(), 0).SerializeAsString());
 }
 
+// The conditioning models of one model repository, in process: the
+// server's ConditioningService (the same loader, limits, request checks and
+// row cache) behind temb.v1's Condition messages, so that temb.local's
+// condition() takes and returns what temb.Client's does.
+class Conditioning {
+ public:
+  // Opens `repository` and loads every model before returning (with the GIL
+  // released): in process, a model is used right after it is opened.
+  // Folder names taken by the built-in presets are refused as a server with
+  // the built-in catalogue refuses them.
+  Conditioning(const std::string& repository, int threads,
+               int64_t cache_bytes) {
+    ConditioningService::Options options;
+    options.threads = threads > 0
+                          ? threads
+                          : static_cast<int>(std::max(
+                                1u, std::thread::hardware_concurrency()));
+    if (cache_bytes >= 0) options.cache_bytes = cache_bytes;
+    service_ = std::make_unique<ConditioningService>(options);
+    std::vector<std::string> reserved;
+    for (const Preset& preset : BuiltInPresetCatalog().presets()) {
+      reserved.push_back(absl::AsciiStrToLower(preset.name));
+    }
+    const absl::Status opened = service_->OpenRepository(repository, reserved);
+    if (!opened.ok()) {
+      Raise(absl::Status(opened.code(),
+                         absl::StrCat("model_repository: ", opened.message())));
+    }
+    py::gil_scoped_release release;
+    service_->WaitUntilLoaded(absl::InfiniteDuration());
+  }
+
+  // A serialized ServerInfo holding the models and the row cache's counters.
+  py::bytes Info() const {
+    v1::ServerInfo info;
+    AddConditioningToServerInfo(*service_, &info);
+    return py::bytes(info.SerializeAsString());
+  }
+
+  // A serialized ConditionRequest answered as a serialized
+  // ConditionResponse, or raised as the server's error.
+  py::bytes Condition(const py::bytes& data) const {
+    v1::ConditionRequest request;
+    const std::string_view bytes = data;
+    if (!request.ParseFromArray(bytes.data(), static_cast<int>(bytes.size()))) {
+      Raise(absl::InvalidArgumentError("not a temb.v1.ConditionRequest"));
+    }
+    absl::StatusOr<std::string> answer;
+    {
+      py::gil_scoped_release release;
+      answer = Serve(request);
+    }
+    if (!answer.ok()) Raise(answer.status(), request.request_id());
+    return py::bytes(*answer);
+  }
+
+ private:
+  absl::StatusOr<std::string> Serve(const v1::ConditionRequest& request) const {
+    std::vector<std::vector<float>> storage;
+    ASSIGN_OR_RETURN(const ConditionRequest call,
+                     ConditionRequestFromProto(request, &storage));
+    ASSIGN_OR_RETURN(ConditionResponse served, service_->Serve(call, nullptr));
+    return ConditionResponseToProto(std::move(served), request.request_id())
+        .SerializeAsString();
+  }
+
+  std::unique_ptr<ConditioningService> service_;
+};
+
 }  // namespace
 }  // namespace temb
 
 PYBIND11_MODULE(_temb_local, m) {
+  using temb::Conditioning;
   using temb::Core;
   using temb::Plan;
   m.doc() =
@@ -436,6 +513,16 @@ PYBIND11_MODULE(_temb_local, m) {
           "[(part name, array)], [('', array)] without parts.")
       .def("server_info", &temb::ServerInfoBytes,
            "A serialized temb.v1.ServerInfo.");
+
+  py::class_<Conditioning>(m, "Conditioning")
+      .def(py::init<const std::string&, int, int64_t>(),
+           py::arg("model_repository"), py::arg("cpu_threads") = 0,
+           py::arg("cache_bytes") = -1)
+      .def("info", &Conditioning::Info,
+           "A serialized temb.v1.ServerInfo with the conditioning models.")
+      .def("condition", &Conditioning::Condition, py::arg("request"),
+           "A serialized temb.v1.ConditionRequest answered as a serialized "
+           "temb.v1.ConditionResponse.");
 
   py::class_<Plan>(m, "Plan")
       .def("__call__", &Plan::Call, py::arg("timesteps"))

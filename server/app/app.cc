@@ -308,8 +308,10 @@ absl::StatusOr<std::unique_ptr<App>> App::Start(
   app->max_message_bytes_ = MaxSendMessageBytes(options.limits);
   app->max_receive_message_bytes_ = MaxReceiveMessageBytes(options.limits);
   app->native_ = std::make_unique<NativeService>(
-      *app->service_, *app->gate_, app->observers_.get(),
-      NativeService::Options{app->max_message_bytes_});
+      *app->service_, app->conditioning_.get(), *app->gate_,
+      app->observers_.get(),
+      NativeService::Options{app->max_message_bytes_,
+                             app->max_receive_message_bytes_});
   app->statistics_ = std::make_unique<kserve::InferenceStatistics>(
       kserve::ServedModels{*app->service_, app->conditioning_.get()}.Names());
   kserve::SharedMemoryLimits shared_memory_limits;

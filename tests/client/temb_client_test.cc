@@ -85,7 +85,7 @@ TEST(ServiceConfigJsonTest, RoundRobinAndTheIdempotentMethods) {
     EXPECT_EQ(fields.at("service").string_value(), "temb.v1.EmbeddingService");
     methods.push_back(fields.at("method").string_value());
   }
-  EXPECT_THAT(methods, ElementsAre("Embed", "GetServerInfo"));
+  EXPECT_THAT(methods, ElementsAre("Embed", "Condition", "GetServerInfo"));
 }
 
 TEST(ServiceConfigJsonTest, RetryPolicyFollowsTheOptions) {

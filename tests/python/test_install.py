@@ -170,6 +170,7 @@ def sdist(client_dir, tmp_path_factory):
     for needed in ["native/CMakeLists.txt", "native/proto/temb/v1/temb.proto",
                    "native/kernels/cpu/cpu_backend.cc",
                    "native/server/core/embed_service.cc",
+                   "native/server/models/conditioning_model.cc",
                    "native/client/local/temb_local.cc",
                    "native/client/transport/temb_transport.cc",
                    "native/cmake/TembPythonStubs.cmake", "pyproject.toml"]:

@@ -15,7 +15,9 @@ import numpy as np
 
 from temb._proto.temb.v1 import temb_pb2 as pb
 from temb.errors import TembError
-from temb.types import Limits, Preset, ServerInfo, Spec
+from temb.types import (ConditioningInput, ConditioningModel,
+                        ConditioningOutput, Limits, Preset, RowCacheStats,
+                        ServerInfo, Spec)
 
 _DTYPES: Dict[str, int] = {
     "fp32": pb.DTYPE_FP32, "float32": pb.DTYPE_FP32,
@@ -274,17 +276,178 @@ def _spec_from_proto(spec: pb.EmbeddingSpec) -> Spec:
                 (law.min_frequency, law.max_frequency))
 
 
+_MODEL_STATES = {pb.MODEL_STATE_LOADING: "loading",
+                 pb.MODEL_STATE_READY: "ready",
+                 pb.MODEL_STATE_FAILED: "failed"}
+
+
+def _conditioning_model_from_proto(model: pb.ConditioningModel
+                                   ) -> ConditioningModel:
+    return ConditioningModel(
+        name=model.name, state=_MODEL_STATES.get(model.state, "unknown"),
+        message=model.message, family=model.family,
+        dtype=_DTYPE_NAMES.get(model.dtype), width=model.width,
+        weight_bytes=model.weight_bytes,
+        inputs=tuple(ConditioningInput(i.name, i.width, i.help)
+                     for i in model.inputs),
+        outputs=tuple(ConditioningOutput(o.name, _DTYPE_NAMES.get(o.dtype),
+                                         tuple(o.row_shape), o.row_bytes,
+                                         o.layout)
+                      for o in model.outputs))
+
+
 def server_info_from_proto(info: pb.ServerInfo) -> ServerInfo:
     limits = info.limits
+    cache = info.conditioning_cache
     return ServerInfo(
         version=info.version, backend=info.backend, device=info.device,
         limits=Limits(limits.max_dim, limits.max_batch,
-                      limits.max_output_bytes, limits.max_message_bytes),
+                      limits.max_output_bytes, limits.max_message_bytes,
+                      limits.max_request_bytes),
         presets=tuple(
             Preset(p.name, p.description, _spec_from_proto(p.spec),
                    p.dim_overridable, _DTYPE_NAMES.get(p.default_dtype),
                    tuple((part.name, part.preset) for part in p.parts))
-            for p in info.presets))
+            for p in info.presets),
+        conditioning_models=tuple(_conditioning_model_from_proto(m)
+                                  for m in info.conditioning_models),
+        conditioning_cache=RowCacheStats(
+            cache.hits, cache.misses, cache.entries, cache.bytes,
+            cache.evictions, cache.capacity_bytes))
+
+
+# Condition: inputs travel as tensors of their own dtype, decoded exactly by
+# the server; outputs come back in the model's dtype, and the per-token
+# "index" as int64.
+_INPUT_WIRE = {np.dtype(np.float32): pb.DTYPE_FP32,
+               np.dtype(np.float16): pb.DTYPE_FP16}
+_INT64_WIRE = np.dtype("<i8")
+# Integers become float32 only where that is exact.
+_EXACT_INTEGER_LIMIT = 1 << 24
+
+
+def condition_input(name: str, value: Any) -> pb.NamedTensor:
+    """One input of a Condition request, of the value's own shape (a scalar
+    is one value).
+
+    float32 and float16 values travel as they are, bfloat16 ones (a torch
+    tensor, or an ml_dtypes array) as their bits: the server converts them
+    exactly.  Other floating values become float32, as diffusers'
+    ``.float()`` would make them (as :meth:`temb.Client.embed` does);
+    integers too, where that is exact (|value| <= 2^24), else ValueError.
+    """
+    bf16 = None
+    if _is_torch_tensor(value):
+        import torch
+        tensor = value.detach().resolve_neg()
+        if tensor.device.type == "meta":
+            raise ValueError(f"{name}: a tensor on the meta device has no "
+                             "values")
+        tensor = tensor.cpu()
+        if tensor.dtype == torch.bfloat16:
+            bf16 = tensor.contiguous().view(torch.int16).numpy().view(
+                np.uint16)
+            array = bf16
+        elif tensor.is_complex() or tensor.dtype == torch.bool:
+            raise TypeError(f"{name} must be real numbers, got {tensor.dtype}")
+        else:
+            array = tensor.numpy()
+    else:
+        array = np.asarray(value)
+        if array.dtype.name == "bfloat16":  # ml_dtypes
+            bf16 = array.view(np.uint16)
+            array = bf16
+        elif array.dtype.kind == "O":
+            array = array.astype(np.float64)
+    message = pb.NamedTensor(name=name)
+    tensor_message = message.tensor
+    tensor_message.shape.extend(array.shape if array.ndim else (1,))
+    if bf16 is not None:
+        tensor_message.dtype = pb.DTYPE_BF16
+        tensor_message.data = np.ascontiguousarray(
+            bf16, dtype=np.dtype("<u2")).tobytes()
+        return message
+    kind = array.dtype.kind
+    if kind in "iub":
+        if kind == "b":
+            raise TypeError(f"{name} must be numbers, got booleans")
+        if array.size and np.abs(array.astype(np.float64)).max() > \
+                _EXACT_INTEGER_LIMIT:
+            raise ValueError(f"{name}: integer values beyond 2^24 are not "
+                             "exactly float32: pass floating values")
+        array = array.astype(np.float32)
+    elif kind != "f":
+        raise TypeError(f"{name} must be real numbers, got dtype "
+                        f"{array.dtype}")
+    wire = _INPUT_WIRE.get(array.dtype.newbyteorder("="))
+    if wire is None:
+        with np.errstate(over="ignore"):
+            array = array.astype(np.float32)
+        wire = pb.DTYPE_FP32
+    tensor_message.dtype = wire
+    little = array.dtype.newbyteorder("<")
+    tensor_message.data = np.ascontiguousarray(array, dtype=little).tobytes()
+    return message
+
+
+def decode_condition_output(tensor: pb.Tensor, decoding: Decoding) -> Any:
+    """One output of a Condition answer as a writable array (bf16 as for
+    embed(), see :func:`decode_tensor`; the index as int64)."""
+    wire = _INT64_WIRE if tensor.dtype == pb.DTYPE_INT64 else \
+        _WIRE.get(tensor.dtype)
+    if wire is None:
+        raise TembError(grpc.StatusCode.DATA_LOSS,
+                        f"response has unknown dtype {tensor.dtype}")
+    shape = tuple(tensor.shape)
+    count = math.prod(shape) if shape else 0
+    if not shape or count * wire.itemsize != len(tensor.data):
+        raise TembError(grpc.StatusCode.DATA_LOSS,
+                        f"response tensor of shape {list(shape)} carries "
+                        f"{len(tensor.data)} bytes")
+    array = np.frombuffer(tensor.data, dtype=wire).astype(
+        wire.newbyteorder("="), copy=True).reshape(shape)
+    finish = finisher(decoding, tensor.dtype == pb.DTYPE_BF16)
+    return array if finish is None else finish(array)
+
+
+def condition_request(model: str, inputs: Dict[str, Any],
+                      outputs: Optional[Any], request_id: Optional[str]
+                      ) -> pb.ConditionRequest:
+    """A ConditionRequest; inputs that are None are left out."""
+    if not isinstance(model, str) or not model:
+        raise ValueError(f"model must be a model's name, got {model!r}")
+    request = pb.ConditionRequest(model=model, request_id=request_id or "")
+    for name, value in inputs.items():
+        if value is not None:
+            request.inputs.append(condition_input(name, value))
+    if outputs is not None:
+        if isinstance(outputs, str):
+            outputs = [outputs]
+        request.outputs.extend(outputs)
+    return request
+
+
+def explain_condition_error(error: TembError, request: pb.ConditionRequest
+                            ) -> TembError:
+    """gRPC's refusal of a message over the server's receive limit names no
+    field: say which inputs made the request that large, and what to do."""
+    if (error.code != grpc.StatusCode.RESOURCE_EXHAUSTED
+            or "larger than max" not in error.details):
+        return error
+    sizes = ", ".join(f"{i.name} {list(i.tensor.shape)}: "
+                      f"{len(i.tensor.data)} bytes" for i in request.inputs)
+    return type(error)(
+        error.code,
+        f"{error.details}: the request's inputs ({sizes}) are over the "
+        "server's request limit (server_info().limits.max_request_bytes); "
+        "give pooled projections shared by every row as one row [P], or "
+        "split the timesteps over several calls", error.request_id)
+
+
+def condition_result(response: pb.ConditionResponse, decoding: Decoding
+                     ) -> Dict[str, Any]:
+    return {output.name: decode_condition_output(output.tensor, decoding)
+            for output in response.outputs}
 
 
 # grpc.health.v1 has two one-field messages; they are encoded by hand so the

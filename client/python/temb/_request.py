@@ -502,3 +502,41 @@ class StreamState:
                 raise error
             return error
         return decoder.decode(response.response)
+
+
+def condition_call(model: str, timesteps: Any, guidance: Any = None,
+                   pooled_projections: Any = None, outputs: Any = None,
+                   return_tensors: Optional[str] = None, *,
+                   request_id: Optional[str] = None, bf16_format: str = "auto",
+                   **extras: Any) -> Tuple[pb.ConditionRequest, _codec.Decoding]:
+    """A condition() call's request and how to decode its answer."""
+    decoding = _codec.make_decoding(return_tensors or "np", bf16_format)
+    request = _codec.condition_request(
+        model, {"timesteps": timesteps, "guidance": guidance,
+                "pooled_projections": pooled_projections, **extras},
+        outputs, request_id)
+    return request, decoding
+
+
+class ConditionStreamState(StreamState):
+    """StreamState for condition_stream: items are condition()'s keyword
+    arguments, answers dicts of outputs."""
+
+    def request(self, item: Mapping[str, Any]) -> Any:
+        if "timeout" in item:
+            raise TypeError("condition_stream items take no timeout: the "
+                            "stream's timeout bounds them all")
+        request, decoding = condition_call(**item)
+        self.pending.append((request.request_id, decoding))
+        return request
+
+    def result(self, response: Any, raise_errors: bool) -> Any:
+        request_id, decoding = self.pending.popleft()
+        if response.WhichOneof("result") == "error":
+            error = error_from_code(response.error.code,
+                                    response.error.message,
+                                    response.request_id or request_id)
+            if raise_errors:
+                raise error
+            return error
+        return _codec.condition_result(response.response, decoding)

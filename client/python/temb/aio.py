@@ -23,7 +23,7 @@ from temb import _codec, _request, _transport
 from temb._proto.temb.v1 import temb_pb2 as pb
 from temb._request import Embedding
 from temb.errors import TembError, error_from_code
-from temb.types import HealthStatus, ServerInfo
+from temb.types import ConditioningModel, HealthStatus, ServerInfo
 
 __all__ = ["Client"]
 
@@ -142,6 +142,58 @@ class Client(_request.ClientBase):
             call.cancel()
         if state.error is not None:
             raise state.error
+
+    async def condition(self, model: str, timesteps: Any,
+                        guidance: Any = None, pooled_projections: Any = None,
+                        outputs: Any = None,
+                        return_tensors: Optional[str] = None, *,
+                        request_id: Optional[str] = None,
+                        timeout: Optional[float] = None,
+                        bf16_format: str = "auto",
+                        **extras: Any) -> Dict[str, Any]:
+        """See :meth:`temb.Client.condition`."""
+        request, decoding = _request.condition_call(
+            model, timesteps, guidance, pooled_projections, outputs,
+            return_tensors, request_id=request_id, bf16_format=bf16_format,
+            **extras)
+        try:
+            with _request.rpc_errors(request.request_id):
+                response = await self._stub.Condition(
+                    request, **self._call_options(timeout))
+        except TembError as error:
+            raise _codec.explain_condition_error(error, request) from None
+        return _codec.condition_result(response, decoding)
+
+    async def condition_stream(
+            self,
+            requests: Union[Iterable[Mapping[str, Any]],
+                            AsyncIterable[Mapping[str, Any]]], *,
+            timeout: Optional[float] = None,
+            raise_errors: bool = True
+    ) -> AsyncIterator[Union[Dict[str, Any], TembError]]:
+        """See :meth:`temb.Client.condition_stream`; `requests` may also be
+        an async iterable."""
+        state = _request.ConditionStreamState()
+        request_iterator: Union[Iterator[Any], AsyncIterator[Any]]
+        if isinstance(requests, collections.abc.AsyncIterable):
+            request_iterator = state.async_requests(requests)
+        else:
+            request_iterator = state.requests(requests)
+        call = self._stub.ConditionStream(request_iterator,
+                                          **self._call_options(timeout))
+        try:
+            with _request.rpc_errors():
+                async for response in call:
+                    yield state.result(response, raise_errors)
+        finally:
+            call.cancel()
+        if state.error is not None:
+            raise state.error
+
+    async def models(self, *, timeout: Optional[float] = None
+                     ) -> Tuple[ConditioningModel, ...]:
+        """See :meth:`temb.Client.models`."""
+        return (await self.server_info(timeout=timeout)).conditioning_models
 
     async def server_info(self, *, timeout: Optional[float] = None
                           ) -> ServerInfo:

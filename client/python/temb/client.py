@@ -8,7 +8,7 @@ should create it once and share it.  Calls raise :class:`temb.TembError`
 from __future__ import annotations
 
 from typing import (Any, Callable, Dict, Iterable, Iterator, Mapping,
-                    Optional, Union)
+                    Optional, Tuple, Union)
 
 import grpc
 import numpy as np
@@ -17,7 +17,7 @@ from temb import _codec, _request
 from temb._proto.temb.v1 import temb_pb2 as pb
 from temb._request import Embedding
 from temb.errors import TembError, error_from_code
-from temb.types import HealthStatus, ServerInfo
+from temb.types import ConditioningModel, HealthStatus, ServerInfo
 
 __all__ = ["Client"]
 
@@ -224,8 +224,98 @@ class Client(_request.ClientBase):
         if state.error is not None:
             raise state.error
 
+    def condition(self, model: str, timesteps: Any, guidance: Any = None,
+                  pooled_projections: Any = None, outputs: Any = None,
+                  return_tensors: Optional[str] = None, *,
+                  request_id: Optional[str] = None,
+                  timeout: Optional[float] = None, bf16_format: str = "auto",
+                  **extras: Any) -> Dict[str, Any]:
+        """A diffusion transformer's time conditioning, computed by the
+        server's conditioning model `model` (a folder of its
+        --model_repository; :meth:`models` lists them)::
+
+            cond = client.condition("qwen-image", scheduler.timesteps)
+            cond["img_mod"]        # [N, blocks, 6D], the model's dtype
+
+        Args:
+          model: the conditioning model's name.
+          timesteps: [N] (a scalar is one), or per-token timesteps of rank 2
+            or more (Wan 2.2 TI2V's [B, L]): the answer then holds the rows
+            of the distinct values and an int64 "index" output of the
+            timesteps' shape mapping each to its row.
+          guidance: [N] or one value shared by every row (models with a
+            guidance embedder, e.g. FLUX.1-dev).
+          pooled_projections: [N, P] or one row [P] (FLUX.1, SD3), e.g. a
+            bf16 torch tensor as the pipeline holds it.
+          outputs: the outputs to compute, by name (default: all of the
+            model's, see ``ConditioningModel.outputs``).
+          return_tensors: "np" (default) or "pt": CPU torch tensors in the
+            model's dtype (torch.bfloat16 for a bf16 model).
+          extras: a family's other inputs by name (e.g. ``resolution=``).
+          request_id, timeout: as for :meth:`embed`.
+          bf16_format: numpy's representation of bf16 outputs, as for
+            :meth:`embed`.
+
+        Every input travels exactly: float32, float16 and bfloat16 values
+        as they are; other floating values become float32 first (as
+        diffusers' ``.float()``, and :meth:`embed`, do); integers where
+        exact (up to 2^24).
+
+        Returns:
+          A dict of output name -> array, in the model's order (that of
+          ``ConditioningModel.outputs``), each [N] + the output's row
+          shape.
+
+        Raises:
+          NotFoundError (no such model), FailedPreconditionError (the
+          model is loading or failed to load), InvalidArgumentError naming
+          the input or output, ResourceExhaustedError (a server limit).
+        """
+        request, decoding = _request.condition_call(
+            model, timesteps, guidance, pooled_projections, outputs,
+            return_tensors, request_id=request_id, bf16_format=bf16_format,
+            **extras)
+        try:
+            with _request.rpc_errors(request.request_id):
+                response = self._stub.Condition(request,
+                                                **self._call_options(timeout))
+        except TembError as error:
+            raise _codec.explain_condition_error(error, request) from None
+        return _codec.condition_result(response, decoding)
+
+    def condition_stream(self, requests: Iterable[Mapping[str, Any]], *,
+                         timeout: Optional[float] = None,
+                         raise_errors: bool = True
+                         ) -> Iterator[Union[Dict[str, Any], TembError]]:
+        """Many :meth:`condition` calls over one stream (ConditionStream);
+        yields their results in order.  Each item is a mapping of
+        :meth:`condition`'s arguments by name (``model`` and ``timesteps``
+        included, ``timeout`` excluded), consumed lazily.  Errors as in
+        :meth:`embed_stream`: a refused request raises its TembError (or,
+        with ``raise_errors=False``, is yielded in its place and the stream
+        goes on); `timeout` bounds the whole stream."""
+        state = _request.ConditionStreamState()
+        call = self._stub.ConditionStream(state.requests(requests),
+                                          **self._call_options(timeout))
+        try:
+            with _request.rpc_errors():
+                for response in call:
+                    yield state.result(response, raise_errors)
+        finally:
+            call.cancel()  # no-op once finished; stops an abandoned stream
+        if state.error is not None:
+            raise state.error
+
+    def models(self, *, timeout: Optional[float] = None
+               ) -> Tuple[ConditioningModel, ...]:
+        """The server's conditioning models, in name order, each with its
+        state now ("loading", "ready", or "failed" with the cause), family,
+        dtype, inputs and outputs (``server_info().conditioning_models``)."""
+        return self.server_info(timeout=timeout).conditioning_models
+
     def server_info(self, *, timeout: Optional[float] = None) -> ServerInfo:
-        """Version, backend, device, limits and presets of the server."""
+        """Version, backend, device, limits and presets of the server, and
+        its conditioning models and their row cache."""
         with _request.rpc_errors():
             info = self._stub.GetServerInfo(pb.GetServerInfoRequest(),
                                             **self._call_options(timeout))

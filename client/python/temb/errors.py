@@ -19,6 +19,7 @@ __all__ = [
     "TembError",
     "InvalidArgumentError",
     "NotFoundError",
+    "FailedPreconditionError",
     "ResourceExhaustedError",
     "UnavailableError",
     "DeadlineExceededError",
@@ -50,7 +51,12 @@ class InvalidArgumentError(TembError):
 
 
 class NotFoundError(TembError):
-    """Unknown preset, or unknown health service (NOT_FOUND)."""
+    """Unknown preset, conditioning model or health service (NOT_FOUND)."""
+
+
+class FailedPreconditionError(TembError):
+    """A conditioning model that is still loading or failed to load (the
+    details say why, naming the file) (FAILED_PRECONDITION)."""
 
 
 class ResourceExhaustedError(TembError):
@@ -72,6 +78,7 @@ class UnauthenticatedError(TembError):
 _BY_CODE: Dict[grpc.StatusCode, Type[TembError]] = {
     grpc.StatusCode.INVALID_ARGUMENT: InvalidArgumentError,
     grpc.StatusCode.NOT_FOUND: NotFoundError,
+    grpc.StatusCode.FAILED_PRECONDITION: FailedPreconditionError,
     grpc.StatusCode.RESOURCE_EXHAUSTED: ResourceExhaustedError,
     grpc.StatusCode.UNAVAILABLE: UnavailableError,
     grpc.StatusCode.DEADLINE_EXCEEDED: DeadlineExceededError,

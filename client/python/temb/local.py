@@ -7,7 +7,8 @@ network.
     parts = temb.local.embed_parts({"timestep": s, "guidance": g},
                                    preset="flux", timestep_dtype="bf16")
 
-``embed``, ``embed_parts``, ``embed_stream`` and ``server_info`` take and
+``embed``, ``embed_parts``, ``embed_stream``, ``server_info`` and, for an
+engine with a ``model_repository``, ``condition`` and ``models`` take and
 return exactly what :class:`temb.Client`'s do, and raise the same
 :class:`temb.TembError` subclasses with the same messages.  The numbers are
 a server's bit for bit (one with the same backend: CUDA's sincosf and the
@@ -40,6 +41,7 @@ import threading
 from typing import (Any, Callable, Dict, Iterable, Iterator, Mapping,
                     Optional, Tuple, Union)
 
+import grpc
 import numpy as np
 
 from temb import _codec, _request
@@ -48,10 +50,10 @@ from temb._proto import VERSION as _VERSION
 from temb._proto.temb.v1 import temb_pb2 as pb
 from temb._request import Embedding
 from temb.errors import TembError, error_from_code
-from temb.types import ServerInfo
+from temb.types import ConditioningModel, ServerInfo
 
-__all__ = ["Engine", "available", "configure", "default_engine", "embed",
-           "embed_parts", "embed_stream", "server_info"]
+__all__ = ["Engine", "available", "condition", "configure", "default_engine",
+           "embed", "embed_parts", "embed_stream", "models", "server_info"]
 
 EXTENSION_DIR_VARIABLE = _native_extensions.EXTENSION_DIR_VARIABLE
 _EXTENSION = "_temb_local"
@@ -161,6 +163,12 @@ class Engine:
       gpu_min_output_bytes: as the server's flag (None: its default).
       presets_file: a temb.v1.PresetCatalog text proto replacing the
         built-in catalogue, as the server's --presets_file.
+      model_repository: a folder of diffusers model folders, each a
+        conditioning model for :meth:`condition`, as the server's
+        --model_repository (loaded on the first condition() or models()
+        call, every model before it returns).
+      conditioning_cache_bytes: the conditioning models' row cache, as the
+        server's --conditioning_cache_bytes (None: its default).
 
     Thread-safe; the backend is created on first use.
     """
@@ -168,12 +176,22 @@ class Engine:
     def __init__(self, *, backend: str = "auto",
                  cpu_threads: Optional[int] = None,
                  gpu_min_output_bytes: Optional[int] = None,
-                 presets_file: Optional[str] = None) -> None:
+                 presets_file: Optional[str] = None,
+                 model_repository: Optional[str] = None,
+                 conditioning_cache_bytes: Optional[int] = None) -> None:
         self._arguments: Dict[str, Any] = dict(
             backend=backend, cpu_threads=cpu_threads,
             gpu_min_output_bytes=gpu_min_output_bytes,
             presets_file=presets_file)
+        # Only when set, so that settings (and Engine(**settings)) stay what
+        # they were for an engine without conditioning models.
+        if model_repository is not None:
+            self._arguments["model_repository"] = model_repository
+        if conditioning_cache_bytes is not None:
+            self._arguments["conditioning_cache_bytes"] = \
+                conditioning_cache_bytes
         self._core: Any = None
+        self._conditioning: Any = None
         self._plans: Dict[Any, Tuple[Any, Any]] = {}
         self._lock = threading.Lock()
 
@@ -193,6 +211,58 @@ class Engine:
                         os.fspath(a["presets_file"] or ""))
                 core = self._core
         return core
+
+    def _get_conditioning(self) -> Any:
+        conditioning = self._conditioning
+        if conditioning is None:
+            repository = self._arguments.get("model_repository")
+            if repository is None:
+                raise error_from_code(
+                    grpc.StatusCode.NOT_FOUND,
+                    "this engine has no conditioning models: "
+                    "Engine(model_repository=DIR) or "
+                    "temb.local.configure(model_repository=DIR)")
+            native = _extension()
+            with self._lock:
+                if self._conditioning is None:
+                    threads = self._arguments["cpu_threads"]
+                    cache = self._arguments.get("conditioning_cache_bytes")
+                    self._conditioning = native.Conditioning(
+                        os.fspath(repository),
+                        _default_cpu_threads() if threads is None
+                        else int(threads),
+                        -1 if cache is None else int(cache))
+                conditioning = self._conditioning
+        return conditioning
+
+    def condition(self, model: str, timesteps: Any, guidance: Any = None,
+                  pooled_projections: Any = None, outputs: Any = None,
+                  return_tensors: Optional[str] = None, *,
+                  request_id: Optional[str] = None,
+                  timeout: Optional[float] = None, bf16_format: str = "auto",
+                  **extras: Any) -> Dict[str, Any]:
+        """:meth:`temb.Client.condition`, computed in this process by the
+        engine's `model_repository` (``timeout`` is accepted and ignored).
+        The same loader, checks, row cache and kernels as the server: the
+        same bits and the same errors."""
+        del timeout
+        request, decoding = _request.condition_call(
+            model, timesteps, guidance, pooled_projections, outputs,
+            return_tensors, request_id=request_id, bf16_format=bf16_format,
+            **extras)
+        data = self._get_conditioning().condition(request.SerializeToString())
+        return _codec.condition_result(pb.ConditionResponse.FromString(data),
+                                       decoding)
+
+    def models(self, *, timeout: Optional[float] = None
+               ) -> Tuple[ConditioningModel, ...]:
+        """:meth:`temb.Client.models`: the engine's conditioning models
+        (none without a model_repository)."""
+        del timeout
+        if self._arguments.get("model_repository") is None:
+            return ()
+        info = pb.ServerInfo.FromString(self._get_conditioning().info())
+        return _codec.server_info_from_proto(info).conditioning_models
 
     @property
     def backend(self) -> str:
@@ -339,12 +409,15 @@ class Engine:
         presets."""
         del timeout
         info = pb.ServerInfo.FromString(self._get_core().server_info())
+        if self._arguments.get("model_repository") is not None:
+            info.MergeFromString(self._get_conditioning().info())
         return _codec.server_info_from_proto(info)
 
     def _reset(self, arguments: Dict[str, Any]) -> None:
         with self._lock:
             self._arguments = arguments
             self._core = None
+            self._conditioning = None
             self._plans = {}
 
     def close(self) -> None:
@@ -380,15 +453,21 @@ def engine(**arguments: Any) -> Engine:
 
 def configure(*, backend: str = "auto", cpu_threads: Optional[int] = None,
               gpu_min_output_bytes: Optional[int] = None,
-              presets_file: Optional[str] = None) -> None:
+              presets_file: Optional[str] = None,
+              model_repository: Optional[str] = None,
+              conditioning_cache_bytes: Optional[int] = None) -> None:
     """Replaces the default engine's settings (see :class:`Engine`); the
-    next call creates its backend anew."""
-    _DEFAULT._reset(dict(backend=backend, cpu_threads=cpu_threads,
-                         gpu_min_output_bytes=gpu_min_output_bytes,
-                         presets_file=presets_file))
+    next call creates its backend (and loads its models) anew."""
+    _DEFAULT._reset(Engine(
+        backend=backend, cpu_threads=cpu_threads,
+        gpu_min_output_bytes=gpu_min_output_bytes, presets_file=presets_file,
+        model_repository=model_repository,
+        conditioning_cache_bytes=conditioning_cache_bytes)._arguments)
 
 
 embed = _DEFAULT.embed
 embed_parts = _DEFAULT.embed_parts
 embed_stream = _DEFAULT.embed_stream
 server_info = _DEFAULT.server_info
+condition = _DEFAULT.condition
+models = _DEFAULT.models

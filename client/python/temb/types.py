@@ -7,7 +7,9 @@ import enum
 import pathlib
 from typing import Optional, Tuple, Union
 
-__all__ = ["HealthStatus", "Limits", "Preset", "ServerInfo", "Spec", "TlsConfig"]
+__all__ = ["ConditioningInput", "ConditioningModel", "ConditioningOutput",
+           "HealthStatus", "Limits", "Preset", "RowCacheStats", "ServerInfo",
+           "Spec", "TlsConfig"]
 
 _Pem = Union[bytes, str]
 
@@ -87,6 +89,65 @@ class Limits:
     max_batch: int
     max_output_bytes: int
     max_message_bytes: int
+    # The largest request message the server takes (gRPC's receive limit):
+    # a Client.condition call's inputs travel inside it.  0: not reported.
+    max_request_bytes: int = 0
+
+
+@dataclasses.dataclass(frozen=True)
+class ConditioningInput:
+    """An input a conditioning model takes, by its name in
+    ``Client.condition`` ("timesteps", "guidance", "pooled_projections" or
+    a family's extra such as "resolution")."""
+
+    name: str
+    width: int  # 0: one value per row ([N]); else rows of [N, width]
+    help: str = ""
+
+
+@dataclasses.dataclass(frozen=True)
+class ConditioningOutput:
+    """An output of a conditioning model: [N] + row_shape in dtype."""
+
+    name: str
+    dtype: Optional[str]  # "fp32" | "fp16" | "bf16" | "fp64"
+    row_shape: Tuple[int, ...]
+    row_bytes: int
+    layout: str = ""
+
+
+@dataclasses.dataclass(frozen=True)
+class ConditioningModel:
+    """A conditioning model of the server's --model_repository.  Only a
+    "ready" model has its family, dtype, width, weights, inputs and
+    outputs; a "failed" one has its cause in ``message``."""
+
+    name: str
+    state: str  # "loading" | "ready" | "failed"
+    message: str = ""
+    family: str = ""
+    dtype: Optional[str] = None
+    width: int = 0
+    weight_bytes: int = 0
+    inputs: Tuple[ConditioningInput, ...] = ()
+    outputs: Tuple[ConditioningOutput, ...] = ()
+
+    @property
+    def row_bytes(self) -> int:
+        """Bytes of every output for one timestep."""
+        return sum(output.row_bytes for output in self.outputs)
+
+
+@dataclasses.dataclass(frozen=True)
+class RowCacheStats:
+    """The exact row cache the conditioning models share."""
+
+    hits: int = 0
+    misses: int = 0
+    entries: int = 0
+    bytes: int = 0
+    evictions: int = 0
+    capacity_bytes: int = 0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -96,10 +157,18 @@ class ServerInfo:
     device: str
     limits: Limits
     presets: Tuple[Preset, ...]
+    # The conditioning models, in name order, with their state at the call.
+    conditioning_models: Tuple[ConditioningModel, ...] = ()
+    conditioning_cache: RowCacheStats = RowCacheStats()
 
     def preset(self, name: str) -> Optional[Preset]:
         """The preset called `name`, or None."""
         return next((p for p in self.presets if p.name == name), None)
+
+    def conditioning_model(self, name: str) -> Optional[ConditioningModel]:
+        """The conditioning model called `name`, or None."""
+        return next((m for m in self.conditioning_models if m.name == name),
+                    None)
 
 
 class HealthStatus(enum.IntEnum):

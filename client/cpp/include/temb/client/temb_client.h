@@ -128,6 +128,10 @@ class Client {
 
   absl::StatusOr<v1::ServerInfo> GetServerInfo();
 
+  // One Condition call: a conditioning model's outputs (see temb.proto).
+  absl::StatusOr<v1::ConditionResponse> Condition(
+      const v1::ConditionRequest& request);
+
   // grpc.health.v1 Check for `service` ("" is the server as a whole).
   // An RPC failure is an error; NOT_SERVING is a successful answer.
   absl::StatusOr<grpc::health::v1::HealthCheckResponse::ServingStatus> Health(
