@@ -145,6 +145,8 @@ def test_endless_header_block_is_cut_off_with_the_server_flat(pod):
                                   mode="repeat", path=FLOOD_PATH, timeout=60)
     # nginx closed the connection long before 64 MiB (its header limit is
     # 32 KiB; what was sent is what the kernel's buffers took meanwhile).
+    print(f"front: {sent / MiB:.2f} MiB of header block taken before the "
+          f"close; temb-server grew {peak.growth / MiB:.1f} MiB")
     assert sent < 32 * MiB, sent >> 20
     assert peak.growth < 16 * MiB, f"temb-server grew {peak.growth >> 20} MiB"
     assert front.rss_bytes() - front_before < 64 * MiB
@@ -158,6 +160,7 @@ def test_endless_header_block_is_cut_off_with_the_server_flat(pod):
     with Peak(server.rss_bytes) as direct:
         continuation_flood("127.0.0.1", server.port, 64 * MiB, mode="repeat",
                            path=FLOOD_PATH, timeout=60)
+    print(f"direct: temb-server grew {direct.growth / MiB:.0f} MiB")
     assert direct.growth > 64 * MiB, (
         f"the flood straight at temb-server grew it by only "
         f"{direct.growth >> 20} MiB: has gRPC's HPACK parser been fixed "
