@@ -251,6 +251,10 @@ def test_metadata_config_and_readiness(server, grpc_client, repository):
     inputs = {i["name"]: i for i in metadata["inputs"]}
     assert set(inputs) == {"timesteps", "guidance", "pooled_projections"}
     assert inputs["pooled_projections"]["shape"] == ["-1", str(POOLED)]
+    # The config's dims behind the batch dimension, as Triton writes them:
+    # perf_analyzer builds its requests from these shapes.
+    assert inputs["timesteps"]["shape"] == ["-1", "1"]
+    assert inputs["guidance"]["shape"] == ["-1", "1"]
     outputs = {o["name"]: o for o in metadata["outputs"]}
     assert outputs["img_mod"]["datatype"] == "BF16"
     assert outputs["img_mod"]["shape"] == ["-1", "2", str(6 * 256)]
