@@ -319,8 +319,9 @@ def test_front_config_is_the_file(rendered, directory):
 @pytest.mark.parametrize("directory", LAYOUTS, ids=label)
 def test_models_volume(rendered, directory):
     """The model repository is a volume mounted read-only where
-    --model_repository points; by default an empty one, so a fresh cluster
-    serves the presets."""
+    --model_repository points.  The shipped layouts mount an empty one, so a
+    fresh cluster serves the presets, and size the pod for no weights; a
+    layout that mounts checkpoints states their bytes."""
     for metadata, pod, container in server_containers(rendered[directory]):
         flags = flag_values(container["args"])
         path = flags.get("model_repository")
@@ -328,10 +329,17 @@ def test_models_volume(rendered, directory):
         (mount,) = [m for m in container["volumeMounts"] if m["mountPath"] == path]
         assert mount.get("readOnly") is True
         volumes = {v["name"]: v for v in pod["volumes"]}
-        assert "emptyDir" in volumes[mount["name"]], volumes[mount["name"]]
         assert "conditioning_cache_bytes" in flags, \
             "the cache is a term of the memory bound: set it explicitly"
-        assert int(metadata["annotations"][WEIGHT_ANNOTATION]) == 0
+        weights = int(metadata["annotations"][WEIGHT_ANNOTATION])
+        if "emptyDir" in volumes[mount["name"]]:
+            assert weights == 0, "an empty volume holds no weights"
+        else:
+            assert weights > 0, (
+                f"{label(directory)} mounts checkpoints: set {WEIGHT_ANNOTATION} "
+                "to their bytes (docs/deploy.md, \"Models\")")
+        if label(directory) in ("base", "overlays/cpu", "overlays/gpu", "kserve"):
+            assert "emptyDir" in volumes[mount["name"]], volumes[mount["name"]]
 
 
 def test_image_defaults_match_manifests():
