@@ -1,9 +1,11 @@
 # syntax=docker/dockerfile:1
-# temb server images, two targets (docs/deploy.md):
+# temb server images, two targets, and the front (docs/deploy.md):
 #   gpu (the default, last stage): CUDA backend, serves on the GPU when the
 #       container is given one (docker run --gpus all, nvidia.com/gpu in
 #       Kubernetes) and on the CPU otherwise;
-#   cpu (--target cpu): CPU backend only, on a Debian base, no CUDA at all.
+#   cpu (--target cpu): CPU backend only, on a Debian base, no CUDA at all;
+#   front (--target front): nginx with deploy/front/nginx.conf, the proxy
+#       every shipped manifest puts before temb-server's ports.
 # Each target has its own build stage on the same distribution as its runtime
 # stage, so the runtime stage installs the distribution packages that hold the
 # exact shared libraries the build linked against.  scripts/container-smoke.sh
@@ -29,6 +31,39 @@ ARG BUILD_PACKAGES="g++ make ninja-build pkg-config ca-certificates \
   python3-venv libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev \
   protobuf-compiler libabsl-dev prometheus-cpp-dev libsleef-dev \
   libspdlog-dev libfmt-dev nlohmann-json3-dev libboost-dev"
+
+# ---- front -------------------------------------------------------------------
+
+# The nginx front that every shipped manifest puts before temb-server
+# (deploy/front/README.md): Debian 12's nginx-light and deploy/front/nginx.conf.
+# Runs as uid 10001 with a read-only root filesystem: nginx writes only under
+# /tmp (its temporary paths and pid) and logs to stderr.  Kubernetes mounts
+# the ConfigMap generated from the same file over /etc/temb.  First in the
+# file: a daemonless build of --target front runs no stage after it, so no
+# compile.
+FROM ${DEBIAN_IMAGE} AS front
+SHELL ["/bin/bash", "-o", "pipefail", "-c"]
+# Unpinned on purpose: bookworm's nginx-light takes only security fixes, which
+# a rebuild should pick up.
+# hadolint ignore=DL3008
+RUN apt-get update \
+ && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
+      nginx-light \
+ && rm -rf /var/lib/apt/lists/* /etc/nginx/sites-enabled/* \
+ && groupadd --gid 10001 temb \
+ && useradd --uid 10001 --gid temb --no-create-home \
+      --home-dir /nonexistent --shell /usr/sbin/nologin temb
+COPY deploy/front/nginx.conf /etc/temb/nginx.conf
+LABEL org.opencontainers.image.title="temb-front" \
+      org.opencontainers.image.description="nginx front for temb-server: caps HTTP/2 header blocks (CVE-2023-33953)"
+USER 10001:10001
+# gRPC, KServe REST, /metrics; temb-server listens on loopback behind them.
+EXPOSE 50051 8000 9090
+# SIGQUIT: nginx finishes the requests it is proxying before it exits.
+STOPSIGNAL SIGQUIT
+# -e stderr: nginx would open its compiled-in error log (under /var/log)
+# before it reads the config's error_log.
+ENTRYPOINT ["nginx", "-e", "stderr", "-c", "/etc/temb/nginx.conf"]
 
 # ---- cpu -------------------------------------------------------------------
 

@@ -5,13 +5,19 @@
 #      uses (mmdebstrap), imported as localhost/debian:bookworm; kept and
 #      reused on later runs (TEMB_CONTAINER_FRESH_BASE=1 makes it again);
 #   2. build: `buildah bud --target cpu`, tagged localhost/temb:<version>-cpu
-#      (the name and tag deploy/ refers to);
+#      (the name and tag deploy/ refers to), and `--target front`, the nginx
+#      front, tagged localhost/temb:<version>-front;
 #   3. smoke: the image's config (non-root user, HEALTHCHECK, ports), its size
 #      against the budget, and two containers: one with the image's defaults
 #      and no network (its own HEALTHCHECK must report SERVING, the server
 #      runs as uid 10001), one on the host network called from a client
 #      container; embeddings from the server equal `temb embed --local` byte
-#      for byte; SIGTERM drains both and they exit 0.
+#      for byte; SIGTERM drains both and they exit 0; then a pod as
+#      deploy/base lays it out: temb-server on loopback serving a tiny
+#      conditioning model (made on the host with diffusers, mounted
+#      read-only), the front image in its network namespace; KServe gRPC and
+#      REST through the front answer the bytes of `temb condition` run in the
+#      image.
 # Prints each check, the phase times and "N passed, N failed" last.  Needs
 # root and buildah, podman, runc, mmdebstrap (scripts/install-deps.sh).  A
 # machine whose kernel forbids containers fails loudly: skip the stage on
@@ -20,6 +26,10 @@
 # Environment:
 #   TEMB_IMAGE              image to build (default localhost/temb:<version>-cpu)
 #   TEMB_IMAGE_BUDGET_MB    size budget in MB, 10^6 bytes (default 200)
+#   TEMB_FRONT_IMAGE        front image to build (default localhost/temb:<version>-front)
+#   TEMB_FRONT_IMAGE_BUDGET_MB  its size budget in MB (default 120)
+#   TEMB_PYTHON             Python with torch, diffusers and tritonclient
+#                           (default .venv/bin/python)
 #   TEMB_CONTAINER_JOBS     compile jobs inside the build (default 2)
 #   TEMB_CONTAINER_STORAGE  containers/storage root (default /var/lib/containers/temb)
 #   TEMB_CONTAINER_RUNROOT  its run directory (default /run/containers/temb)
@@ -37,6 +47,9 @@ VERSION="$(sed -nE 's/^project\(temb VERSION ([0-9.]+).*/\1/p' CMakeLists.txt)"
 IMAGE="${TEMB_IMAGE:-localhost/temb:${VERSION}-cpu}"
 BASE_IMAGE="localhost/debian:bookworm"
 BUDGET_MB="${TEMB_IMAGE_BUDGET_MB:-200}"
+FRONT_IMAGE="${TEMB_FRONT_IMAGE:-localhost/temb:${VERSION}-front}"
+FRONT_BUDGET_MB="${TEMB_FRONT_IMAGE_BUDGET_MB:-120}"
+PYTHON="${TEMB_PYTHON:-.venv/bin/python}"
 JOBS="${TEMB_CONTAINER_JOBS:-2}"
 WORK_DIR="${TEMB_CONTAINER_DIR:-/var/tmp/temb-container}"
 STORAGE="${TEMB_CONTAINER_STORAGE:-/var/lib/containers/temb}"
@@ -239,6 +252,18 @@ else
   fail "image $IMAGE builds" "buildah bud failed after ${t_build} s (log: $build_log)"
   finish
 fi
+# The front: no compile, a Debian package and a file.
+t0=$SECONDS
+say "building $FRONT_IMAGE (--target front; log: $WORK_DIR/build-front.log)"
+if nice -n 19 "${BUILDAH[@]}" bud --isolation chroot --pull=never \
+  --format docker --layers=false --force-rm --target front \
+  --build-arg "DEBIAN_IMAGE=$BASE_IMAGE" \
+  --tag "$FRONT_IMAGE" --file Dockerfile . >"$WORK_DIR/build-front.log" 2>&1; then
+  pass "image $FRONT_IMAGE builds ($((SECONDS - t0)) s)"
+else
+  tail -n 30 "$WORK_DIR/build-front.log"
+  fail "image $FRONT_IMAGE builds" "buildah bud failed (log: $WORK_DIR/build-front.log)"
+fi
 exec 8>&- # the build lock, if taken
 # Earlier builds of the same tag are now dangling: free their space.
 "${PODMAN[@]}" image prune -f >/dev/null 2>&1
@@ -428,6 +453,99 @@ if start "$B" --network host "$IMAGE" --address="127.0.0.1:$grpc_port" \
   fi
 else
   fail "host-network container starts" "$(logs "$B")"
+fi
+
+# C: a pod as deploy/base lays it out.  temb-server listens on loopback only
+# (the base Deployment's addresses) with a model repository mounted
+# read-only; the front image joins its network namespace, as a pod's
+# containers share one, and holds ports 50051 (gRPC), 8000 (REST) and 9090.
+# The host's Python enters that namespace to call through the front.
+front_size="$("${PODMAN[@]}" image inspect --format '{{.Size}}' "$FRONT_IMAGE" 2>/dev/null)"
+front_size="${front_size:-0}"
+if ((front_size > 0 && front_size <= FRONT_BUDGET_MB * 1000000)); then
+  pass "front image size $((front_size / 1000000)) MB <= ${FRONT_BUDGET_MB} MB"
+else
+  fail "front image size $((front_size / 1000000)) MB <= ${FRONT_BUDGET_MB} MB" \
+    "(podman history $FRONT_IMAGE shows the layers)"
+fi
+models="$SCRATCH/models"
+cli_in="$SCRATCH/cli"
+out="$SCRATCH/out"
+if ! "$PYTHON" tests/pylib/tiny_conditioning.py make "$models" \
+  --cli_inputs "$cli_in" >"$SCRATCH/make.log" 2>&1; then
+  fail "tiny conditioning model made with diffusers" "$(tail -n 20 "$SCRATCH/make.log")"
+else
+  # save_pretrained writes 0600 files: the server runs as uid 10001.
+  chmod -R a+rX "$models" "$cli_in"
+  mkdir -p "$out" && chmod 0777 "$out"
+  C="temb-smoke-pod-$$"
+  F="temb-smoke-front-$$"
+  if start "$C" --network none -v "$models:/models:ro" "$IMAGE" \
+    --address=127.0.0.1:50052 --http_address=127.0.0.1:8002 \
+    --metrics_address=127.0.0.1:9092 --model_repository=/models \
+    --conditioning_cache_bytes=67108864 --backend=cpu --log_format=json &&
+    start "$F" --network "container:$C" --read-only \
+      --tmpfs /tmp:rw,size=64m,mode=1777 "$FRONT_IMAGE"; then
+    # Readiness as the Deployment asks it: temb.models, through the front.
+    for ((i = 0; i < 60; i++)); do
+      "${PODMAN[@]}" exec "$C" temb health --target=127.0.0.1:50051 \
+        --service=temb.models >/dev/null 2>&1 && break
+      sleep 0.5
+    done
+    if "${PODMAN[@]}" exec "$C" temb health --target=127.0.0.1:50051 \
+      --service=temb.models >"$SCRATCH/health" 2>&1; then
+      pass "pod: temb.models SERVING through the front (port 50051)"
+    else
+      fail "pod: temb.models SERVING through the front" "$(cat "$SCRATCH/health")" \
+        "$(logs "$C")" "$(logs "$F")"
+    fi
+    front_pid="$("${PODMAN[@]}" inspect --format '{{.State.Pid}}' "$F")"
+    uids="$(awk '/^Uid:/ {print $2, $3, $4, $5}' "/proc/$front_pid/status" 2>&1)"
+    if [[ $uids == "10001 10001 10001 10001" ]]; then
+      pass "front: nginx runs as uid 10001 on a read-only root filesystem"
+    else
+      fail "front: nginx runs as uid 10001" "/proc/$front_pid/status Uid: $uids"
+    fi
+    if "${PODMAN[@]}" run --rm --network none "${RUN_OPTS[@]}" \
+      -v "$models:/models:ro" -v "$cli_in:/in:ro" -v "$out:/out" \
+      --entrypoint temb "$IMAGE" condition --model_dir=/models/flux-tiny \
+      --timesteps=@/in/timesteps.txt --guidance=3.5 --pooled=/in/pooled.npy \
+      --out=/out/cond.safetensors >"$SCRATCH/condition.log" 2>&1; then
+      pod_pid="$("${PODMAN[@]}" inspect --format '{{.State.Pid}}' "$C")"
+      if nsenter -t "$pod_pid" -n "$PYTHON" tests/pylib/tiny_conditioning.py \
+        compare --reference "$out/cond.safetensors" --grpc 127.0.0.1:50051 \
+        --http 127.0.0.1:8000 >"$SCRATCH/compare.log" 2>&1; then
+        pass "pod: KServe gRPC and REST through the front equal temb condition's bytes"
+        sed 's/^/    /' "$SCRATCH/compare.log"
+      else
+        fail "pod: KServe answers through the front equal temb condition's bytes" \
+          "$(cat "$SCRATCH/compare.log")" "$(logs "$C")" "$(logs "$F")"
+      fi
+      metrics="$(nsenter -t "$pod_pid" -n curl -fsS http://127.0.0.1:9090/metrics 2>&1)"
+      if grep -q '^temb_conditioning_model_weight_bytes{model="flux-tiny"}' <<<"$metrics"; then
+        pass "pod: /metrics through the front (port 9090) reports the model's weights"
+      else
+        fail "pod: /metrics through the front" "$(head -c 500 <<<"$metrics")"
+      fi
+    else
+      fail "temb condition in the image" "$(tail -n 20 "$SCRATCH/condition.log")"
+    fi
+    if drains "$C"; then
+      pass "pod: temb-server drains on SIGTERM and exits 0"
+    else
+      fail "pod: temb-server drains on SIGTERM and exits 0" "$(logs "$C")"
+    fi
+    # The image's stop signal (SIGQUIT): nginx finishes and exits 0.
+    "${PODMAN[@]}" stop -t 10 "$F" >/dev/null 2>&1
+    code="$("${PODMAN[@]}" inspect --format '{{.State.ExitCode}}' "$F" 2>/dev/null)"
+    if [[ $code == 0 ]]; then
+      pass "front stops gracefully on its stop signal and exits 0"
+    else
+      fail "front stops gracefully and exits 0" "exit code ${code:-?}" "$(logs "$F")"
+    fi
+  else
+    fail "pod: temb-server and the front start" "$(logs "$C")" "$(logs "$F")"
+  fi
 fi
 t_smoke=$((SECONDS - t0))
 

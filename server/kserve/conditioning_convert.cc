@@ -150,8 +150,12 @@ void FillConditioningMetadata(const ConditioningModelInfo& model,
     auto* input = response->add_inputs();
     input->set_name(info.name);
     input->set_datatype(std::string(TensorTypeName(TensorType::kFp32)));
+    // The batch dimension, then the config's dims (FillConditioningConfig):
+    // a per-row scalar is [-1, 1] as Triton writes dims [1] with batching.
+    // perf_analyzer builds its requests from this shape and cannot send a
+    // per-row shape of []; [N] is accepted all the same.
     input->add_shape(-1);
-    if (info.width > 0) input->add_shape(info.width);
+    input->add_shape(info.width > 0 ? info.width : 1);
   }
   for (const models::OutputInfo& info : model.outputs) {
     auto* output = response->add_outputs();

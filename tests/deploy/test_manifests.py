@@ -21,7 +21,10 @@ import tembproc
 SOURCE = Path(os.environ.get("TEMB_SOURCE_DIR", Path(__file__).resolve().parents[2]))
 DEPLOY = SOURCE / "deploy"
 KUSTOMIZATIONS = sorted(p.parent for p in DEPLOY.rglob("kustomization.yaml"))
-WORKLOADS = [d for d in KUSTOMIZATIONS if d.name != "kserve"]
+# deploy/front only generates the front's ConfigMap; the others serve.
+LAYOUTS = [d for d in KUSTOMIZATIONS if d.name != "front"]
+WORKLOADS = [d for d in LAYOUTS if d.name != "kserve"]
+FRONT_CONF = DEPLOY / "front" / "nginx.conf"
 OVERLAYS = {d.name: d for d in KUSTOMIZATIONS if d.parent.name == "overlays"}
 
 # The server's defaults as documented (README, docs/deploy.md); when the
@@ -30,7 +33,17 @@ DEFAULT_GRPC_PORT = 50051
 DEFAULT_METRICS_PORT = 9090
 DEFAULT_DRAIN_GRACE_S = 15.0
 # Health services temb-server registers on its gRPC port.
-HEALTH_SERVICES = {"", "temb.v1.EmbeddingService", "inference.GRPCInferenceService"}
+HEALTH_SERVICES = {"", "temb.v1.EmbeddingService", "inference.GRPCInferenceService",
+                   "temb.models"}
+# SERVING once every model of --model_repository has loaded or failed
+# (App::kModelsHealthName): what readiness waits for.
+MODELS_HEALTH = "temb.models"
+# The pod annotation that carries W, the conditioning weights' bytes the
+# deployment is sized for (docs/deploy.md, "Models").
+WEIGHT_ANNOTATION = "temb/model-weight-bytes"
+# The longest model load the startup probe allows: a 13 GiB Qwen-Image
+# checkpoint at 20 MiB/s (docs/deploy.md, "Probes") is 666 s.
+LONGEST_LOAD_S = (13 << 30) / (20 << 20)
 
 
 def render(directory):
@@ -49,16 +62,64 @@ def label(directory):
     return str(directory.relative_to(DEPLOY))
 
 
-def server_containers(docs):
-    """(pod template metadata, pod spec, container) for each server container."""
+SERVER_NAMES = {"temb-server", "kserve-container"}
+
+
+def pods(docs):
+    """(pod template metadata, pod spec) of each Deployment and ServingRuntime."""
     for doc in docs:
         if doc["kind"] == "Deployment":
             template = doc["spec"]["template"]
-            for container in template["spec"]["containers"]:
-                yield template["metadata"], template["spec"], container
+            yield template["metadata"], template["spec"]
         elif doc["kind"] == "ServingRuntime":
-            for container in doc["spec"]["containers"]:
-                yield {"annotations": doc["spec"].get("annotations", {})}, doc["spec"], container
+            yield {"annotations": doc["spec"].get("annotations", {})}, doc["spec"]
+
+
+def server_containers(docs):
+    """(pod template metadata, pod spec, container) for each server container."""
+    for metadata, pod in pods(docs):
+        for container in pod["containers"]:
+            if container["name"] in SERVER_NAMES:
+                yield metadata, pod, container
+
+
+def front_of(pod):
+    """The pod's nginx front container."""
+    (front,) = [c for c in pod["containers"] if c["name"] == "front"]
+    return front
+
+
+def is_loopback(address):
+    return address.rsplit(":", 1)[0] in ("127.0.0.1", "[::1]", "localhost")
+
+
+def front_config(docs, pod):
+    """The nginx.conf the pod's front reads: the ConfigMap its volume names,
+    mounted where its command reads it."""
+    front = front_of(pod)
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    (mount,) = [m for m in front["volumeMounts"]
+                if "configMap" in volumes[m["name"]]]
+    name = volumes[mount["name"]]["configMap"]["name"]
+    (config_map,) = [d for d in by_kind(docs, "ConfigMap")
+                     if d["metadata"]["name"] == name]
+    assert mount["mountPath"] == "/etc/temb", mount
+    return config_map["data"]["nginx.conf"]
+
+
+def front_routes(text):
+    """{listen port: (kind, upstream port)} of an nginx config: kind is
+    "grpc" for grpc_pass, "http" for proxy_pass."""
+    upstreams = {name: int(port) for name, port in re.findall(
+        r"upstream (\w+) \{\s*server 127\.0\.0\.1:(\d+);", text)}
+    routes = {}
+    for block in re.split(r"\n    server \{", text)[1:]:
+        (listen,) = re.findall(r"listen (\d+)", block)
+        (kind, upstream), = re.findall(r"(grpc|proxy)_pass \w+://(\w+);",
+                                        block)
+        routes[int(listen)] = ("grpc" if kind == "grpc" else "http",
+                               upstreams[upstream])
+    return routes
 
 
 def flag_values(args):
@@ -83,11 +144,12 @@ def seconds(duration):
     return sum(float(n) * units[u] for n, u in parts)
 
 
-def dockerfile():
-    """Instructions of the last stage, continuation lines joined."""
+def dockerfile(target=None):
+    """Instructions of the stage named `target` (by default the last one),
+    continuation lines joined."""
     text = (SOURCE / "Dockerfile").read_text()
     text = re.sub(r"\\\n", " ", text)
-    stages, current = [], []
+    stages, current = {}, []
     for line in text.splitlines():
         line = line.strip()
         if not line or line.startswith("#"):
@@ -95,9 +157,9 @@ def dockerfile():
         keyword, _, rest = line.partition(" ")
         if keyword.upper() == "FROM":
             current = []
-            stages.append(current)
+            stages[rest.split()[-1]] = current
         current.append((keyword.upper(), rest.strip()))
-    return stages[-1]
+    return stages[target] if target else list(stages.values())[-1]
 
 
 def instruction(stage, keyword):
@@ -174,31 +236,110 @@ def test_services(rendered, directory):
     cluster_ip = [s for s in services.values() if s.get("clusterIP") != "None"]
     assert len(headless) == 1 and len(cluster_ip) == 1, services
     assert "temb-headless" in services and services["temb-headless"]["clusterIP"] == "None"
-    (_, _, container), = server_containers(rendered[directory])
-    named = {p["name"]: p["containerPort"] for p in container["ports"]}
+    (_, pod, _), = server_containers(rendered[directory])
+    # Every target is a port of the front: none reaches temb-server itself.
+    named = {p["name"]: p["containerPort"] for p in front_of(pod)["ports"]}
     for spec in services.values():
         for port in spec["ports"]:
-            assert port["targetPort"] in named, f"targetPort {port['targetPort']} names no port"
+            assert port["targetPort"] in named, f"targetPort {port['targetPort']} names no front port"
+            assert port["port"] == named[port["targetPort"]]
             if port["targetPort"] == "grpc":
-                assert port["port"] == named["grpc"]
                 assert port.get("appProtocol") == "kubernetes.io/h2c"
+    # Triton's REST port, on both Services (docs/deploy.md, "The front").
+    for spec in services.values():
+        assert {p["targetPort"] for p in spec["ports"]} >= {"grpc", "http"}
 
 
-@pytest.mark.parametrize("directory", KUSTOMIZATIONS, ids=label)
-def test_ports_match_flags_and_image(rendered, directory):
-    stage = dockerfile()
-    exposed = {int(p.split("/")[0]) for p in instruction(stage, "EXPOSE").split()}
-    for metadata, _, container in server_containers(rendered[directory]):
+@pytest.mark.parametrize("directory", LAYOUTS, ids=label)
+def test_front_stands_before_every_port(rendered, directory):
+    """temb-server listens on loopback only and offers no port; each port
+    of the pod is the front's, and each front port proxies to one of
+    temb-server's loopback listeners with the protocol it speaks."""
+    docs = rendered[directory]
+    front_exposed = {int(p.split("/")[0]) for p in
+                     instruction(dockerfile("front"), "EXPOSE").split()}
+    for metadata, pod, container in server_containers(docs):
+        assert "ports" not in container, \
+            f"{label(directory)}: temb-server offers {container['ports']}"
         flags = flag_values(container.get("args", []))
-        grpc_port = port_of(flags.get("address", f":{DEFAULT_GRPC_PORT}"))
-        metrics_port = port_of(flags.get("metrics_address", f":{DEFAULT_METRICS_PORT}"))
-        ports = {p["containerPort"] for p in container["ports"]}
-        assert ports == {grpc_port} or ports == {grpc_port, metrics_port}, ports
-        assert ports <= exposed, f"container ports {ports} not all EXPOSEd ({exposed})"
+        listeners = {"grpc": flags.get("address", f"0.0.0.0:{DEFAULT_GRPC_PORT}"),
+                     "metrics": flags.get("metrics_address",
+                                          f"0.0.0.0:{DEFAULT_METRICS_PORT}")}
+        if flags.get("http_address"):
+            listeners["http"] = flags["http_address"]
+        for name, address in listeners.items():
+            assert is_loopback(address), f"{label(directory)}: --{name} {address} is not loopback"
+        front = front_of(pod)
+        ports = {p["containerPort"] for p in front["ports"]}
+        assert ports <= front_exposed, f"front ports {ports} not all EXPOSEd ({front_exposed})"
+        routes = front_routes(front_config(docs, pod))
+        assert ports <= routes.keys(), f"front ports {ports} nginx does not listen on"
+        # gRPC and, where REST is on, REST go through the front.
+        assert routes[DEFAULT_GRPC_PORT] == ("grpc", port_of(listeners["grpc"]))
+        assert DEFAULT_GRPC_PORT in ports
+        rest = [p for p, (kind, up) in routes.items()
+                if "http" in listeners and up == port_of(listeners["http"])]
+        if directory in WORKLOADS:
+            assert rest and set(rest) <= ports, "REST is on but no front port serves it"
+            assert routes[rest[0]][0] == "http"
+        metrics = [p for p, (_, up) in routes.items()
+                   if up == port_of(listeners["metrics"])]
+        assert len(metrics) == 1
         annotations = metadata.get("annotations", {})
         assert annotations.get("prometheus.io/scrape") == "true"
-        assert annotations.get("prometheus.io/port") == str(metrics_port)
+        assert annotations.get("prometheus.io/port") == str(metrics[0])
         assert annotations.get("prometheus.io/path") == "/metrics"
+
+
+@pytest.mark.parametrize("directory", LAYOUTS, ids=label)
+def test_front_config_is_the_file(rendered, directory):
+    """The ConfigMap the front mounts is deploy/front/nginx.conf itself,
+    the file tests/reliability/test_front.py floods through."""
+    docs = rendered[directory]
+    for _, pod, _ in server_containers(docs):
+        assert front_config(docs, pod) == FRONT_CONF.read_text()
+        front = front_of(pod)
+        stage = dockerfile("front")
+        command = exec_form(instruction(stage, "ENTRYPOINT")) + front.get("args", [])
+        assert command[0] == "nginx" and "-c" in command
+        assert command[command.index("-c") + 1] == "/etc/temb/nginx.conf"
+        assert ["deploy/front/nginx.conf", "/etc/temb/nginx.conf"] == \
+            instruction(stage, "COPY").split()
+        user = instruction(stage, "USER").split(":")[0]
+        assert user.isdigit() and int(user) != 0
+        security = front["securityContext"]
+        assert security["readOnlyRootFilesystem"] is True
+        assert security["allowPrivilegeEscalation"] is False
+        assert security["capabilities"]["drop"] == ["ALL"]
+        mounts = {m["mountPath"] for m in front["volumeMounts"]}
+        assert "/tmp" in mounts, "nginx's temporary paths need a writable /tmp"
+        assert {"cpu", "memory"} <= front["resources"]["limits"].keys()
+
+
+@pytest.mark.parametrize("directory", LAYOUTS, ids=label)
+def test_models_volume(rendered, directory):
+    """The model repository is a volume mounted read-only where
+    --model_repository points.  The shipped layouts mount an empty one, so a
+    fresh cluster serves the presets, and size the pod for no weights; a
+    layout that mounts checkpoints states their bytes."""
+    for metadata, pod, container in server_containers(rendered[directory]):
+        flags = flag_values(container["args"])
+        path = flags.get("model_repository")
+        assert path, "--model_repository is not set"
+        (mount,) = [m for m in container["volumeMounts"] if m["mountPath"] == path]
+        assert mount.get("readOnly") is True
+        volumes = {v["name"]: v for v in pod["volumes"]}
+        assert "conditioning_cache_bytes" in flags, \
+            "the cache is a term of the memory bound: set it explicitly"
+        weights = int(metadata["annotations"][WEIGHT_ANNOTATION])
+        if "emptyDir" in volumes[mount["name"]]:
+            assert weights == 0, "an empty volume holds no weights"
+        else:
+            assert weights > 0, (
+                f"{label(directory)} mounts checkpoints: set {WEIGHT_ANNOTATION} "
+                "to their bytes (docs/deploy.md, \"Models\")")
+        if label(directory) in ("base", "overlays/cpu", "overlays/gpu", "kserve"):
+            assert "emptyDir" in volumes[mount["name"]], volumes[mount["name"]]
 
 
 def test_image_defaults_match_manifests():
@@ -225,33 +366,49 @@ def test_image_defaults_match_manifests():
             assert env.get("MALLOC_ARENA_MAX") == "4"
 
 
-@pytest.mark.parametrize("directory", KUSTOMIZATIONS, ids=label)
+@pytest.mark.parametrize("directory", LAYOUTS, ids=label)
 def test_probes_are_grpc_health_checks(rendered, directory):
-    for _, _, container in server_containers(rendered[directory]):
+    """kubelet probes the pod's gRPC port, the front's, which proxies
+    grpc.health.v1 to temb-server: every probe checks both."""
+    docs = rendered[directory]
+    for _, pod, container in server_containers(docs):
         grpc_port = port_of(flag_values(container.get("args", [])).get(
             "address", f":{DEFAULT_GRPC_PORT}"))
+        routes = front_routes(front_config(docs, pod))
+        (front_grpc,) = [p for p, route in routes.items() if route == ("grpc", grpc_port)]
+        assert front_grpc in {p["containerPort"] for p in front_of(pod)["ports"]}
         probes = {k: v for k, v in container.items() if k.endswith("Probe")}
         assert "readinessProbe" in probes
+        # Ready once every model of the repository has loaded or failed.
+        assert probes["readinessProbe"]["grpc"]["service"] == MODELS_HEALTH
         if directory in WORKLOADS:
             assert probes.keys() == {"startupProbe", "readinessProbe", "livenessProbe"}
+            startup = probes["startupProbe"]
+            assert startup["grpc"]["service"] == MODELS_HEALTH
+            allowed = startup["periodSeconds"] * startup["failureThreshold"]
+            assert allowed >= LONGEST_LOAD_S, \
+                f"the startup probe allows {allowed}s, a 13 GiB load takes {LONGEST_LOAD_S:.0f}s"
+            # Liveness asks for the server as a whole, SERVING while models load.
+            assert probes["livenessProbe"]["grpc"].get("service", "") == ""
         for kind, probe in probes.items():
             assert set(probe) & {"grpc", "httpGet", "tcpSocket", "exec"} == {"grpc"}, kind
-            assert probe["grpc"]["port"] == grpc_port, kind
+            assert probe["grpc"]["port"] == front_grpc, kind
             assert probe["grpc"].get("service", "") in HEALTH_SERVICES, kind
 
 
 @pytest.mark.parametrize("directory", WORKLOADS, ids=label)
 def test_pod_security(rendered, directory):
-    (_, pod, container), = server_containers(rendered[directory])
+    (_, pod, server), = server_containers(rendered[directory])
     assert pod["securityContext"]["runAsNonRoot"] is True
     assert pod["securityContext"]["runAsUser"] != 0
-    security = container["securityContext"]
-    assert security["readOnlyRootFilesystem"] is True
-    assert security["allowPrivilegeEscalation"] is False
-    assert security["capabilities"]["drop"] == ["ALL"]
-    resources = container["resources"]
-    assert {"cpu", "memory"} <= resources["requests"].keys()
-    assert {"cpu", "memory"} <= resources["limits"].keys()
+    for container in (server, front_of(pod)):
+        security = container["securityContext"]
+        assert security["readOnlyRootFilesystem"] is True
+        assert security["allowPrivilegeEscalation"] is False
+        assert security["capabilities"]["drop"] == ["ALL"]
+        resources = container["resources"]
+        assert {"cpu", "memory"} <= resources["requests"].keys()
+        assert {"cpu", "memory"} <= resources["limits"].keys()
 
 
 @pytest.mark.parametrize("directory", WORKLOADS, ids=label)
@@ -271,6 +428,9 @@ def test_termination_outlasts_drain(rendered, directory):
     liveness = container["livenessProbe"]
     assert liveness["periodSeconds"] * liveness["failureThreshold"] > sleep + drain, \
         "liveness would restart a pod in the middle of its drain"
+    # The front proxies until temb-server has drained, and stops in the grace.
+    (_, front_sleep) = front_of(pod)["lifecycle"]["preStop"]["exec"]["command"]
+    assert sleep + drain < float(front_sleep) < grace
 
 
 # The Dockerfile target each deployable kustomization runs; base names the
@@ -285,14 +445,17 @@ def test_image_name_is_consistent(rendered):
                         (SOURCE / "CMakeLists.txt").read_text()).group(1)
     repositories = set()
     for directory, docs in rendered.items():
-        for _, _, container in server_containers(docs):
+        for _, pod, container in server_containers(docs):
+            front = front_of(pod)["image"]
             image = container["image"]
             if label(directory) == "base":
-                assert image == "temb", image
+                assert (image, front) == ("temb", "temb-front"), (image, front)
                 continue
             repository, _, tag = image.rpartition(":")
             assert repository.rsplit("/", 1)[-1] == "temb", image
             assert tag == f"{version}-{IMAGE_TARGETS[label(directory)]}", image
+            # The front: the Dockerfile's front target, same repository.
+            assert front == f"{repository}:{version}-front", front
             repositories.add(repository)
     assert len(repositories) == 1, repositories
 
@@ -322,10 +485,11 @@ def test_kserve_runtime_serves_v2_grpc(rendered):
     assert model["modelFormat"]["name"] in formats
     assert model["protocolVersion"] == "v2"
     assert {"v2", "grpc-v2"} <= set(runtime["spec"]["protocolVersions"])
-    (container,) = runtime["spec"]["containers"]
-    (port,) = container["ports"]
+    # Knative allows one container with ports: the front's gRPC port.
+    (port,) = [p for c in runtime["spec"]["containers"] for p in c.get("ports", [])]
     assert port["name"] == "h2c"  # KServe's marker for an HTTP/2 (gRPC) port
-    assert port["containerPort"] == port_of(flag_values(container["args"])["address"])
+    assert port["containerPort"] == DEFAULT_GRPC_PORT
+    assert port in front_of(runtime["spec"])["ports"]
 
 
 def test_defaults_match_server(server_flags):
@@ -335,7 +499,7 @@ def test_defaults_match_server(server_flags):
     assert server_flags["backend"] == "auto"
 
 
-@pytest.mark.parametrize("directory", KUSTOMIZATIONS, ids=label)
+@pytest.mark.parametrize("directory", LAYOUTS, ids=label)
 def test_args_are_server_flags(rendered, server_flags, directory):
     for _, _, container in server_containers(rendered[directory]):
         for name in flag_values(container.get("args", [])):
@@ -364,14 +528,16 @@ def quantity_bytes(text):
     return int(number) * units[unit]
 
 
-@pytest.mark.parametrize("directory", KUSTOMIZATIONS, ids=label)
+@pytest.mark.parametrize("directory", LAYOUTS, ids=label)
 def test_memory_limit_holds_the_documented_bound(rendered, server_flags,
                                                  directory):
     """No client can push a pod past its memory limit: the bound of
     docs/operations.md with the pod's flags (the server's defaults where
     unset) and its malloc arena cap stays under the limit, so an attack
-    meets the server's own refusals, not the OOM killer."""
-    for _, _, container in server_containers(rendered[directory]):
+    meets the server's own refusals, not the OOM killer.  With a model
+    repository the bound holds W, the weights the pod is sized for (its
+    annotation), and K, the row cache."""
+    for metadata, _, container in server_containers(rendered[directory]):
         flags = flag_values(container.get("args", []))
         env = {e["name"]: e.get("value") for e in container.get("env", [])}
         quota = int(flags.get("grpc_memory_quota",
@@ -395,6 +561,13 @@ def test_memory_limit_holds_the_documented_bound(rendered, server_flags,
             per_connection = header + (
                 (128 << 10) if flags.get("tls_cert") else (32 << 10))
             bound += connections * per_connection + 64 * (64 << 10)
+        if flags.get("model_repository"):
+            weights = int(metadata["annotations"][WEIGHT_ANNOTATION])
+            cache = int(flags["conditioning_cache_bytes"])
+            bound += weights + cache
+            # The weights stay resident: the scheduler must reserve them.
+            requests = container["resources"]["requests"]
+            assert quantity_bytes(requests["memory"]) >= weights + IDLE_SERVER_BYTES
         limits = container["resources"]["limits"]
         if "nvidia.com/gpu" in limits:
             bound += PINNED_POOL_BYTES + CUDA_RUNTIME_ALLOWANCE_BYTES
@@ -412,10 +585,15 @@ def test_server_runs_with_deployment_args_and_serves_probe_services(
                 for docs in rendered.values() for _, _, c in server_containers(docs)
                 for k in c if k.endswith("Probe")}
     # The base Deployment's own arguments, less the listen addresses (the
-    # test listens on loopback ports of its own); they come last and win.
+    # test listens on loopback ports of its own) and with an empty model
+    # repository of its own, as the default emptyDir volume is.
     (_, _, container), = server_containers(rendered[DEPLOY / "base"])
+    models = tmp_path / "models"
+    models.mkdir()
     args = [a for a in container["args"]
-            if not a.startswith(("--address=", "--metrics_address="))]
+            if not a.startswith(("--address=", "--metrics_address=",
+                                 "--http_address=", "--model_repository="))]
+    args.append(f"--model_repository={models}")
     server = tembproc.Server(tmp_path, "probe", extra_args=args)
     try:
         server.start()

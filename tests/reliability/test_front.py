@@ -11,11 +11,8 @@ gRPC's memory quota (--grpc_memory_quota) is no remedy for this one: it
 stopped a single flooding connection near 2.5 x the quota, but four at once
 grew the server by 1.8 to 3.2 GiB with a 64 MiB quota (docs/operations.md).
 """
-import os
 import re
-import shutil
-import socket
-import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -26,9 +23,11 @@ import pytest
 from conftest import REPO
 from h2_flood import continuation_flood
 
+sys.path.insert(0, str(REPO / "tests" / "pylib"))
+from temb_front import Front, moved_config  # noqa: E402
+
 MiB = 1 << 20
 FRONT_CONF = REPO / "deploy" / "front" / "nginx.conf"
-NGINX = shutil.which("nginx") or "/usr/sbin/nginx"
 
 
 class Peak:
@@ -109,64 +108,24 @@ def serves(target, v1, v1_grpc, kserve=None, kserve_grpc=None):
             assert list(infer.outputs[0].shape) == [1, 320]
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture
 def start_front(tmp_path):
-    """start_front(upstream_port) -> (port, master pid): nginx running
+    """start_front(upstream_port) -> Front: nginx running
     deploy/front/nginx.conf, with only its ports and paths moved into the
-    test's directory.  Stopped at the end."""
-    assert Path(NGINX).exists(), (
-        "nginx is not installed: scripts/install-deps.sh installs it "
-        "(Debian package nginx-light)")
+    test's directory, proxying gRPC to `upstream_port`.  Stopped at the end."""
     started = []
 
     def start(upstream_port):
-        port = free_port()
-        conf = FRONT_CONF.read_text()
-        conf = conf.replace("/tmp/temb-front", str(tmp_path / "front"))
-        conf = conf.replace("listen 50051", f"listen 127.0.0.1:{port}")
-        conf = conf.replace("127.0.0.1:50052", f"127.0.0.1:{upstream_port}")
-        if os.geteuid() == 0:
-            # Workers of a root master run as "nobody", who cannot enter the
-            # test's private directory; in a container nginx is not root.
-            conf = "user root;\n" + conf
-        path = tmp_path / "nginx.conf"
-        path.write_text(conf)
-        log = open(tmp_path / "nginx.log", "wb")
-        process = subprocess.Popen(
-            [NGINX, "-e", str(tmp_path / "nginx-early.log"), "-c", str(path)],
-            stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
-        started.append(process)
-        deadline = time.monotonic() + 20
-        while True:
-            assert process.poll() is None, (tmp_path / "nginx.log").read_text()
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=1).close()
-                break
-            except OSError:
-                assert time.monotonic() < deadline, "nginx did not listen"
-                time.sleep(0.05)
-        return port, process.pid
+        text, listens = moved_config(FRONT_CONF.read_text(), tmp_path,
+                                     {"grpc": upstream_port})
+        front = Front(text, tmp_path, listens[50051])
+        front.port = listens[50051]
+        started.append(front)
+        return front
 
     yield start
-    for process in started:
-        process.terminate()
-        try:
-            process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(timeout=10)
-
-
-def nginx_rss(master):
-    children = subprocess.run(["pgrep", "-P", str(master)],
-                              capture_output=True, text=True).stdout.split()
-    return sum(rss_of(pid) for pid in [master, *map(int, children)])
+    for front in started:
+        front.stop()
 
 
 def test_flood_grows_grpc_without_a_front(start_server):
@@ -188,17 +147,18 @@ def test_front_stops_the_flood_and_serves_grpc(start_server, start_front, pb,
     v1, v1_grpc, kserve, kserve_grpc = pb
     # No quota: the front alone keeps the flood away from gRPC.
     server = start_server("--backend=cpu", "--grpc_memory_quota=0")
-    port, master = start_front(server.port)
+    nginx = start_front(server.port)
+    port = nginx.port
     front = f"127.0.0.1:{port}"
     serves(front, v1, v1_grpc, kserve, kserve_grpc)  # warm both up
-    nginx_before = nginx_rss(master)
+    nginx_before = nginx.rss_bytes()
     with Peak(server.rss_bytes) as peak:
         sent = floods(port, 8, 64 * MiB, mode)
     # nginx closed every connection long before 64 MiB (its header limit is
     # 32 KiB; what was sent is what the kernel's buffers took meanwhile).
     assert all(s < 32 * MiB for s in sent), [s >> 20 for s in sent]
     assert peak.growth < 16 * MiB, peak.growth
-    assert nginx_rss(master) - nginx_before < 64 * MiB
+    assert nginx.rss_bytes() - nginx_before < 64 * MiB
     # Calls through the front still work, both APIs, unary and streaming.
     serves(front, v1, v1_grpc, kserve, kserve_grpc)
     assert server.alive(), server.log()

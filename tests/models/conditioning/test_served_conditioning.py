@@ -251,6 +251,10 @@ def test_metadata_config_and_readiness(server, grpc_client, repository):
     inputs = {i["name"]: i for i in metadata["inputs"]}
     assert set(inputs) == {"timesteps", "guidance", "pooled_projections"}
     assert inputs["pooled_projections"]["shape"] == ["-1", str(POOLED)]
+    # The config's dims behind the batch dimension, as Triton writes them:
+    # perf_analyzer builds its requests from these shapes.
+    assert inputs["timesteps"]["shape"] == ["-1", "1"]
+    assert inputs["guidance"]["shape"] == ["-1", "1"]
     outputs = {o["name"]: o for o in metadata["outputs"]}
     assert outputs["img_mod"]["datatype"] == "BF16"
     assert outputs["img_mod"]["shape"] == ["-1", "2", str(6 * 256)]
@@ -369,3 +373,32 @@ def test_repeated_schedule_is_taken_from_the_cache(server, grpc_client):
         assert np.array_equal(bf16_bits(first.as_numpy(name)),
                               bf16_bits(second.as_numpy(name)))
     assert count(after, "temb_conditioning_cache_bytes") > 0
+
+
+@pytest.mark.parametrize("protocol", ["grpc", "http"])
+def test_perf_analyzer_drives_a_conditioning_model(server, tmp_path, protocol):
+    """Triton's perf_analyzer builds its requests from ModelMetadata and
+    ModelConfig: with the pipeline's inputs as its input data it load-tests
+    a conditioning model over both protocols and reports."""
+    import csv  # pylint: disable=import-outside-toplevel
+    from temb_perf_analyzer import (  # pylint: disable=import-outside-toplevel
+        find_perf_analyzer, perf_analyzer_env)
+    import tiny_conditioning  # pylint: disable=import-outside-toplevel
+    assert tiny_conditioning.POOLED == POOLED
+    data = tmp_path / "input.json"
+    data.write_text(json.dumps(tiny_conditioning.input_data(16)))
+    target = server.target if protocol == "grpc" else server.http_target
+    out = tmp_path / "out.csv"
+    run = subprocess.run(
+        [find_perf_analyzer(), "-i", protocol, "-u", target, "-m", "flux-dev",
+         "-b", "4", "--concurrency-range", "2", "--measurement-interval",
+         "1000", "--stability-percentage", "100", "--input-data", str(data),
+         "-f", str(out)],
+        env=perf_analyzer_env(), capture_output=True, text=True, timeout=180,
+        check=False)
+    report = run.stdout + run.stderr
+    assert run.returncode == 0, report
+    assert "Concurrency: 2, throughput:" in report, report
+    with open(out, newline="", encoding="utf-8") as f:
+        (row,) = list(csv.DictReader(f))
+    assert float(row["Inferences/Second"]) > 0, row
