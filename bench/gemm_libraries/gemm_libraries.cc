@@ -65,7 +65,7 @@ double MedianSeconds(int runs, const std::function<void()>& run) {
 // Batch invariance: each of the 50 rows computed alone at 1 thread against
 // the same row inside batches of 2, 7, 16 and 50 rows at 1, 2 and 4 threads.
 void Report(const char* name, const char* dtype, const Gemm& gemm,
-            const std::vector<float>& x, int runs) {
+            const std::vector<float>& x, int runs, const Gemm* temb = nullptr) {
   std::vector<float> alone(50 * kOut);
   for (int m = 0; m < 50; ++m) {
     gemm(x.data() + m * kIn, 1, 1, alone.data() + m * kOut);
@@ -94,12 +94,26 @@ void Report(const char* name, const char* dtype, const Gemm& gemm,
       "differ from rows alone%s%s)\n",
       name, dtype, differing == 0 ? "yes" : "NO", differing, cases,
       where.empty() ? "" : ":", where.c_str());
+  if (temb == nullptr) return;
+  // Timed alternately with temb's Linear on the same weights, run by run,
+  // so that a shared machine's load falls on both alike.
   for (int rows : {1, 16, 50}) {
     std::vector<float> y(rows * kOut);
-    const double seconds =
-        MedianSeconds(runs, [&] { gemm(x.data(), rows, 2, y.data()); });
-    std::printf("%-9s %-4s rows %2d: %8.2f ms %6.1f GFLOP/s\n", name, dtype,
-                rows, seconds * 1e3, 2.0 * rows * kIn * kOut / seconds / 1e9);
+    std::vector<double> theirs, ours;
+    for (int run = 0; run < runs; ++run) {
+      theirs.push_back(
+          MedianSeconds(1, [&] { gemm(x.data(), rows, 2, y.data()); }));
+      ours.push_back(
+          MedianSeconds(1, [&] { (*temb)(x.data(), rows, 2, y.data()); }));
+    }
+    std::sort(theirs.begin(), theirs.end());
+    std::sort(ours.begin(), ours.end());
+    const double t = theirs[runs / 2], o = ours[runs / 2];
+    std::printf(
+        "%-9s %-4s rows %2d: %8.2f ms %6.1f GFLOP/s | temb %8.2f ms "
+        "%6.1f GFLOP/s | temb %.2fx its speed\n",
+        name, dtype, rows, t * 1e3, 2.0 * rows * kIn * kOut / t / 1e9, o * 1e3,
+        2.0 * rows * kIn * kOut / o / 1e9, t / o);
   }
 }
 
@@ -143,8 +157,10 @@ int main(int argc, char** argv) {
       if (!status.ok()) std::abort();
     };
   };
-  Report("temb", "bf16", temb_linear(temb::DType::kBFloat16), x, runs);
-  Report("temb", "fp32", temb_linear(temb::DType::kFloat32), x, runs);
+  const Gemm temb_bf16 = temb_linear(temb::DType::kBFloat16);
+  const Gemm temb_fp32 = temb_linear(temb::DType::kFloat32);
+  Report("temb", "bf16", temb_bf16, x, runs);
+  Report("temb", "fp32", temb_fp32, x, runs);
 
 #if defined(TEMB_GEMM_OPENBLAS)
   Report(
@@ -154,7 +170,7 @@ int main(int argc, char** argv) {
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, kOut, kIn,
                     1.0f, in, kIn, w32.data(), kIn, 0.0f, y, kOut);
       },
-      x, runs);
+      x, runs, &temb_fp32);
 #elif defined(TEMB_GEMM_BLIS)
   Report(
       "blis", "fp32",
@@ -168,7 +184,7 @@ int main(int argc, char** argv) {
         sgemm_(&t, &n, &m, &nn, &k, &one, w32.data(), &k, in, &k, &zero, y,
                &ld_out);
       },
-      x, runs);
+      x, runs, &temb_fp32);
 #elif defined(TEMB_GEMM_DNNL)
   dnnl::engine engine(dnnl::engine::kind::cpu, 0);
   dnnl::stream stream(engine);
@@ -200,7 +216,7 @@ int main(int argc, char** argv) {
                                             {DNNL_ARG_DST, dst_mem}});
           stream.wait();
         },
-        x, runs);
+        x, runs, bf16 ? &temb_bf16 : &temb_fp32);
   }
 #endif
   return 0;
