@@ -655,6 +655,22 @@ PairSumFn PairSumFor(CpuIsa isa, bool x_is_bf16, bool* halves) {
   return PairSumBaseline;
 }
 
+// FloatToBFloat16 then back, inline (it runs once per output element):
+// round to nearest even, a NaN stays a quiet NaN.
+inline float RoundToBFloat16(float value) {
+  uint32_t bits;
+  std::memcpy(&bits, &value, 4);
+  if ((bits & 0x7fffffffu) > 0x7f800000u) {
+    bits |= 0x00400000u;
+  } else {
+    bits += 0x7fffu + ((bits >> 16) & 1u);
+  }
+  bits &= 0xffff0000u;
+  float rounded;
+  std::memcpy(&rounded, &bits, 4);
+  return rounded;
+}
+
 // Output features per unit of work: enough to amortise a tile's setup,
 // few enough to balance threads on the narrow embedder Linears.
 constexpr int64_t kFeaturesPerChunk = 64;
@@ -776,11 +792,19 @@ absl::Status LinearForwardOnIsa(CpuIsa isa, const LinearParams& params,
                            : widened.data();
       sum_f32(input, rows, in, w, begin, end, sums, out_features);
     }
+    // The bias, widened once per chunk, then one rounding.
+    float bias_values[kFeaturesPerChunk];
+    for (int64_t o = begin; o < end; ++o) {
+      bias_values[o - begin] =
+          bias != nullptr ? WeightAt(bias, dtype, o) : 0.0f;
+    }
     for (int64_t m = 0; m < rows; ++m) {
+      float* row = output + m * out_features;
       for (int64_t o = begin; o < end; ++o) {
-        float sum = output[m * out_features + o];
-        if (bias != nullptr) sum += WeightAt(bias, dtype, o);
-        output[m * out_features + o] = RoundToDType(sum, out_dtype);
+        const float sum =
+            bias != nullptr ? row[o] + bias_values[o - begin] : row[o];
+        row[o] = out_dtype == DType::kBFloat16 ? RoundToBFloat16(sum)
+                                               : RoundToDType(sum, out_dtype);
       }
     }
   }

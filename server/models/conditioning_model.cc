@@ -100,15 +100,21 @@ float Rounded(float value, ValueDType where, DType model) {
 
 void AppendEncoded(const float* values, int64_t count, DType dtype,
                    std::string* out) {
+  // Grown once, then written in place: a 50-step plan's outputs are
+  // millions of elements, and appending 2 bytes at a time cost more than
+  // the conversion.
+  const size_t start = out->size();
+  const size_t element = dtype == DType::kFloat32 ? 4 : 2;
+  out->resize(start + element * static_cast<size_t>(count));
+  char* dst = out->data() + start;
+  if (dtype == DType::kFloat32) {
+    std::memcpy(dst, values, 4 * static_cast<size_t>(count));
+    return;
+  }
   for (int64_t i = 0; i < count; ++i) {
-    if (dtype == DType::kFloat32) {
-      out->append(reinterpret_cast<const char*>(&values[i]), 4);
-    } else {
-      const uint16_t bits = dtype == DType::kBFloat16
-                                ? FloatToBFloat16(values[i])
-                                : FloatToHalf(values[i]);
-      out->append(reinterpret_cast<const char*>(&bits), 2);
-    }
+    const uint16_t bits = dtype == DType::kBFloat16 ? FloatToBFloat16(values[i])
+                                                    : FloatToHalf(values[i]);
+    std::memcpy(dst + 2 * i, &bits, 2);
   }
 }
 
@@ -379,8 +385,10 @@ absl::StatusOr<std::vector<ConditioningOutput>> ConditioningModel::Compute(
     const ConditioningInputs& inputs,
     const std::vector<std::string>& names) const {
   for (const auto& [name, given] : inputs.values) {
-    if (!given.empty() && !std::any_of(family_->inputs.begin(), family_->inputs.end(),
-                     [&](const InputSpec& spec) { return spec.name == name; })) {
+    if (!given.empty() &&
+        !std::any_of(
+            family_->inputs.begin(), family_->inputs.end(),
+            [&](const InputSpec& spec) { return spec.name == name; })) {
       std::vector<std::string> known;
       for (const InputSpec& spec : family_->inputs) known.push_back(spec.name);
       return absl::InvalidArgumentError(
