@@ -46,6 +46,8 @@ float WeightAt(const uint8_t* data, DType dtype, int64_t index) {
   }
 }
 
+// ---- fp32 (and widened fp16) weights -------------------------------------
+//
 // Float32 lanes as GCC vectors: 8 lanes (an AVX2 register, two SSE ones)
 // or 16 (an AVX-512 register).  An accumulator's 16 lanes are two 8-lane
 // vectors or one 16-lane vector; each engine uses the width that stays in
@@ -53,24 +55,7 @@ float WeightAt(const uint8_t* data, DType dtype, int64_t index) {
 // the stack on every step).  The operations per lane are the same IEEE
 // ones whatever the width.
 typedef float Lanes8 __attribute__((vector_size(32)));
-typedef uint32_t Bits8 __attribute__((vector_size(32)));
-typedef uint16_t Half8 __attribute__((vector_size(16)));
 typedef float Lanes16 __attribute__((vector_size(64)));
-typedef uint32_t Bits16 __attribute__((vector_size(64)));
-typedef uint16_t Half16 __attribute__((vector_size(32)));
-
-template <typename V>
-struct VectorTraits;
-template <>
-struct VectorTraits<Lanes8> {
-  using Bits = Bits8;
-  using Half = Half8;
-};
-template <>
-struct VectorTraits<Lanes16> {
-  using Bits = Bits16;
-  using Half = Half16;
-};
 
 template <typename V>
 inline __attribute__((always_inline)) V Load(const float* p) {
@@ -79,17 +64,7 @@ inline __attribute__((always_inline)) V Load(const float* p) {
   return v;
 }
 
-// bf16 weights as float32: a bf16 is the upper half of a float32.
-template <typename V>
-inline __attribute__((always_inline)) V Load(const uint16_t* p) {
-  using Bits = typename VectorTraits<V>::Bits;
-  typename VectorTraits<V>::Half h;
-  std::memcpy(&h, p, sizeof h);
-  const Bits bits = __builtin_convertvector(h, Bits) << 16;
-  // A cast between vectors of one size reinterprets the bits.
-  return (V)bits;
-}
-
+// A bf16 is the upper half of a float32.
 inline float Widen(uint16_t bf16_bits) {
   const uint32_t wide = static_cast<uint32_t>(bf16_bits) << 16;
   float value;
