@@ -118,27 +118,38 @@ float Rounded(float value, ValueDType where, DType model) {
 
 void AppendEncoded(const float* values, int64_t count, DType dtype,
                    std::string* out) {
+  // Grown once, then written in place: a 50-step plan's outputs are
+  // millions of elements, and appending 2 bytes at a time cost more than
+  // the conversion.
+  const size_t start = out->size();
+  const size_t element = dtype == DType::kFloat32 ? 4 : 2;
+  out->resize(start + element * static_cast<size_t>(count));
+  char* dst = out->data() + start;
+  if (dtype == DType::kFloat32) {
+    std::memcpy(dst, values, 4 * static_cast<size_t>(count));
+    return;
+  }
   for (int64_t i = 0; i < count; ++i) {
-    if (dtype == DType::kFloat32) {
-      out->append(reinterpret_cast<const char*>(&values[i]), 4);
-    } else {
-      const uint16_t bits = dtype == DType::kBFloat16
-                                ? FloatToBFloat16(values[i])
-                                : FloatToHalf(values[i]);
-      out->append(reinterpret_cast<const char*>(&bits), 2);
-    }
+    const uint16_t bits = dtype == DType::kBFloat16 ? FloatToBFloat16(values[i])
+                                                    : FloatToHalf(values[i]);
+    std::memcpy(dst + 2 * i, &bits, 2);
   }
 }
 
 void DecodeInto(const char* bytes, int64_t count, DType dtype, float* out) {
+  if (dtype == DType::kFloat32) {
+    std::memcpy(out, bytes, 4 * static_cast<size_t>(count));
+    return;
+  }
   for (int64_t i = 0; i < count; ++i) {
-    if (dtype == DType::kFloat32) {
-      std::memcpy(&out[i], bytes + 4 * i, 4);
+    uint16_t bits;
+    std::memcpy(&bits, bytes + 2 * i, 2);
+    if (dtype == DType::kBFloat16) {
+      // A bf16 is the upper half of a float32 (BFloat16ToFloat, inline).
+      const uint32_t wide = static_cast<uint32_t>(bits) << 16;
+      std::memcpy(&out[i], &wide, 4);
     } else {
-      uint16_t bits;
-      std::memcpy(&bits, bytes + 2 * i, 2);
-      out[i] =
-          dtype == DType::kBFloat16 ? BFloat16ToFloat(bits) : HalfToFloat(bits);
+      out[i] = HalfToFloat(bits);
     }
   }
 }

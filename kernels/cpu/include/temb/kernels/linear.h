@@ -3,12 +3,19 @@
 //
 // Batch invariance is the contract that matters here: the bits of output
 // row m depend only on row m of the input and on the parameters, never on
-// how many other rows are computed in the same call nor on the thread
-// count.  Every output element is one dot product summed by one thread in
-// a fixed order (16 float32 partial sums over k, k += 16, the tail folded
-// into the first lanes, then a fixed pairwise tree, then the bias), so a
-// cache can hold rows computed one at a time and hand them out next to
-// rows computed in a batch of hundreds.
+// how many other rows are computed in the same call, on the thread count or
+// on the engine.  Every output element is one dot product summed by one
+// thread in a fixed order, so a cache can hold rows computed one at a time
+// and hand them out next to rows computed in a batch of hundreds:
+//  - bf16 weights: 16 float32 lanes over blocks of 32 k (zero-padded); in
+//    each block lane j adds x*w for element 2j+1 then for 2j, each a fused
+//    multiply-add rounded once, denormal inputs read as zero and tiny
+//    results flushed to zero (VDPBF16PS's definition, which the engines
+//    without it reproduce); then a fixed pairwise tree over the lanes.
+//  - fp32 (and fp16, widened) weights: 16 float32 lanes of products and
+//    sums rounded separately over k, k += 16, the tail folded into the first
+//    lanes, then the same tree.
+// Then the bias, then one rounding to the output dtype.
 #ifndef TEMB_KERNELS_LINEAR_H_
 #define TEMB_KERNELS_LINEAR_H_
 
@@ -43,10 +50,13 @@ struct LinearParams {
 // shapes, a misaligned weight, an fp64 dtype, or threads < 1.
 //
 // The engine is DefaultCpuIsa()'s (TEMB_CPU_ISA lowers it, as for the
-// sinusoid).  The engines are one source compiled for AVX-512, AVX2 and the
-// baseline, each with the tile of rows x features that fits its registers,
-// without contraction into fused multiply-adds: all run the same float32
-// operations per element and give the same bits.
+// sinusoid): AVX-512 (with VDPBF16PS for bf16 weights where the CPU has
+// AVX512_BF16 and every input is a bf16 value, the case of a bf16 model),
+// AVX2 with FMA, or the portable baseline (exact but slow for bf16 weights:
+// it reproduces the fused multiply-add and the flush in double).  Each tiles
+// rows x features so that a tile of weights is read from memory once for
+// many rows, with the tile that fits its registers; the tile never changes
+// a bit.  Threads split the output features, never k.
 absl::Status LinearForward(const LinearParams& params,
                            absl::Span<const float> x, int64_t rows,
                            DType out_dtype, int threads, absl::Span<float> out);
