@@ -148,7 +148,8 @@ def slice_(args):
              for key, value in module.state_dict().items()}
     save_file(state, str(folder / "diffusion_pytorch_model.safetensors"))
     model.save_config(folder)
-    del state
+    # Nothing here may keep the replaced modules alive.
+    del state, cond
 
     server = TembServer(args.server, workdir, "--backend=cpu",
                         f"--model_repository={workdir / 'repository'}",

@@ -30,6 +30,7 @@ import pathlib
 import pickle
 import sys
 import time
+import weakref
 
 import numpy as np
 import pytest
@@ -196,6 +197,11 @@ def test_patched_transformer_denoises_to_the_same_latents(kind, client):
         plain = build(kind, dtype)
         patched = copy.deepcopy(plain)
         before = parameter_bytes(patched)
+        old_weights = [weakref.ref(m.weight) for m in
+                       temb.torch.conditioning_modules(patched).values()
+                       if hasattr(m, "weight")]
+        old_weights.append(weakref.ref(
+            patched.time_text_embed.timestep_embedder.linear_1.weight))
         replaced_bytes = None
         offload = temb.torch.offload_conditioning(
             patched, client=client, model=served_name(kind, dtype))
@@ -203,6 +209,8 @@ def test_patched_transformer_denoises_to_the_same_latents(kind, client):
         replaced_bytes = conditioning_parameter_bytes(plain, offload)
         assert before - parameter_bytes(patched) == replaced_bytes
         assert offload.freed_bytes == replaced_bytes > 0
+        # And nothing keeps them: the patched copy's old weights are freed.
+        assert all(ref() is None for ref in old_weights)
         calls = client.calls
         results[dtype] = (denoise(kind, plain, dtype),
                           denoise(kind, patched, dtype))
