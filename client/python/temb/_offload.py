@@ -231,8 +231,6 @@ def _recipe_of(client: Any) -> Tuple[str, Any]:
         Client = local = None  # type: ignore
     if Client is not None and isinstance(client, Client):
         return ("client", dict(client.settings))
-    if local is not None and client is local:
-        return ("local", None)
     if local is not None and isinstance(client, local.Engine):
         return ("engine", dict(client.settings))
     return ("object", client)
@@ -243,9 +241,6 @@ def _reopen(recipe: Tuple[str, Any]) -> Any:
     if kind == "client":
         from temb.client import Client
         return Client(**value)
-    if kind == "local":
-        from temb import local
-        return local
     if kind == "engine":
         from temb import local
         return local.engine(**value)
@@ -731,6 +726,9 @@ def offload_conditioning(transformer: torch.nn.Module, *, client: Any,
     ``freed_bytes``, ``set_schedule``).  Raises ValueError naming what
     differs when the served model does not match the transformer.
     """
+    from temb import local
+    if client is local:  # the module: its default engine, in this process
+        client = local.default_engine()
     if not hasattr(client, "condition"):
         raise TypeError("offload_conditioning needs a client with a "
                         "condition() method (temb.Client, temb.local), got "
