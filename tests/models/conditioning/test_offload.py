@@ -333,6 +333,20 @@ def test_a_model_that_does_not_match_is_refused(client):
     message = refused(build("flux.1-schnell", torch.float32),
                       "flux.1-dev-fp32")
     assert "guidance" in message
+    # A client that cannot list its models: the first answer is checked.
+    class ConditionOnly:
+        def __init__(self, inner):
+            self.inner = inner
+
+        def condition(self, *args, **kwargs):
+            return self.inner.condition(*args, **kwargs)
+
+    temb.torch.offload_conditioning(two, client=ConditionOnly(client),
+                                    model="qwen-image-bf16")
+    with pytest.raises(ValueError) as error:
+        denoise("qwen-image", two, torch.bfloat16)
+    assert "img_mod: 3 blocks served, 2 in the transformer" in str(
+        error.value)
     # And one that is not there at all.
     message = refused(build("qwen-image", torch.bfloat16), "no-such-model")
     assert "no-such-model" in message
