@@ -478,15 +478,22 @@ class OffloadedConditioning:
                  None if p_keys is None else p_keys[i]) for i in range(n)]
         with self._lock:
             missing = [i for i in range(n) if keys[i] not in self._cache]
+            fetched = {}
             if missing:
-                self._fetch(keys, missing, t_seen, g_seen, p_rows, dtype)
-            rows = [self._cache[k] for k in keys]
+                fetched = self._fetch(keys, missing, t_seen, g_seen, p_rows,
+                                      dtype)
+            rows = []
             for k in keys:
-                self._cache.move_to_end(k)
+                row = fetched.get(k)
+                if row is None:
+                    row = self._cache[k]
+                    self._cache.move_to_end(k)
+                rows.append(row)
         return {name: torch.stack([row[name] for row in rows])
                 for name in self.expected}
 
-    def _fetch(self, keys, missing, t_seen, g_seen, p_rows, dtype) -> None:
+    def _fetch(self, keys, missing, t_seen, g_seen, p_rows, dtype
+               ) -> Dict[Tuple, Dict[str, torch.Tensor]]:
         family = self.family
         # The rows to ask for: the missing ones, and with a schedule every
         # step's row for each distinct (guidance, pooled) of this batch.
@@ -536,15 +543,15 @@ class OffloadedConditioning:
                     if g_seen is not None else None)
         pooled = p_rows[p_index].contiguous() if p_rows is not None else None
         result = self._request(timesteps, guidance, pooled)
+        fetched = {}
         for j, key in enumerate(wanted):
-            self._store(key, {name: result[name][j].to(self.dtype).clone()
-                              for name in self.expected})
-        # Rows this step needs stay even if the schedule overflowed the cache.
-        for i in missing:
-            if keys[i] not in self._cache:
-                j = list(wanted).index(keys[i])
-                self._cache[keys[i]] = {name: result[name][j].to(self.dtype)
-                                        for name in self.expected}
+            row = {name: result[name][j].to(self.dtype).clone()
+                   for name in self.expected}
+            self._store(key, row)
+            fetched[key] = row
+        # This step's rows come from here even when the cache is smaller
+        # than the schedule (or off: cache_bytes=0).
+        return fetched
 
     # copy.deepcopy: the copy shares the caller's client, copies the rest.
     def __deepcopy__(self, memo: Dict[int, Any]) -> "OffloadedConditioning":

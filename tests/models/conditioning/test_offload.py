@@ -251,6 +251,15 @@ def test_a_schedule_costs_one_call_and_a_repeat_none(kind, client):
     temb.torch.offload_conditioning(stepwise, client=client,
                                     model=served_name(kind, dtype))
     assert torch.equal(first, denoise(kind, stepwise, dtype))
+    # With the cache off, every forward asks (Qwen-Image: twice a step).
+    uncached = copy.deepcopy(plain)
+    offload = temb.torch.offload_conditioning(
+        uncached, client=client, model=served_name(kind, dtype),
+        cache_bytes=0)
+    calls = client.calls
+    assert torch.equal(first, denoise(kind, uncached, dtype))
+    assert client.calls - calls == STEPS * (2 if kind == "qwen-image" else 1)
+    assert offload.cache_info()["entries"] == 0
 
 
 def test_copies_pickles_moves_and_workers(client):
