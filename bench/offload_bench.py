@@ -188,6 +188,29 @@ def slice_(args):
     run(schedules[0][:1])  # warm-up: allocations, kernels
     unpatched = run(schedules[0])
 
+    # The parts alone, steadier than differences of whole steps on a busy
+    # machine: the conditioning modules' work for one row, in process...
+    modules = temb.torch.conditioning_modules(model)
+    linears = [m for name, m in modules.items() if name != "time_text_embed"]
+    own = []
+    with torch.no_grad():
+        for t in schedules[0]:
+            start = time.perf_counter()
+            temb_row = model.time_text_embed(
+                t.expand(1).to(torch.bfloat16) / 1000, hidden)
+            silu = torch.nn.functional.silu(temb_row)
+            for linear in linears:
+                linear(silu)
+            own.append(time.perf_counter() - start)
+    del modules, linears
+    # ...and one call for one row (the server's cache is off).
+    calls_s = []
+    for t in schedules[2]:
+        start = time.perf_counter()
+        client.condition("qwen-image-slice", t.reshape(1),
+                         return_tensors="pt")
+        calls_s.append(time.perf_counter() - start)
+
     trim()
     params_before, rss_before = parameter_bytes(model), rss_bytes()
     offload = temb.torch.offload_conditioning(model, client=client,
@@ -216,6 +239,8 @@ def slice_(args):
         "step_s_unpatched": unpatched[0],
         "step_s_patched_server": cold[0],
         "step_s_patched_cache_warm": warm[0],
+        "conditioning_s_in_process": statistics.median(own),
+        "call_s_one_row": statistics.median(calls_s),
         "calls_server_run": cold_calls,
         "calls_warm_run": warm_calls,
         "steps": args.steps,
@@ -228,6 +253,8 @@ def slice_(args):
           f"conditioning {cond_bytes / GIB:.3f})")
     print(f"RSS: {rss_before / GIB:.3f} -> {rss_after / GIB:.3f} GiB "
           f"(down {(rss_before - rss_after) / GIB:.3f})")
+    print(f"conditioning alone, median: in process {statistics.median(own):.3f}"
+          f" s, one call {statistics.median(calls_s):.3f} s")
     print(f"step, median of {args.steps}: unpatched {unpatched[0]:.3f} s, "
           f"patched (server) {cold[0]:.3f} s, patched (cache warm) "
           f"{warm[0]:.3f} s")
