@@ -202,7 +202,7 @@ def slice_(args):
             for linear in linears:
                 linear(silu)
             own.append(time.perf_counter() - start)
-    del modules, linears
+    del modules, linears, linear  # the loop variable holds one too
     # ...and one call for one row (the server's cache is off).
     calls_s = []
     for t in schedules[2]:
