@@ -280,6 +280,8 @@ class OffloadedConditioning:
         self._lock = threading.Lock()
         self._checked = False
         self.current: Optional[Dict[str, torch.Tensor]] = None
+        self._prefetch: Optional[threading.Thread] = None
+        self._prefetch_error: Optional[BaseException] = None
         self._recipe = _recipe_of(client)
         self._client = client
         self._pid = os.getpid()
@@ -296,20 +298,65 @@ class OffloadedConditioning:
     def set_schedule(self, schedule: Any) -> None:
         """The scheduler timesteps of the coming denoising loop (e.g.
         ``pipe.scheduler.timesteps`` after ``set_timesteps``); None turns
-        prefetching off.  The first step that misses the cache fetches
-        every step's rows in the same call."""
+        prefetching off.  A family whose rows depend on t alone
+        (Qwen-Image) fetches them now, in the background, while the
+        pipeline encodes its prompt; for the others the first step that
+        misses the cache fetches every step's rows in the same call."""
+        self.wait()
         if schedule is None:
             self._schedule = None
         else:
             self._schedule = torch.as_tensor(schedule).detach().to(
                 "cpu", torch.float32).reshape(-1)
         self._scheduled = set()
+        if (self._schedule is not None
+                and set(self.family.arguments) <= {"timestep", "-"}):
+            self._scheduled.add((None, None))
+            self._prefetch = threading.Thread(
+                target=self._prefetch_schedule,
+                args=(self._schedule, self.dtype), daemon=True,
+                name="temb-conditioning-prefetch")
+            self._prefetch.start()
+
+    def wait(self) -> None:
+        """Waits for a schedule being fetched in the background.  If that
+        failed, the steps fetch their own rows (and raise what the server
+        says)."""
+        thread = self._prefetch
+        if thread is None:
+            return
+        thread.join()
+        self._prefetch = None
+        if self._prefetch_error is not None:
+            self._prefetch_error = None
+            self._scheduled.discard((None, None))
+
+    def _prefetch_schedule(self, schedule: torch.Tensor,
+                           dtype: torch.dtype) -> None:
+        try:
+            with self._lock:
+                seen = self.family.timestep(schedule, dtype).to(torch.float32)
+                wanted: Dict[Tuple, int] = {}
+                for s, bits in enumerate(seen.view(torch.int32).tolist()):
+                    key = (bits, None, None)
+                    if key not in self._cache:
+                        wanted.setdefault(key, s)
+                if not wanted:
+                    return
+                result = self._request(schedule[list(wanted.values())],
+                                       None, None)
+                for j, key in enumerate(wanted):
+                    self._store(key, {name: result[name][j].to(
+                        self.dtype).clone() for name in self.expected})
+        except Exception as e:  # the steps will ask again
+            self._prefetch_error = e
 
     def cache_info(self) -> Dict[str, int]:
         return {"calls": self.calls, "entries": len(self._cache),
                 "bytes": self._cached_bytes}
 
     def clear_cache(self) -> None:
+        self.wait()
         with self._lock:
             self._cache.clear()
             self._cached_bytes = 0
@@ -449,6 +496,13 @@ class OffloadedConditioning:
         now (the served one unless it was moved with .to(dtype)): its
         pipeline's arithmetic is the one undone to find the scheduler's t."""
         dtype = dtype or self.dtype
+        if self._pid != os.getpid():
+            # A forked child: the parent's threads did not come along, and
+            # one may have held the lock at the fork.
+            self._lock = threading.Lock()
+            self._prefetch = None
+        if self._prefetch is not None:
+            self.wait()
         t_seen = timestep.detach().reshape(-1).to("cpu")
         g_seen = (None if guidance is None
                   else guidance.detach().reshape(-1).to("cpu"))
@@ -555,6 +609,7 @@ class OffloadedConditioning:
 
     # copy.deepcopy: the copy shares the caller's client, copies the rest.
     def __deepcopy__(self, memo: Dict[int, Any]) -> "OffloadedConditioning":
+        self.wait()
         clone = self.__class__.__new__(self.__class__)
         memo[id(self)] = clone
         state = self.__dict__.copy()
@@ -567,6 +622,7 @@ class OffloadedConditioning:
 
     # pickle: the recipe travels, never a live channel; the cache too.
     def __getstate__(self) -> Dict[str, Any]:
+        self.wait()
         state = self.__dict__.copy()
         state["_client"] = None
         state["_lock"] = None
