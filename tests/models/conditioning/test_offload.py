@@ -20,8 +20,9 @@ schedule); deepcopy, pickle, .to(), eval() and forked DataLoader workers
 keep working; a served model that does not match is refused naming what
 differs.
 
-The client is anything with ``condition()`` (and ``models()``): here a small
-adapter over KServe v2 gRPC (tritonclient), the server's other front door.
+The client is anything with ``condition()`` (and ``models()``): temb.Client
+where it has them, else a small adapter over KServe v2 gRPC (tritonclient),
+the server's other front door.
 """
 
 import copy
@@ -96,8 +97,41 @@ def server(repository, tmp_path_factory):
     srv.stop()
 
 
+class CountingClient:
+    """temb.Client with its condition() calls counted.  Like the KServe
+    adapter it reconnects lazily, so it pickles and survives fork()."""
+
+    def __init__(self, target):
+        self.target = target
+        self.calls = 0
+        self._client = None
+        self._pid = None
+
+    def __getstate__(self):
+        state = self.__dict__.copy()
+        state["_client"] = None
+        return state
+
+    @property
+    def client(self):
+        if self._client is None or self._pid != os.getpid():
+            self._client = temb.Client(self.target)
+            self._pid = os.getpid()
+        return self._client
+
+    def condition(self, *args, **kwargs):
+        self.calls += 1
+        return self.client.condition(*args, **kwargs)
+
+    def models(self):
+        return self.client.models()
+
+
 @pytest.fixture
 def client(server, repository):
+    """temb.Client where it has condition(), else KServe v2 gRPC."""
+    if hasattr(temb.Client, "condition"):
+        return CountingClient(server.target)
     names = sorted(p.name for p in repository.iterdir())
     return KServeConditioning(server.target, names)
 
