@@ -11,7 +11,7 @@ BUNDLE="${BUNDLE:-build-gpu-bundle}"
 TARGETS=(temb-server temb temb-echo-server temb_kernel_benchmark
          temb_cuda_kernel_benchmark temb_backend_benchmark
          temb_parity_test temb_auto_backend_gpu_test temb_cpu_backend_test
-         temb_golden_test temb_registry_fallback_test)
+         temb_golden_test temb_registry_fallback_test temb_gpu_linear_test)
 cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=Release \
   -DTEMB_ENABLE_CUDA=ON -DTEMB_BUILD_TESTS=ON -DTEMB_BUILD_BENCHMARKS=ON \
   -DTEMB_PYTHON="$PWD/.venv/bin/python" >/dev/null

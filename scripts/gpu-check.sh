@@ -64,6 +64,7 @@ if [[ "$PHASE" == tests || "$PHASE" == all ]]; then
   check "$BUNDLE/bin/temb_parity_test" --gtest_brief=1
   check "$BUNDLE/bin/temb_auto_backend_gpu_test"
   check "$BUNDLE/bin/temb_registry_fallback_test" --gtest_brief=1
+  check "$BUNDLE/bin/temb_gpu_linear_test" --gtest_brief=1
   check "$BUNDLE/bin/temb_cpu_backend_test" --gtest_brief=1
   check "$BUNDLE/bin/temb_golden_test" --gtest_brief=1
   check python3 -m pytest -q -p no:cacheprovider -rs -s tests/e2e/test_gpu.py

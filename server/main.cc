@@ -73,6 +73,10 @@ ABSL_FLAG(int64_t, conditioning_cache_bytes,
           temb::AppOptions().conditioning_cache_bytes,
           "bytes of the exact cache of conditioning rows shared by the "
           "models (LRU). 0: no cache");
+ABSL_FLAG(std::string, conditioning_device, "cpu",
+          "where the conditioning models' Linear layers run: cpu | cuda "
+          "(cuBLASLt on the first GPU; rows differ from the CPU's by "
+          "summation order, docs/conditioning.md)");
 ABSL_FLAG(std::string, presets_file, "",
           "temb.v1.PresetCatalog text proto replacing the built-in presets");
 ABSL_FLAG(absl::Duration, drain_grace, absl::Seconds(15),
@@ -147,6 +151,13 @@ int main(int argc, char** argv) {
   auto on_backend_failure =
       temb::ParseBackendFailurePolicy(absl::GetFlag(FLAGS_on_backend_failure));
   if (!on_backend_failure.ok()) return Fail(on_backend_failure.status());
+  const std::string conditioning_device =
+      absl::GetFlag(FLAGS_conditioning_device);
+  if (conditioning_device != "cpu" && conditioning_device != "cuda") {
+    return Fail(absl::InvalidArgumentError(
+        absl::StrCat("--conditioning_device must be cpu or cuda, got \"",
+                     conditioning_device, "\"")));
+  }
 
   temb::AppOptions options;
   options.address = absl::GetFlag(FLAGS_address);
@@ -163,6 +174,9 @@ int main(int argc, char** argv) {
   options.model_repository = absl::GetFlag(FLAGS_model_repository);
   options.conditioning_cache_bytes =
       absl::GetFlag(FLAGS_conditioning_cache_bytes);
+  options.conditioning_device = conditioning_device == "cuda"
+                                    ? temb::BackendChoice::kCuda
+                                    : temb::BackendChoice::kCpu;
   options.drain_grace = absl::GetFlag(FLAGS_drain_grace);
   options.admission.max_inflight = absl::GetFlag(FLAGS_max_inflight);
   options.admission.max_queued_bytes = absl::GetFlag(FLAGS_max_queued_bytes);

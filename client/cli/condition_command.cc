@@ -12,6 +12,8 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -37,6 +39,9 @@ std::vector<FlagSpec> ConditionFlags() {
        "the guidance scale, for models with guidance_embeds"},
       {"pooled", FlagType::kString,
        ".npy file of float32 pooled text embeddings, [N, P] or [P]"},
+      {"inputs", FlagType::kString,
+       "a family's other inputs, ';'-separated: name=v1,v2,... or "
+       "name=@file.npy (float32), e.g. resolution=1024,768;aspect_ratio=0.75"},
       {"outputs", FlagType::kString,
        "comma-separated outputs (default: all of the family's); any value "
        "of the family's description (server/models/families.cc) by name"},
@@ -51,12 +56,12 @@ std::vector<FlagSpec> ConditionFlags() {
 
 // The float32 values of a little-endian .npy file of dtype '<f4' in C
 // order, and its shape.
-absl::StatusOr<std::vector<float>> ReadNpyFloat32(const std::string& path,
-                                                  std::vector<int64_t>* shape) {
-  ASSIGN_OR_RETURN(const std::string bytes, ReadFile(path, "--pooled file"));
+absl::StatusOr<std::vector<float>> ReadNpyFloat32(
+    const std::string& path, std::vector<int64_t>* shape,
+    const std::string& what = "--pooled file") {
+  ASSIGN_OR_RETURN(const std::string bytes, ReadFile(path, what));
   auto bad = [&](absl::string_view why) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--pooled file ", path, ": ", why));
+    return absl::InvalidArgumentError(absl::StrCat(what, " ", path, ": ", why));
   };
   if (bytes.size() < 10 || bytes.compare(0, 6, "\x93NUMPY") != 0) {
     return bad("not a .npy file");
@@ -113,6 +118,44 @@ absl::StatusOr<std::vector<float>> ReadNpyFloat32(const std::string& path,
   return values;
 }
 
+// --inputs: "name=1,2;other=@values.npy" into `inputs`.
+absl::Status ParseNamedInputs(const std::string& text,
+                              models::ConditioningInputs* inputs) {
+  for (absl::string_view entry :
+       absl::StrSplit(text, ';', absl::SkipWhitespace())) {
+    const size_t equals = entry.find('=');
+    const std::string name(absl::StripAsciiWhitespace(entry.substr(0, equals)));
+    if (equals == absl::string_view::npos || name.empty()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--inputs: '", entry, "' is not name=values or name=@file.npy"));
+    }
+    if (inputs->values.count(name) > 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--inputs: ", name, " is given twice"));
+    }
+    const std::string value(
+        absl::StripAsciiWhitespace(entry.substr(equals + 1)));
+    absl::StatusOr<std::vector<float>> values;
+    if (absl::StartsWith(value, "@") && absl::EndsWith(value, ".npy")) {
+      std::vector<int64_t> shape;
+      values = ReadNpyFloat32(value.substr(1), &shape,
+                              absl::StrCat("--inputs ", name, " file"));
+    } else {
+      values = ParseTimesteps(value);
+    }
+    if (!values.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--inputs: ", name, ": ", values.status().message()));
+    }
+    if (values->empty()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--inputs: ", name, ": no values"));
+    }
+    inputs->values[name] = *std::move(values);
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 int RunCondition(const std::vector<std::string>& argv) {
@@ -156,6 +199,11 @@ int RunCondition(const std::vector<std::string>& argv) {
         ReadNpyFloat32(*args->String("pooled"), &shape);
     if (!pooled.ok()) return PrintError(pooled.status());
     inputs.values["pooled"] = *std::move(pooled);
+  }
+  if (args->Has("inputs")) {
+    const absl::Status parsed =
+        ParseNamedInputs(*args->String("inputs"), &inputs);
+    if (!parsed.ok()) return PrintError(parsed);
   }
   std::vector<std::string> outputs;
   if (args->Has("outputs")) {

@@ -4,10 +4,12 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "temb/base/status_macros.h"
 #include "temb/kernels/cpu_backend.h"
 #include "temb/kernels/size_router.h"
 #if TEMB_WITH_CUDA
 #include "temb/kernels/cuda_backend.h"
+#include "temb/kernels/cuda_linear.h"
 #endif
 
 namespace temb {
@@ -56,6 +58,19 @@ absl::StatusOr<std::unique_ptr<Backend>> CreateBackend(
   return absl::FailedPreconditionError(
       "backend=cuda requested but no usable CUDA device: this binary was built "
       "without CUDA (TEMB_ENABLE_CUDA=OFF)");
+#endif
+}
+
+absl::StatusOr<std::unique_ptr<LinearEngine>> CreateGpuLinearEngine(
+    int device) {
+#if TEMB_WITH_CUDA
+  ASSIGN_OR_RETURN(std::unique_ptr<cuda::CublasLinearEngine> engine,
+                   cuda::CublasLinearEngine::Create(device));
+  return std::unique_ptr<LinearEngine>(std::move(engine));
+#else
+  (void)device;
+  return absl::FailedPreconditionError(
+      "this build has no CUDA: build with -DTEMB_ENABLE_CUDA=ON");
 #endif
 }
 

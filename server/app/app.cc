@@ -276,9 +276,18 @@ absl::StatusOr<std::unique_ptr<App>> App::Start(
   conditioning_options.threads =
       options.backend_options.cpu_threads > 0
           ? options.backend_options.cpu_threads
-          : static_cast<int>(
-                std::max(1u, std::thread::hardware_concurrency()));
+          : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   conditioning_options.cache_bytes = options.conditioning_cache_bytes;
+  if (options.conditioning_device == BackendChoice::kCuda) {
+    absl::StatusOr<std::unique_ptr<LinearEngine>> engine =
+        CreateGpuLinearEngine(options.backend_options.cuda_device);
+    if (!engine.ok()) {
+      return absl::Status(engine.status().code(),
+                          absl::StrCat("--conditioning_device=cuda: ",
+                                       engine.status().message()));
+    }
+    conditioning_options.linear_engine = *std::move(engine);
+  }
   app->conditioning_ =
       std::make_unique<ConditioningService>(conditioning_options);
   if (!options.model_repository.empty()) {
@@ -301,10 +310,8 @@ absl::StatusOr<std::unique_ptr<App>> App::Start(
   app->native_ = std::make_unique<NativeService>(
       *app->service_, *app->gate_, app->observers_.get(),
       NativeService::Options{app->max_message_bytes_});
-  app->statistics_ =
-      std::make_unique<kserve::InferenceStatistics>(
-          kserve::ServedModels{*app->service_, app->conditioning_.get()}
-              .Names());
+  app->statistics_ = std::make_unique<kserve::InferenceStatistics>(
+      kserve::ServedModels{*app->service_, app->conditioning_.get()}.Names());
   kserve::SharedMemoryLimits shared_memory_limits;
   shared_memory_limits.max_regions = options.shm_max_regions;
   app->shared_memory_ =
@@ -357,6 +364,10 @@ absl::StatusOr<std::unique_ptr<App>> App::Start(
   GrpcServer* server = app->server_.get();
   app->admission_->SetNotServingListener(
       [server](AdmissionController::State) { server->SetNotServing(); });
+  // Readiness waits for the conditioning models.
+  server->SetServing(kModelsHealthName, false);
+  app->conditioning_->CallWhenLoaded(
+      [server] { server->SetServing(kModelsHealthName, true); });
 
   LogEvent(
       LogLevel::kInfo, "serving",
@@ -391,6 +402,8 @@ absl::StatusOr<std::unique_ptr<App>> App::Start(
 void App::Shutdown() {
   std::call_once(shutdown_once_, [this] {
     const absl::Time deadline = absl::Now() + options_.drain_grace;
+    // The loading thread may touch the gRPC server's health: it ends first.
+    conditioning_->StopLoading();
     LogEvent(LogLevel::kInfo, "draining",
              {{"grace_seconds", absl::ToDoubleSeconds(options_.drain_grace)},
               {"inflight", admission_->inflight()}});

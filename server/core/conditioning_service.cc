@@ -86,7 +86,9 @@ ConditioningService::ConditioningService(Options options)
   }
 }
 
-ConditioningService::~ConditioningService() {
+ConditioningService::~ConditioningService() { StopLoading(); }
+
+void ConditioningService::StopLoading() {
   {
     absl::MutexLock lock(&mu_);
     stopping_ = true;
@@ -128,17 +130,16 @@ absl::Status ConditioningService::OpenRepository(
     entry->name = name;
     entry->directory = (fs::path(repository) / name).string();
     absl::Status name_status = CheckModelName(name);
-    if (name_status.ok() && std::find(reserved_names.begin(),
-                                      reserved_names.end(),
-                                      absl::AsciiStrToLower(name)) !=
-                                reserved_names.end()) {
+    if (name_status.ok() &&
+        std::find(reserved_names.begin(), reserved_names.end(),
+                  absl::AsciiStrToLower(name)) != reserved_names.end()) {
       name_status = absl::InvalidArgumentError(
           "the name is taken by a preset of the same name");
     }
     if (!name_status.ok()) {
       entry->state = ModelState::kFailed;
-      entry->message = absl::StrCat(entry->directory, ": ",
-                                    name_status.message());
+      entry->message =
+          absl::StrCat(entry->directory, ": ", name_status.message());
     } else {
       ++loading_;
     }
@@ -152,6 +153,7 @@ void ConditioningService::LoadAll() {
   models::ConditioningOptions options;
   options.threads = options_.threads;
   options.cache = cache_;
+  options.linear_engine = options_.linear_engine;
   for (const auto& entry : entries_) {
     {
       absl::MutexLock lock(&mu_);
@@ -174,14 +176,31 @@ void ConditioningService::LoadAll() {
     }
     --loading_;
   }
+  std::vector<std::function<void()>> callbacks;
+  {
+    absl::MutexLock lock(&mu_);
+    callbacks.swap(when_loaded_);
+    if (stopping_) return;  // what they would tell is going away
+  }
+  for (const auto& callback : callbacks) callback();
 }
 
 bool ConditioningService::WaitUntilLoaded(absl::Duration timeout) const {
   absl::MutexLock lock(&mu_);
-  auto settled = [this]() ABSL_SHARED_LOCKS_REQUIRED(mu_) {
-    return loading_ == 0;
-  };
+  auto settled = [this]()
+                     ABSL_SHARED_LOCKS_REQUIRED(mu_) { return loading_ == 0; };
   return mu_.AwaitWithTimeout(absl::Condition(&settled), timeout);
+}
+
+void ConditioningService::CallWhenLoaded(std::function<void()> callback) {
+  {
+    absl::MutexLock lock(&mu_);
+    if (loading_ > 0) {
+      when_loaded_.push_back(std::move(callback));
+      return;
+    }
+  }
+  callback();
 }
 
 bool ConditioningService::loading() const {
@@ -211,9 +230,8 @@ absl::StatusOr<ConditioningModelInfo> ConditioningService::Model(
     absl::string_view name) const {
   const Entry* entry = Find(name);
   if (entry == nullptr) {
-    return absl::NotFoundError(
-        absl::StrCat("model ", Quoted(name),
-                     " is not a conditioning model of this server"));
+    return absl::NotFoundError(absl::StrCat(
+        "model ", Quoted(name), " is not a conditioning model of this server"));
   }
   ConditioningModelInfo info;
   info.name = entry->name;
@@ -248,17 +266,17 @@ absl::StatusOr<ConditionResponse> ConditioningService::Serve(
   if (entry == nullptr) {
     std::vector<std::string> known;
     for (const auto& e : entries_) known.push_back(e->name);
-    return absl::NotFoundError(absl::StrCat(
-        request.model_field, ": ", Quoted(request.model),
-        " is not a conditioning model of this server (models: ",
-        known.empty() ? "none" : absl::StrJoin(known, ", "), ")"));
+    return absl::NotFoundError(
+        absl::StrCat(request.model_field, ": ", Quoted(request.model),
+                     " is not a conditioning model of this server (models: ",
+                     known.empty() ? "none" : absl::StrJoin(known, ", "), ")"));
   }
   {
     absl::MutexLock lock(&mu_);
     if (entry->state == ModelState::kLoading) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          request.model_field, ": model ", Quoted(entry->name),
-          " is still loading"));
+      return absl::FailedPreconditionError(
+          absl::StrCat(request.model_field, ": model ", Quoted(entry->name),
+                       " is still loading"));
     }
     if (entry->state == ModelState::kFailed) {
       return absl::FailedPreconditionError(
@@ -274,11 +292,9 @@ absl::StatusOr<ConditionResponse> ConditioningService::Serve(
   absl::flat_hash_map<std::string, const ConditionInput*> given;
   for (const ConditionInput& input : request.inputs) {
     const std::string model_name = ModelInputName(input.name);
-    const auto spec =
-        std::find_if(takes.begin(), takes.end(),
-                     [&](const models::InputInfo& i) {
-                       return i.name == model_name;
-                     });
+    const auto spec = std::find_if(
+        takes.begin(), takes.end(),
+        [&](const models::InputInfo& i) { return i.name == model_name; });
     if (spec == takes.end()) {
       std::vector<std::string> known;
       for (const models::InputInfo& i : takes) {
@@ -286,8 +302,7 @@ absl::StatusOr<ConditionResponse> ConditioningService::Serve(
       }
       return absl::InvalidArgumentError(absl::StrCat(
           input.field, ": ", Quoted(input.name), " is not an input of model ",
-          Quoted(entry->name), " (inputs: ", absl::StrJoin(known, ", "),
-          ")"));
+          Quoted(entry->name), " (inputs: ", absl::StrJoin(known, ", "), ")"));
     }
     if (!given.emplace(model_name, &input).second) {
       return absl::InvalidArgumentError(absl::StrCat(
@@ -321,8 +336,9 @@ absl::StatusOr<ConditionResponse> ConditioningService::Serve(
   }
   if (timesteps->shape.empty() || timesteps->values.empty()) {
     return absl::InvalidArgumentError(
-        absl::StrCat(timesteps->field, ": at least one timestep of shape [N] "
-                                       "or per-token [B, L] is required, got ",
+        absl::StrCat(timesteps->field,
+                     ": at least one timestep of shape [N] "
+                     "or per-token [B, L] is required, got ",
                      ShapeString(timesteps->shape)));
   }
   const bool per_token = timesteps->shape.size() > 1;
@@ -347,13 +363,13 @@ absl::StatusOr<ConditionResponse> ConditioningService::Serve(
     t_rows.assign(timesteps->values.begin(), timesteps->values.end());
   }
   const int64_t rows = static_cast<int64_t>(t_rows.size());
-  const int64_t max_rows =
-      std::min<int64_t>(options_.limits.max_batch, models::kMaxConditioningRows);
+  const int64_t max_rows = std::min<int64_t>(options_.limits.max_batch,
+                                             models::kMaxConditioningRows);
   if (rows > max_rows) {
     return absl::ResourceExhaustedError(absl::StrCat(
         timesteps->field, ": ", rows, per_token ? " distinct" : "",
-        " timesteps is above the limit of ", max_rows, " rows (max_batch=",
-        options_.limits.max_batch, ", at most ",
+        " timesteps is above the limit of ", max_rows,
+        " rows (max_batch=", options_.limits.max_batch, ", at most ",
         models::kMaxConditioningRows, " per conditioning call)"));
   }
 
@@ -374,11 +390,10 @@ absl::StatusOr<ConditionResponse> ConditioningService::Serve(
       return absl::InvalidArgumentError(absl::StrCat(
           input.field, ": shape ", ShapeString(input.shape), " does not fit ",
           per_token ? "per-token timesteps: give one value shared by all, "
-                    : absl::StrCat(rows, " timesteps: give [", rows,
-                                   spec.width > 0
-                                       ? absl::StrCat(", ", spec.width)
-                                       : "",
-                                   "] or one shared value, "),
+                    : absl::StrCat(
+                          rows, " timesteps: give [", rows,
+                          spec.width > 0 ? absl::StrCat(", ", spec.width) : "",
+                          "] or one shared value, "),
           "of ", spec.width > 0 ? absl::StrCat(spec.width, " values") : "1",
           ")"));
     }
@@ -392,21 +407,21 @@ absl::StatusOr<ConditionResponse> ConditioningService::Serve(
     const std::string& name = request.outputs[i];
     // The index comes with per-token timesteps, asked for or not.
     if (per_token && name == kConditionIndex) continue;
-    const auto found =
-        std::find_if(all_outputs.begin(), all_outputs.end(),
-                     [&](const models::OutputInfo& o) { return o.name == name; });
+    const auto found = std::find_if(
+        all_outputs.begin(), all_outputs.end(),
+        [&](const models::OutputInfo& o) { return o.name == name; });
     if (found == all_outputs.end()) {
       std::vector<std::string> known;
       for (const models::OutputInfo& o : all_outputs) known.push_back(o.name);
-      return absl::InvalidArgumentError(absl::StrCat(
-          request.outputs_field, "[", i, "]: ", Quoted(name),
-          " is not an output of model ", Quoted(entry->name), " (outputs: ",
-          absl::StrJoin(known, ", "), ")"));
+      return absl::InvalidArgumentError(
+          absl::StrCat(request.outputs_field, "[", i, "]: ", Quoted(name),
+                       " is not an output of model ", Quoted(entry->name),
+                       " (outputs: ", absl::StrJoin(known, ", "), ")"));
     }
     if (std::find(wanted.begin(), wanted.end(), &*found) != wanted.end()) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          request.outputs_field, "[", i, "]: ", Quoted(name),
-          " is asked for twice"));
+      return absl::InvalidArgumentError(absl::StrCat(request.outputs_field, "[",
+                                                     i, "]: ", Quoted(name),
+                                                     " is asked for twice"));
     }
     wanted.push_back(&*found);
   }

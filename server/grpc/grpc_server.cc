@@ -132,6 +132,11 @@ GrpcServer::GrpcServer(std::unique_ptr<grpc::Server> server, int port)
 
 GrpcServer::~GrpcServer() { Shutdown(absl::ZeroDuration()); }
 
+void GrpcServer::SetServing(const std::string& health_name, bool serving) {
+  // After SetNotServing the health service ignores updates itself.
+  server_->GetHealthCheckService()->SetServingStatus(health_name, serving);
+}
+
 void GrpcServer::SetNotServing() {
   // NOT_SERVING for every entry, and later updates are ignored, so watchers
   // and load balancers see it before the listener closes.  Idempotent.

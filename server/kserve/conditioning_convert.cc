@@ -23,9 +23,9 @@ using inference::ModelInferResponse;
 // (pooled projections) are what a text encoder gave, in its dtype.
 constexpr TensorType kScalarTypes[] = {TensorType::kFp32, TensorType::kFp64,
                                        TensorType::kInt64, TensorType::kInt32};
-constexpr TensorType kRowTypes[] = {
-    TensorType::kFp32, TensorType::kFp64, TensorType::kBf16,
-    TensorType::kFp16, TensorType::kInt64, TensorType::kInt32};
+constexpr TensorType kRowTypes[] = {TensorType::kFp32,  TensorType::kFp64,
+                                    TensorType::kBf16,  TensorType::kFp16,
+                                    TensorType::kInt64, TensorType::kInt32};
 // Per-token timesteps: [B, L] and the video layouts some models use.
 constexpr int kMaxInputRank = 5;
 
@@ -36,10 +36,9 @@ absl::StatusOr<ConditioningModelInfo> FindConditioningModel(
     absl::string_view version) {
   ASSIGN_OR_RETURN(ConditioningModelInfo model, service.Model(name));
   if (!version.empty() && version != kModelVersion) {
-    return absl::NotFoundError(
-        absl::StrCat("model ", Quoted(name), " has no version ",
-                     Quoted(version), "; its only version is \"",
-                     kModelVersion, "\""));
+    return absl::NotFoundError(absl::StrCat(
+        "model ", Quoted(name), " has no version ", Quoted(version),
+        "; its only version is \"", kModelVersion, "\""));
   }
   if (model.state == ModelState::kLoading) {
     return absl::FailedPreconditionError(
@@ -56,27 +55,28 @@ absl::StatusOr<std::unique_ptr<ConditionCall>> ParseConditionRequest(
     const ModelInferRequest& request, const ConditioningModelInfo& model) {
   for (const auto& [key, param] : request.parameters()) {
     if (!IsIgnoredRequestParameter(key)) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "parameters[", Quoted(key), "]: conditioning model ",
-          Quoted(model.name), " takes no request parameters"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("parameters[", Quoted(key), "]: conditioning model ",
+                       Quoted(model.name), " takes no request parameters"));
     }
   }
   auto call = std::make_unique<ConditionCall>();
   call->values.resize(request.inputs_size());
   for (int i = 0; i < request.inputs_size(); ++i) {
     const auto& input = request.inputs(i);
-    const auto spec = std::find_if(
-        model.inputs.begin(), model.inputs.end(),
-        [&](const models::InputInfo& info) { return info.name == input.name(); });
+    const auto spec = std::find_if(model.inputs.begin(), model.inputs.end(),
+                                   [&](const models::InputInfo& info) {
+                                     return info.name == input.name();
+                                   });
     if (spec == model.inputs.end()) {
       std::vector<std::string> names;
       for (const models::InputInfo& info : model.inputs) {
         names.push_back(info.name);
       }
-      return absl::InvalidArgumentError(absl::StrCat(
-          "inputs[", i, "].name: unknown input ", Quoted(input.name()),
-          " of model ", Quoted(model.name), "; its inputs are ",
-          absl::StrJoin(names, ", ")));
+      return absl::InvalidArgumentError(
+          absl::StrCat("inputs[", i, "].name: unknown input ",
+                       Quoted(input.name()), " of model ", Quoted(model.name),
+                       "; its inputs are ", absl::StrJoin(names, ", ")));
     }
     const bool row = spec->width > 0;
     if (row) {
@@ -133,9 +133,8 @@ absl::Status InferConditioning(const ConditioningService& service,
   for (ConditionOutput& output : answer.outputs) {
     auto* tensor = response->add_outputs();
     tensor->set_name(output.name);
-    tensor->set_datatype(std::string(
-        TensorTypeName(output.index ? TensorType::kInt64
-                                    : TensorTypeOf(output.dtype))));
+    tensor->set_datatype(std::string(TensorTypeName(
+        output.index ? TensorType::kInt64 : TensorTypeOf(output.dtype))));
     tensor->mutable_shape()->Add(output.shape.begin(), output.shape.end());
     response->add_raw_output_contents(std::move(output.data));
   }
@@ -171,8 +170,8 @@ void FillConditioningConfig(const ConditioningModelInfo& model,
   config->set_backend(kPlatform);
   const int64_t rows =
       std::min<int64_t>(limits.max_batch, models::kMaxConditioningRows);
-  config->set_max_batch_size(static_cast<int32_t>(std::clamp<int64_t>(
-      rows, 1, std::numeric_limits<int32_t>::max())));
+  config->set_max_batch_size(static_cast<int32_t>(
+      std::clamp<int64_t>(rows, 1, std::numeric_limits<int32_t>::max())));
   for (const models::InputInfo& info : model.inputs) {
     auto* input = config->add_input();
     input->set_name(info.name);

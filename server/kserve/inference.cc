@@ -95,9 +95,9 @@ absl::Status RunInference(const ServedModels& models,
   std::vector<SharedMemoryOutput> targets;
   // No valid embedding input is wider than max_batch 8-byte timesteps; a
   // conditioning input is bounded as one gRPC message would bound it.
-  const uint64_t max_input_bytes =
-      static_cast<uint64_t>(std::max<int64_t>(models.core.limits().max_batch, 0)) *
-      8;
+  const uint64_t max_input_bytes = static_cast<uint64_t>(std::max<int64_t>(
+                                       models.core.limits().max_batch, 0)) *
+                                   8;
   absl::Status status = PrepareSharedMemory(*shared_memory, max_input_bytes,
                                             ticket, &resolved, &targets);
   if (status.ok()) {

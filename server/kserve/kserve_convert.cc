@@ -201,9 +201,9 @@ absl::Status DecodeInput(const ModelInferRequest& request, int i,
   const std::optional<TensorType> type = ParseTensorType(input.datatype());
   if (!type.has_value() ||
       std::find(accepted.begin(), accepted.end(), *type) == accepted.end()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(prefix, ".datatype must be ", TypeList(accepted),
-                     ", got ", Quoted(input.datatype())));
+    return absl::InvalidArgumentError(absl::StrCat(prefix, ".datatype must be ",
+                                                   TypeList(accepted), ", got ",
+                                                   Quoted(input.datatype())));
   }
   const absl::string_view type_name = TensorTypeName(*type);
   const size_t type_size = TensorTypeSize(*type);

@@ -129,7 +129,8 @@ grpc::ServerUnaryReactor* KServeService::ModelMetadata(
     inference::ModelMetadataResponse* response) {
   absl::Status status = gate_.Enter(*context);
   if (status.ok()) {
-    status = models_.FillMetadata(request->name(), request->version(), response);
+    status =
+        models_.FillMetadata(request->name(), request->version(), response);
   }
   return FinishWith(context, status);
 }

@@ -94,14 +94,12 @@ absl::Status InferenceStatistics::Fill(
   } else {
     const Entry* entry = Find(name);
     if (entry == nullptr) {
-      return absl::NotFoundError(
-          absl::StrCat("unknown model ", Quoted(name)));
+      return absl::NotFoundError(absl::StrCat("unknown model ", Quoted(name)));
     }
     if (!version.empty() && version != kModelVersion) {
-      return absl::NotFoundError(
-          absl::StrCat("model ", Quoted(name), " has no version ",
-                       Quoted(version), "; its only version is \"",
-                       kModelVersion, "\""));
+      return absl::NotFoundError(absl::StrCat(
+          "model ", Quoted(name), " has no version ", Quoted(version),
+          "; its only version is \"", kModelVersion, "\""));
     }
     selected.push_back(entry);
   }

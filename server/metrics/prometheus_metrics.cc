@@ -46,10 +46,10 @@ class ConditioningCollectable final : public prometheus::Collectable {
 
   std::vector<prometheus::MetricFamily> Collect() const override {
     std::vector<prometheus::MetricFamily> families;
-    prometheus::MetricFamily state = Family(
-        "temb_conditioning_model_state",
-        "1 for each conditioning model's state (loading, ready, failed)",
-        prometheus::MetricType::Gauge);
+    prometheus::MetricFamily state =
+        Family("temb_conditioning_model_state",
+               "1 for each conditioning model's state (loading, ready, failed)",
+               prometheus::MetricType::Gauge);
     prometheus::MetricFamily weights =
         Family("temb_conditioning_model_weight_bytes",
                "Checkpoint bytes a conditioning model holds",

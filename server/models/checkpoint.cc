@@ -2,6 +2,7 @@
 
 #include <sys/stat.h>
 
+#include <cmath>
 #include <functional>
 #include <utility>
 
@@ -123,6 +124,32 @@ absl::StatusOr<std::vector<int64_t>> ModelConfig::IndexList(
     indices.push_back(static_cast<int64_t>(item.get<uint64_t>()));
   }
   return indices;
+}
+
+absl::StatusOr<std::optional<bool>> ModelConfig::Flag(
+    const std::string& field) const {
+  const auto it = fields_.find(field);
+  if (it == fields_.end()) return std::nullopt;
+  const json value = json::parse(it->second);
+  if (value.is_null()) return std::nullopt;
+  if (value.is_boolean()) return value.get<bool>();
+  if (value.is_number()) return value.get<double>() != 0;
+  return absl::InvalidArgumentError(absl::StrCat(
+      file_, ": field ", field, ": must be true, false, a number or null, got ",
+      it->second));
+}
+
+absl::StatusOr<double> ModelConfig::Number(const std::string& field,
+                                           double fallback) const {
+  const auto it = fields_.find(field);
+  if (it == fields_.end()) return fallback;
+  const json value = json::parse(it->second);
+  if (!value.is_number() || !std::isfinite(value.get<double>())) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(file_, ": field ", field,
+                     ": must be a finite number, got ", it->second));
+  }
+  return value.get<double>();
 }
 
 absl::StatusOr<std::unique_ptr<Checkpoint>> Checkpoint::Open(

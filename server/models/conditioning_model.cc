@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <optional>
 #include <set>
 #include <utility>
 
@@ -35,21 +36,38 @@ struct ConditioningModel::PlannedOp {
   int64_t blocks = 1;
   std::vector<LoadedTensor> weights;  // one per block
   std::vector<LoadedTensor> biases;
+  DType weight_dtype = DType::kFloat32;    // of weights and biases
+  int64_t groups = 1;                      // kLinear
+  SinusoidParams sinusoid;                 // kSinusoid, config fields resolved
+  std::vector<std::vector<float>> tables;  // kTableAdd: one per block
+  std::vector<int> engine_ids;  // kLinear on a LinearEngine: one per block
 };
 
 namespace {
 
-bool FlagHolds(const ModelConfig& config, const std::string& when,
-               absl::Status* status) {
+bool FlagHolds(const FamilyDescription& family, const ModelConfig& config,
+               const std::string& when, absl::Status* status) {
   if (when.empty()) return true;
   const bool negate = when[0] == '!';
-  absl::StatusOr<bool> value =
-      config.Bool(negate ? when.substr(1) : when, false);
+  const std::string flag = negate ? when.substr(1) : when;
+  absl::StatusOr<std::optional<bool>> value = config.Flag(flag);
   if (!value.ok()) {
     *status = value.status();
     return false;
   }
-  return *value != negate;
+  bool holds = value->value_or(false);
+  if (!value->has_value()) {
+    for (const FlagDefault& rule : family.flag_defaults) {
+      if (rule.flag != flag) continue;
+      absl::StatusOr<int64_t> field = config.PositiveInt(rule.field);
+      if (!field.ok()) {
+        *status = field.status();
+        return false;
+      }
+      holds = *field == rule.equals;
+    }
+  }
+  return holds != negate;
 }
 
 // The blocks a stacked linear covers, in increasing index.
@@ -125,6 +143,26 @@ void DecodeInto(const char* bytes, int64_t count, DType dtype, float* out) {
   }
 }
 
+// Tensor `name` of `shape` as the op reads it: in the model's dtype
+// (`model`, which the stored dtype must be), or float32 from any stored
+// floating dtype.
+absl::StatusOr<LoadedTensor> LoadAs(const Checkpoint& checkpoint,
+                                    const std::string& name, DType dtype,
+                                    const std::vector<int64_t>& shape) {
+  if (dtype != DType::kFloat32) return checkpoint.Load(name, dtype, shape);
+  ASSIGN_OR_RETURN(const DType stored, checkpoint.StoredDType(name));
+  ASSIGN_OR_RETURN(LoadedTensor tensor, checkpoint.Load(name, stored, shape));
+  if (stored == DType::kFloat32) return tensor;
+  const int64_t count =
+      static_cast<int64_t>(tensor.data.size()) / DTypeSize(stored);
+  std::vector<float> values(static_cast<size_t>(count));
+  DecodeInto(reinterpret_cast<const char*>(tensor.data.data()), count, stored,
+             values.data());
+  tensor.data.resize(values.size() * sizeof(float));
+  std::memcpy(tensor.data.data(), values.data(), tensor.data.size());
+  return tensor;
+}
+
 }  // namespace
 
 ConditioningModel::~ConditioningModel() = default;
@@ -153,9 +191,35 @@ absl::StatusOr<std::unique_ptr<ConditioningModel>> ConditioningModel::Load(
   model->options_ = options;
   model->sinusoid_backend_ = CreateCpuBackend(options.threads);
   RETURN_IF_ERROR(model->Plan(*checkpoint));
-  model->cache_key_ = absl::StrCat(family->name, "|", DTypeName(model->dtype_),
-                                   "|", checkpoint->weights_identity());
+  if (options.linear_engine != nullptr) {
+    RETURN_IF_ERROR(model->UploadLinears());
+  }
+  // Rows summed by another engine may round differently: never shared.
+  model->cache_key_ = absl::StrCat(
+      family->name, "|", DTypeName(model->dtype_), "|",
+      checkpoint->weights_identity(), "|",
+      options.linear_engine != nullptr ? options.linear_engine->name() : "cpu");
   return model;
+}
+
+absl::Status ConditioningModel::UploadLinears() {
+  for (PlannedOp& planned : ops_) {
+    if (planned.op->kind != OpKind::kLinear) continue;
+    for (int64_t block = 0; block < planned.blocks; ++block) {
+      LinearWeights weights;
+      weights.weight = planned.weights[block].data;
+      weights.bias = planned.biases[block].data;
+      weights.dtype = planned.weight_dtype;
+      weights.in_features = planned.in_width;
+      weights.out_features = planned.out_width;
+      ASSIGN_OR_RETURN(const int id, options_.linear_engine->Upload(weights));
+      planned.engine_ids.push_back(id);
+      // The device holds them now.
+      std::vector<uint8_t>().swap(planned.weights[block].data);
+      std::vector<uint8_t>().swap(planned.biases[block].data);
+    }
+  }
+  return absl::OkStatus();
 }
 
 absl::Status ConditioningModel::Plan(const Checkpoint& checkpoint) {
@@ -175,7 +239,7 @@ absl::Status ConditioningModel::Plan(const Checkpoint& checkpoint) {
   }
   absl::Status flag_status;
   for (const InputSpec& input : family_->inputs) {
-    if (!FlagHolds(config, input.when, &flag_status)) {
+    if (!FlagHolds(*family_, config, input.when, &flag_status)) {
       RETURN_IF_ERROR(flag_status);
       continue;
     }
@@ -184,16 +248,21 @@ absl::Status ConditioningModel::Plan(const Checkpoint& checkpoint) {
     if (!input.width_field.empty()) {
       ASSIGN_OR_RETURN(value.cols, config.PositiveInt(input.width_field));
       value.scalar = false;
+    } else if (input.width > 0) {
+      value.cols = input.width;
+      value.scalar = false;
     }
     value_info_[input.name] = value;
     inputs_.push_back(input);
   }
-  // The model's dtype is the stored dtype of its first Linear's weight;
-  // every other tensor must agree (Checkpoint::Load checks).
+  // The model's dtype is the stored dtype of its first tensor read in the
+  // model's dtype (a Linear's weight or a table); every other such tensor
+  // must agree (Checkpoint::Load checks).  Tensors read as float32 (kept
+  // modules) may be stored in any floating dtype.
   bool dtype_known = false;
   std::set<std::string> absent;  // values over an empty block selection
   for (const Op& op : family_->ops) {
-    if (!FlagHolds(config, op.when, &flag_status)) {
+    if (!FlagHolds(*family_, config, op.when, &flag_status)) {
       RETURN_IF_ERROR(flag_status);
       continue;
     }
@@ -215,14 +284,91 @@ absl::Status ConditioningModel::Plan(const Checkpoint& checkpoint) {
     out.cols = in[0]->cols;
     out.scalar = in[0]->scalar;
     switch (op.kind) {
-      case OpKind::kSinusoid:
-        if (!in[0]->scalar) {
+      case OpKind::kSinusoid: {
+        // A row value's elements are embedded each, side by side: diffusers'
+        // sinusoid of x.flatten() reshaped to [N, -1].
+        if (in[0]->blocks > 0) {
           return absl::InternalError(
-              absl::StrCat(family_->name, ": sinusoid of a row value"));
+              absl::StrCat(family_->name, ": sinusoid of a stacked value"));
         }
-        out.cols = op.sinusoid.dim;
+        SinusoidParams& params = planned.sinusoid;
+        params = op.sinusoid;
+        if (params.dim_is_width) {
+          params.dim = static_cast<int>(width_);
+        } else if (!params.dim_field.empty()) {
+          ASSIGN_OR_RETURN(const int64_t dim,
+                           config.PositiveInt(params.dim_field));
+          params.dim = static_cast<int>(dim);
+        }
+        if (!params.flip_field.empty()) {
+          ASSIGN_OR_RETURN(params.flip_sin_to_cos,
+                           config.Bool(params.flip_field, true));
+        }
+        if (!params.shift_field.empty()) {
+          ASSIGN_OR_RETURN(params.downscale_freq_shift,
+                           config.Number(params.shift_field, 0));
+        }
+        out.cols = params.dim * (in[0]->scalar ? 1 : in[0]->cols);
         out.scalar = false;
         break;
+      }
+      case OpKind::kConcat:
+        out.cols = 0;
+        for (const Value* value : in) {
+          if (value->blocks > 0) {
+            return absl::InternalError(
+                absl::StrCat(family_->name, ": concat of a stacked value"));
+          }
+          out.cols += value->cols;
+        }
+        out.scalar = false;
+        break;
+      case OpKind::kTableAdd: {
+        if (in[0]->blocks > 0) {
+          return absl::InternalError(
+              absl::StrCat(family_->name, ": table add to a stacked value"));
+        }
+        std::vector<int64_t> shape = op.table_shape;
+        shape.push_back(width_);
+        int64_t table_width = 1;
+        for (const int64_t dim : shape) table_width *= dim;
+        if (table_width % in[0]->cols != 0) {
+          return absl::InternalError(absl::StrCat(
+              family_->name, ": ", op.weight, " holds ", table_width,
+              " values, not a multiple of ", op.in[0], "'s ", in[0]->cols));
+        }
+        std::vector<int64_t> indices = {0};
+        if (!op.blocks.empty()) {
+          ASSIGN_OR_RETURN(const int64_t count, config.PositiveInt(op.blocks));
+          ASSIGN_OR_RETURN(indices, SelectBlocks(config, op, count));
+          if (op.select != BlockSelect::kLast) {
+            out.blocks = static_cast<int64_t>(indices.size());
+          }
+        }
+        for (const int64_t block : indices) {
+          const std::string name =
+              absl::StrReplaceAll(op.weight, {{"{i}", absl::StrCat(block)}});
+          if (op.weight_dtype == ValueDType::kModel && !dtype_known) {
+            ASSIGN_OR_RETURN(dtype_, checkpoint.StoredDType(name));
+            dtype_known = true;
+          }
+          const DType dtype =
+              op.weight_dtype == ValueDType::kModel ? dtype_ : DType::kFloat32;
+          ASSIGN_OR_RETURN(LoadedTensor table,
+                           LoadAs(checkpoint, name, dtype, shape));
+          weight_bytes_ += static_cast<int64_t>(table.data.size());
+          std::vector<float> values(static_cast<size_t>(table_width));
+          DecodeInto(reinterpret_cast<const char*>(table.data.data()),
+                     table_width, dtype, values.data());
+          planned.tables.push_back(std::move(values));
+        }
+        planned.in_width = in[0]->cols;
+        planned.out_width = table_width;
+        planned.blocks = static_cast<int64_t>(indices.size());
+        out.cols = table_width * planned.blocks;
+        out.scalar = false;
+        break;
+      }
       case OpKind::kAdd:
         if (in[1]->cols != in[0]->cols) {
           return absl::InternalError(
@@ -230,8 +376,19 @@ absl::Status ConditioningModel::Plan(const Checkpoint& checkpoint) {
         }
         break;
       case OpKind::kLinear: {
-        planned.in_width = in[0]->cols;
-        planned.out_width = op.width_d * width_;
+        planned.groups = op.groups;
+        if (in[0]->cols % op.groups != 0 ||
+            (op.groups > 1 && !op.blocks.empty())) {
+          return absl::InternalError(
+              absl::StrCat(family_->name, ": linear ", op.out, " of ",
+                           op.groups, " groups over a row of ", in[0]->cols));
+        }
+        planned.in_width = in[0]->cols / op.groups;
+        int64_t unit = width_ / op.width_div;
+        if (!op.width_field.empty()) {
+          ASSIGN_OR_RETURN(unit, config.PositiveInt(op.width_field));
+        }
+        planned.out_width = op.width_d * unit;
         std::vector<int64_t> indices = {0};  // unstacked: "{i}" is unused
         if (!op.blocks.empty()) {
           ASSIGN_OR_RETURN(const int64_t count, config.PositiveInt(op.blocks));
@@ -245,31 +402,34 @@ absl::Status ConditioningModel::Plan(const Checkpoint& checkpoint) {
         for (const int64_t block : indices) {
           const std::string prefix =
               absl::StrReplaceAll(op.weight, {{"{i}", absl::StrCat(block)}});
-          if (!dtype_known) {
+          if (op.weight_dtype == ValueDType::kModel && !dtype_known) {
             ASSIGN_OR_RETURN(dtype_,
                              checkpoint.StoredDType(prefix + ".weight"));
             dtype_known = true;
           }
+          planned.weight_dtype =
+              op.weight_dtype == ValueDType::kModel ? dtype_ : DType::kFloat32;
           ASSIGN_OR_RETURN(
               LoadedTensor weight,
-              checkpoint.Load(prefix + ".weight", dtype_,
-                              {planned.out_width, planned.in_width}));
-          ASSIGN_OR_RETURN(
-              LoadedTensor bias,
-              checkpoint.Load(prefix + ".bias", dtype_, {planned.out_width}));
+              LoadAs(checkpoint, prefix + ".weight", planned.weight_dtype,
+                     {planned.out_width, planned.in_width}));
+          ASSIGN_OR_RETURN(LoadedTensor bias,
+                           LoadAs(checkpoint, prefix + ".bias",
+                                  planned.weight_dtype, {planned.out_width}));
           weight_bytes_ +=
               static_cast<int64_t>(weight.data.size() + bias.data.size());
           planned.weights.push_back(std::move(weight));
           planned.biases.push_back(std::move(bias));
         }
-        out.cols = planned.out_width * planned.blocks;
+        out.cols = planned.out_width * planned.blocks * planned.groups;
         out.scalar = false;
         break;
       }
       default:
         break;
     }
-    if (op.kind == OpKind::kLinear && planned.weights.empty()) {
+    if ((op.kind == OpKind::kLinear && planned.weights.empty()) ||
+        (op.kind == OpKind::kTableAdd && planned.tables.empty())) {
       absent.insert(op.out);
       continue;
     }
@@ -326,11 +486,11 @@ absl::Status ConditioningModel::Run(
     }
     case OpKind::kSinusoid: {
       EmbeddingSpec spec;
-      spec.dim = op.sinusoid.dim;
-      spec.flip_sin_to_cos = op.sinusoid.flip_sin_to_cos;
-      spec.downscale_freq_shift = op.sinusoid.downscale_freq_shift;
-      spec.scale = op.sinusoid.scale;
-      spec.max_period = op.sinusoid.max_period;
+      spec.dim = planned.sinusoid.dim;
+      spec.flip_sin_to_cos = planned.sinusoid.flip_sin_to_cos;
+      spec.downscale_freq_shift = planned.sinusoid.downscale_freq_shift;
+      spec.scale = planned.sinusoid.scale;
+      spec.max_period = planned.sinusoid.max_period;
       spec.dtype = DType::kFloat32;
       RETURN_IF_ERROR(ValidateRequest(spec, in, Limits()));
       RETURN_IF_ERROR(sinusoid_backend_->Compute(
@@ -342,24 +502,60 @@ absl::Status ConditioningModel::Run(
     case OpKind::kLinear: {
       const DType out_dtype =
           op.dtype == ValueDType::kModel ? dtype_ : DType::kFloat32;
-      std::vector<float> block_out(
-          static_cast<size_t>(rows * planned.out_width));
+      // A row of `groups` inputs is `groups` rows of the Linear.
+      const int64_t row_width = planned.out_width * planned.groups;
+      std::vector<float> block_out(static_cast<size_t>(rows * row_width));
       for (int64_t block = 0; block < planned.blocks; ++block) {
-        LinearParams params;
-        params.weight = planned.weights[block].data;
-        params.bias = planned.biases[block].data;
-        params.dtype = dtype_;
-        params.in_features = planned.in_width;
-        params.out_features = planned.out_width;
-        RETURN_IF_ERROR(LinearForward(params, in, rows, out_dtype,
-                                      options_.threads,
-                                      absl::MakeSpan(block_out)));
+        if (options_.linear_engine != nullptr) {
+          RETURN_IF_ERROR(options_.linear_engine->Forward(
+              planned.engine_ids[block], in, rows * planned.groups, out_dtype,
+              absl::MakeSpan(block_out)));
+        } else {
+          LinearParams params;
+          params.weight = planned.weights[block].data;
+          params.bias = planned.biases[block].data;
+          params.dtype = planned.weight_dtype;
+          params.in_features = planned.in_width;
+          params.out_features = planned.out_width;
+          RETURN_IF_ERROR(LinearForward(params, in, rows * planned.groups,
+                                        out_dtype, options_.threads,
+                                        absl::MakeSpan(block_out)));
+        }
         // [N, W] of block `block` into [N, L, W].
         for (int64_t row = 0; row < rows; ++row) {
-          std::copy_n(block_out.data() + row * planned.out_width,
-                      planned.out_width,
-                      out.data() + row * info.cols + block * planned.out_width);
+          std::copy_n(block_out.data() + row * row_width, row_width,
+                      out.data() + row * info.cols + block * row_width);
         }
+      }
+      break;
+    }
+    case OpKind::kTableAdd: {
+      const int64_t width = planned.out_width;
+      for (int64_t row = 0; row < rows; ++row) {
+        const float* x = in.data() + row * planned.in_width;
+        for (int64_t block = 0; block < planned.blocks; ++block) {
+          const std::vector<float>& table = planned.tables[block];
+          float* y = out.data() + row * info.cols + block * width;
+          for (int64_t j = 0; j < width; ++j) {
+            y[j] =
+                Rounded(x[j % planned.in_width] + table[j], op.dtype, dtype_);
+          }
+        }
+      }
+      break;
+    }
+    case OpKind::kConcat: {
+      int64_t offset = 0;
+      for (const std::string& name : op.in) {
+        const std::vector<float>& part = values->at(name);
+        const int64_t cols = value_info_.at(name).cols;
+        for (int64_t row = 0; row < rows; ++row) {
+          for (int64_t j = 0; j < cols; ++j) {
+            out[row * info.cols + offset + j] =
+                Rounded(part[row * cols + j], op.dtype, dtype_);
+          }
+        }
+        offset += cols;
       }
       break;
     }
@@ -415,8 +611,10 @@ absl::StatusOr<std::vector<ConditioningOutput>> ConditioningModel::Compute(
     const ConditioningInputs& inputs,
     const std::vector<std::string>& names) const {
   for (const auto& [name, given] : inputs.values) {
-    if (!given.empty() && !std::any_of(family_->inputs.begin(), family_->inputs.end(),
-                     [&](const InputSpec& spec) { return spec.name == name; })) {
+    if (!given.empty() &&
+        !std::any_of(
+            family_->inputs.begin(), family_->inputs.end(),
+            [&](const InputSpec& spec) { return spec.name == name; })) {
       std::vector<std::string> known;
       for (const InputSpec& spec : family_->inputs) known.push_back(spec.name);
       return absl::InvalidArgumentError(
@@ -527,7 +725,7 @@ absl::StatusOr<std::vector<ConditioningOutput>> ConditioningModel::Compute(
   };
   uint32_t row_inputs = 0;  // inputs such as the pooled embedding
   for (const InputSpec& input : family_->inputs) {
-    if (!input.width_field.empty()) {
+    if (!input.width_field.empty() || input.width > 0) {
       row_inputs |= InputBit(family_->inputs, input.name);
     }
   }
@@ -646,6 +844,10 @@ absl::StatusOr<std::vector<ConditioningOutput>> ConditioningModel::Compute(
       output.shape.push_back(info.cols / info.blocks);
     } else if (!info.scalar) {
       output.shape.push_back(info.cols);
+    }
+    if (spec.chunks > 0 && !info.scalar) {
+      output.shape.back() /= spec.chunks;
+      output.shape.insert(output.shape.end() - 1, spec.chunks);
     }
     std::string bytes;
     const std::vector<float>& data = values.at(spec.value);

@@ -80,6 +80,49 @@ void AppendMlp(std::vector<Op>* ops, const std::string& out,
   ops->push_back(When(when, Linear(out, out + "_a", prefix + ".linear_2", 1)));
 }
 
+// The modules diffusers' from_pretrained keeps in float32: their tensors are
+// read as float32 and the op computes in float32.
+Op KeptFloat32(Op op) {
+  op.weight_dtype = ValueDType::kFloat32;
+  op.dtype = ValueDType::kFloat32;
+  return op;
+}
+
+// in + the checkpoint tensor `table` of shape lead + [D], rounded to dtype.
+Op TableAdd(std::string out, std::string in, std::string table,
+            std::vector<int64_t> lead, ValueDType dtype,
+            std::string blocks = "") {
+  Op op = MakeOp(OpKind::kTableAdd, std::move(out), {std::move(in)});
+  op.weight = std::move(table);
+  op.table_shape = std::move(lead);
+  op.dtype = dtype;
+  op.blocks = std::move(blocks);
+  return op;
+}
+
+Op Concat(std::string out, std::vector<std::string> in) {
+  return MakeOp(OpKind::kConcat, std::move(out), std::move(in));
+}
+
+// TimestepEmbedding whose width is not D: `field`'s value, or D / div with
+// `groups` rows per input row (see Op::groups).
+void AppendMlpOf(std::vector<Op>* ops, const std::string& out,
+                 const std::string& in, const std::string& prefix,
+                 const std::string& field, int div, int groups,
+                 const std::string& when) {
+  Op first = Linear(out + "_h", in, prefix + ".linear_1", 1);
+  Op second = Linear(out, out + "_a", prefix + ".linear_2", 1);
+  for (Op* op : {&first, &second}) {
+    op->width_field = field;
+    op->width_div = div;
+    op->groups = groups;
+    op->when = when;
+  }
+  ops->push_back(std::move(first));
+  ops->push_back(When(when, Silu(out + "_a", out + "_h")));
+  ops->push_back(std::move(second));
+}
+
 FamilyDescription QwenImage() {
   FamilyDescription family;
   family.class_name = "QwenImageTransformer2DModel";
@@ -249,11 +292,184 @@ FamilyDescription Sd3() {
   return family;
 }
 
+FamilyDescription Wan() {
+  FamilyDescription family;
+  family.class_name = "WanTransformer3DModel";
+  family.name = "wan";
+  family.width_fields = {"num_attention_heads", "attention_head_dim"};
+  family.inputs = {{"t", "", "", "the scheduler's timesteps (0..1000)"}};
+  std::vector<Op>& ops = family.ops;
+  // Pipeline: timestep = t.expand(B), the scheduler's t with no cast;
+  // WanTimeTextImageEmbedding: Timesteps(freq_dim, flip, shift 0) in
+  // float32.
+  ops.push_back(Cast("t_model", "t", ValueDType::kFloat32));
+  Op sinus = Sinusoid("t_sinus", "t_model", 1);
+  sinus.sinusoid.dim_field = "freq_dim";
+  ops.push_back(sinus);
+  // time_embedder is in _keep_in_fp32_modules: from_pretrained(torch_dtype)
+  // leaves it float32, and the sinusoid is cast to its weights' dtype, so
+  // the MLP runs in float32 in a bf16 model; then .type_as(the text
+  // embedding), the model's dtype.
+  ops.push_back(KeptFloat32(Linear(
+      "temb_h", "t_sinus", "condition_embedder.time_embedder.linear_1", 1)));
+  ops.push_back(KeptFloat32(Silu("temb_a", "temb_h")));
+  ops.push_back(KeptFloat32(Linear(
+      "temb_f32", "temb_a", "condition_embedder.time_embedder.linear_2", 1)));
+  ops.push_back(Cast("temb", "temb_f32", ValueDType::kModel));
+  // time_proj(act_fn(temb)): one Linear D -> 6D shared by every block, in
+  // the model's dtype (time_proj is not a kept module).
+  ops.push_back(Silu("temb_silu", "temb"));
+  ops.push_back(
+      Linear("timestep_proj", "temb_silu", "condition_embedder.time_proj", 6));
+  // WanTransformerBlock: scale_shift_table (1, 6, D), kept float32, +
+  // temb.float(): a float32 sum.
+  ops.push_back(KeptFloat32(TableAdd("block_mod", "timestep_proj",
+                                     "blocks.{i}.scale_shift_table", {1, 6},
+                                     ValueDType::kFloat32, "num_layers")));
+  // Output norm: scale_shift_table (1, 2, D) + temb.unsqueeze(1), the raw
+  // bf16 temb promoted to float32 by the float32 table.
+  ops.push_back(KeptFloat32(TableAdd("norm_out", "temb", "scale_shift_table",
+                                     {1, 2}, ValueDType::kFloat32)));
+  family.outputs = {
+      {"temb", "temb", "[N, D]", 0},
+      {"timestep_proj", "timestep_proj", "[N, 6, D]: time_proj's output", 6},
+      {"block_mod", "block_mod",
+       "[N, L, 6, D] float32: shift_msa, scale_msa, gate_msa, c_shift_msa, "
+       "c_scale_msa, c_gate_msa",
+       6},
+      {"norm_out", "norm_out", "[N, 2, D] float32: shift, scale", 2},
+  };
+  return family;
+}
+
+FamilyDescription PixArt() {
+  FamilyDescription family;
+  family.class_name = "PixArtTransformer2DModel";
+  family.name = "pixart";
+  family.width_fields = {"num_attention_heads", "attention_head_dim"};
+  // diffusers derives a null use_additional_conditions from sample_size
+  // (True exactly at 128, PixArt-alpha's 1024 px models).
+  family.flag_defaults = {{"use_additional_conditions", "sample_size", 128}};
+  family.inputs = {
+      {"t", "", "", "the scheduler's timesteps (0..1000)"},
+      {"resolution", "", "use_additional_conditions",
+       "the image's height and width in pixels (PixArt-alpha)", 2},
+      {"aspect_ratio", "", "use_additional_conditions",
+       "height / width (PixArt-alpha)"},
+  };
+  std::vector<Op>& ops = family.ops;
+  // Pipeline: current_timestep.expand(B), the scheduler's t with no cast;
+  // PixArtAlphaCombinedTimestepSizeEmbeddings: Timesteps(256, flip, shift
+  // 0) in float32, cast to hidden_states' dtype.
+  ops.push_back(Cast("t_model", "t", ValueDType::kFloat32));
+  ops.push_back(Sinusoid("t_sinus", "t_model", 1));
+  ops.push_back(Cast("t_proj", "t_sinus", ValueDType::kModel));
+  AppendMlp(&ops, "t_emb", "t_proj", "adaln_single.emb.timestep_embedder");
+  // PixArt-alpha: the pipeline casts resolution [N, 2] and aspect_ratio
+  // [N, 1] to the text embedding's dtype; each element's sinusoid, cast,
+  // through its MLP of width D // 3 and reshaped to [N, -1]; the two are
+  // concatenated and added to the timestep embedding.
+  const std::string extra = "use_additional_conditions";
+  ops.push_back(
+      When(extra, Cast("res_model", "resolution", ValueDType::kModel)));
+  ops.push_back(When(extra, Sinusoid("res_sinus", "res_model", 1)));
+  ops.push_back(When(extra, Cast("res_proj", "res_sinus", ValueDType::kModel)));
+  AppendMlpOf(&ops, "res_emb", "res_proj",
+              "adaln_single.emb.resolution_embedder", "", 3, 2, extra);
+  ops.push_back(
+      When(extra, Cast("ar_model", "aspect_ratio", ValueDType::kModel)));
+  ops.push_back(When(extra, Sinusoid("ar_sinus", "ar_model", 1)));
+  ops.push_back(When(extra, Cast("ar_proj", "ar_sinus", ValueDType::kModel)));
+  AppendMlpOf(&ops, "ar_emb", "ar_proj",
+              "adaln_single.emb.aspect_ratio_embedder", "", 3, 1, extra);
+  ops.push_back(When(extra, Concat("size_emb", {"res_emb", "ar_emb"})));
+  ops.push_back(When(extra, Add("temb", "t_emb", "size_emb")));
+  ops.push_back(When("!" + extra, Cast("temb", "t_emb", ValueDType::kModel)));
+  // AdaLayerNormSingle: linear(silu(embedded_timestep)), one Linear D -> 6D
+  // shared by every block.
+  ops.push_back(Silu("temb_silu", "temb"));
+  ops.push_back(Linear("timestep", "temb_silu", "adaln_single.linear", 6));
+  // BasicTransformerBlock (ada_norm_single): scale_shift_table[None] (6, D)
+  // + timestep.reshape(B, 6, -1), both in the model's dtype.
+  ops.push_back(TableAdd("block_mod", "timestep",
+                         "transformer_blocks.{i}.scale_shift_table", {6},
+                         ValueDType::kModel, "num_layers"));
+  // Output: scale_shift_table[None] (2, D) + embedded_timestep[:, None].
+  ops.push_back(TableAdd("norm_out", "temb", "scale_shift_table", {2},
+                         ValueDType::kModel));
+  family.outputs = {
+      {"embedded_timestep", "temb", "[N, D]", 0},
+      {"timestep", "timestep", "[N, 6D]: adaln_single's Linear", 0},
+      {"block_mod", "block_mod",
+       "[N, L, 6, D]: shift_msa, scale_msa, gate_msa, shift_mlp, scale_mlp, "
+       "gate_mlp",
+       6},
+      {"norm_out", "norm_out", "[N, 2, D]: shift, scale", 2},
+  };
+  return family;
+}
+
+FamilyDescription CogVideoX() {
+  FamilyDescription family;
+  family.class_name = "CogVideoXTransformer3DModel";
+  family.name = "cogvideox";
+  family.width_fields = {"num_attention_heads", "attention_head_dim"};
+  family.inputs = {
+      {"t", "", "", "the scheduler's timesteps (0..1000)"},
+      {"ofs", "", "ofs_embed_dim",
+       "the ofs value (CogVideoX 1.5 I2V; its pipeline passes 2.0)"},
+  };
+  std::vector<Op>& ops = family.ops;
+  // Pipeline: t.expand(B), the scheduler's t; time_proj = Timesteps(D,
+  // flip_sin_to_cos, freq_shift) from config.json, in float32, cast to
+  // hidden_states' dtype.
+  ops.push_back(Cast("t_model", "t", ValueDType::kFloat32));
+  Op sinus = Sinusoid("t_sinus", "t_model", 1);
+  sinus.sinusoid.dim_is_width = true;
+  sinus.sinusoid.flip_field = "flip_sin_to_cos";
+  sinus.sinusoid.shift_field = "freq_shift";
+  ops.push_back(sinus);
+  ops.push_back(Cast("t_proj", "t_sinus", ValueDType::kModel));
+  // time_embedding: TimestepEmbedding(D, time_embed_dim).
+  AppendMlpOf(&ops, "t_emb", "t_proj", "time_embedding", "time_embed_dim", 1, 1,
+              "");
+  // CogVideoX 1.5 I2V: the pipeline's ofs is latents.new_full((1,), 2.0),
+  // in the latents' dtype; ofs_proj = Timesteps(ofs_embed_dim, ...), its
+  // MLP ofs_embed_dim wide, added to the time embedding.
+  const std::string ofs = "ofs_embed_dim";
+  ops.push_back(When(ofs, Cast("ofs_model", "ofs", ValueDType::kModel)));
+  Op ofs_sinus = When(ofs, Sinusoid("ofs_sinus", "ofs_model", 1));
+  ofs_sinus.sinusoid.dim_field = ofs;
+  ofs_sinus.sinusoid.flip_field = "flip_sin_to_cos";
+  ofs_sinus.sinusoid.shift_field = "freq_shift";
+  ops.push_back(ofs_sinus);
+  ops.push_back(When(ofs, Cast("ofs_proj", "ofs_sinus", ValueDType::kModel)));
+  AppendMlpOf(&ops, "ofs_emb", "ofs_proj", "ofs_embedding", ofs, 1, 1, ofs);
+  ops.push_back(When(ofs, Add("temb", "t_emb", "ofs_emb")));
+  ops.push_back(When("!" + ofs, Cast("temb", "t_emb", ValueDType::kModel)));
+  ops.push_back(Silu("temb_silu", "temb"));
+  // CogVideoXLayerNormZero: linear(silu(temb)), time_embed_dim -> 6D.
+  ops.push_back(Linear("norm1", "temb_silu",
+                       "transformer_blocks.{i}.norm1.linear", 6, "num_layers"));
+  ops.push_back(Linear("norm2", "temb_silu",
+                       "transformer_blocks.{i}.norm2.linear", 6, "num_layers"));
+  // AdaLayerNorm(chunk_dim=1): linear(silu(temb)) -> 2D.
+  ops.push_back(Linear("norm_out", "temb_silu", "norm_out.linear", 2));
+  family.outputs = {
+      {"temb", "temb", "[N, time_embed_dim]", 0},
+      {"norm1", "norm1",
+       "[N, L, 6D]: shift, scale, gate, enc_shift, enc_scale, enc_gate", 0},
+      {"norm2", "norm2", "[N, L, 6D]: the same six, after attention", 0},
+      {"norm_out", "norm_out", "[N, 2D]: shift, scale", 0},
+  };
+  return family;
+}
+
 }  // namespace
 
 const std::vector<FamilyDescription>& Families() {
-  static const auto* families =
-      new std::vector<FamilyDescription>{QwenImage(), Flux1(), Sd3()};
+  static const auto* families = new std::vector<FamilyDescription>{
+      QwenImage(), Flux1(), Sd3(), Wan(), PixArt(), CogVideoX()};
   return *families;
 }
 

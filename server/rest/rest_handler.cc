@@ -298,8 +298,8 @@ void RestHandler::ModelEndpoint(const HttpRequest& request, BodyPermit permit,
           kserve::FindModel(core_.presets(), model, version);
       if (!found.ok()) return SetError(found.status(), response);
     }
-    return SetProbe(admission_->serving() && models_.Ready(model, version),
-                    503, response);
+    return SetProbe(admission_->serving() && models_.Ready(model, version), 503,
+                    response);
   }
   if (absl::Status status = Enter(); !status.ok()) {
     return SetError(status, response);

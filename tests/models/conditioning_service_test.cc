@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -18,9 +19,9 @@
 namespace temb {
 namespace {
 
+using models::TempDir;
 using ::testing::AllOf;
 using ::testing::HasSubstr;
-using models::TempDir;
 
 std::string Message(const absl::Status& status) {
   return std::string(status.message());
@@ -93,7 +94,8 @@ TEST_F(ConditioningServiceTest, EachModelLoadsOrFailsOnItsOwn) {
   request.model = "../qwen";
   answer = service->Serve(request, nullptr);
   EXPECT_EQ(answer.status().code(), absl::StatusCode::kNotFound);
-  EXPECT_THAT(Message(answer.status()), HasSubstr("models: broken, flux, qwen"));
+  EXPECT_THAT(Message(answer.status()),
+              HasSubstr("models: broken, flux, qwen"));
   request.model = "qwen";
   answer = service->Serve(request, nullptr);
   ASSERT_TRUE(answer.ok()) << answer.status();
@@ -221,6 +223,28 @@ TEST_F(ConditioningServiceTest, RepeatedScheduleComesFromTheCache) {
   for (size_t i = 0; i < first->outputs.size(); ++i) {
     EXPECT_EQ(first->outputs[i].data, second->outputs[i].data);
   }
+}
+
+TEST_F(ConditioningServiceTest, CallbacksRunOnceEveryModelSettled) {
+  ConditioningService service({});
+  absl::Notification loaded;
+  bool loading_when_called = true;
+  ASSERT_TRUE(service.OpenRepository(repository_.path(), {}).ok());
+  service.CallWhenLoaded([&] {
+    loading_when_called = service.loading();
+    loaded.Notify();
+  });
+  ASSERT_TRUE(loaded.WaitForNotificationWithTimeout(absl::Seconds(30)));
+  EXPECT_FALSE(loading_when_called);
+  // Registered after loading: called at once.
+  bool called = false;
+  service.CallWhenLoaded([&] { called = true; });
+  EXPECT_TRUE(called);
+  // Without a repository there is nothing to wait for.
+  ConditioningService empty({});
+  bool at_once = false;
+  empty.CallWhenLoaded([&] { at_once = true; });
+  EXPECT_TRUE(at_once);
 }
 
 TEST(ConditioningServiceRepositoryTest, RefusesAMissingRepository) {

@@ -399,5 +399,252 @@ TEST(CheckpointTest, RefusesSd3DualLayersDisagreeingWithTheWeights) {
   }
 }
 
+// The same values rounded to bf16: a checkpoint saved in bf16.
+TensorToWrite RandomBFloat16(const std::string& name,
+                             std::vector<int64_t> shape, uint32_t* state) {
+  TensorToWrite tensor = RandomFloat32(name, std::move(shape), state);
+  std::vector<uint8_t> data(tensor.data.size() / 2);
+  for (size_t i = 0; i < data.size() / 2; ++i) {
+    float value;
+    std::memcpy(&value, &tensor.data[i * 4], 4);
+    const uint16_t bits = FloatToBFloat16(value);
+    std::memcpy(&data[i * 2], &bits, 2);
+  }
+  tensor.dtype = DType::kBFloat16;
+  tensor.data = std::move(data);
+  return tensor;
+}
+
+// A Wan-shaped checkpoint, D = 8, two blocks, as a bf16 pipeline saves it:
+// time_proj in bf16, the kept modules (time_embedder, the tables) in float32
+// except linear_1, stored bf16 to be upcast.  `block1_table` is block 1's
+// table shape.
+void WriteWanCheckpoint(const TempDir& dir,
+                        std::vector<int64_t> block1_table = {1, 6, 8}) {
+  WriteText(dir.File("config.json"),
+            R"({"_class_name": "WanTransformer3DModel", "num_layers": 2,
+                "num_attention_heads": 2, "attention_head_dim": 4,
+                "freq_dim": 16})");
+  std::vector<TensorToWrite> tensors;
+  uint32_t state = 5;
+  const std::string mlp = "condition_embedder.time_embedder.";
+  tensors.push_back(RandomBFloat16(mlp + "linear_1.weight", {8, 16}, &state));
+  tensors.push_back(RandomBFloat16(mlp + "linear_1.bias", {8}, &state));
+  tensors.push_back(RandomFloat32(mlp + "linear_2.weight", {8, 8}, &state));
+  tensors.push_back(RandomFloat32(mlp + "linear_2.bias", {8}, &state));
+  tensors.push_back(
+      RandomBFloat16("condition_embedder.time_proj.weight", {48, 8}, &state));
+  tensors.push_back(
+      RandomBFloat16("condition_embedder.time_proj.bias", {48}, &state));
+  tensors.push_back(
+      RandomFloat32("blocks.0.scale_shift_table", {1, 6, 8}, &state));
+  tensors.push_back(RandomFloat32("blocks.1.scale_shift_table",
+                                  std::move(block1_table), &state));
+  tensors.push_back(RandomFloat32("scale_shift_table", {1, 2, 8}, &state));
+  ASSERT_TRUE(
+      WriteSafetensors(dir.File("diffusion_pytorch_model.safetensors"), tensors)
+          .ok());
+}
+
+std::vector<float> AsFloats(const ConditioningOutput& output) {
+  std::vector<float> values;
+  const size_t size = DTypeSize(output.dtype);
+  for (size_t i = 0; i < output.data.size(); i += size) {
+    float value;
+    if (output.dtype == DType::kFloat32) {
+      std::memcpy(&value, &output.data[i], 4);
+    } else {
+      uint16_t bits;
+      std::memcpy(&bits, &output.data[i], 2);
+      value = BFloat16ToFloat(bits);
+    }
+    values.push_back(value);
+  }
+  return values;
+}
+
+TEST(ConditioningModelTest, WanTablesAddInFloat32ToTheBf16Values) {
+  TempDir dir;
+  WriteWanCheckpoint(dir);
+  auto model = ConditioningModel::Load(dir.path(), {});
+  ASSERT_TRUE(model.ok()) << model.status();
+  // The kept float32 modules do not set the model's dtype.
+  EXPECT_EQ((*model)->dtype(), DType::kBFloat16);
+  ConditioningInputs inputs;
+  inputs.values["t"] = {999.0f, 0.5f};
+  auto outputs = (*model)->Compute(inputs, {});
+  ASSERT_TRUE(outputs.ok()) << outputs.status();
+  ASSERT_EQ(outputs->size(), 4u);
+  std::vector<std::vector<int64_t>> shapes;
+  std::vector<DType> dtypes;
+  for (const ConditioningOutput& output : *outputs) {
+    shapes.push_back(output.shape);
+    dtypes.push_back(output.dtype);
+  }
+  EXPECT_EQ(shapes, (std::vector<std::vector<int64_t>>{
+                        {2, 8}, {2, 6, 8}, {2, 2, 6, 8}, {2, 2, 8}}));
+  EXPECT_EQ(dtypes, (std::vector<DType>{DType::kBFloat16, DType::kBFloat16,
+                                        DType::kFloat32, DType::kFloat32}));
+  // norm_out = table (1, 2, D) + temb, temb repeated along the table.
+  auto checkpoint = Checkpoint::Open(dir.path());
+  ASSERT_TRUE(checkpoint.ok()) << checkpoint.status();
+  auto table =
+      (*checkpoint)->Load("scale_shift_table", DType::kFloat32, {1, 2, 8});
+  ASSERT_TRUE(table.ok()) << table.status();
+  std::vector<float> table_values(16);
+  std::memcpy(table_values.data(), table->data.data(), 64);
+  const std::vector<float> temb = AsFloats((*outputs)[0]);
+  const std::vector<float> norm_out = AsFloats((*outputs)[3]);
+  for (int row = 0; row < 2; ++row) {
+    for (int j = 0; j < 16; ++j) {
+      EXPECT_EQ(norm_out[row * 16 + j], table_values[j] + temb[row * 8 + j % 8])
+          << row << " " << j;
+    }
+  }
+}
+
+TEST(CheckpointTest, RefusesTableOfTheWrongShapeNamingIt) {
+  TempDir dir;
+  WriteWanCheckpoint(dir, {1, 5, 8});
+  auto model = ConditioningModel::Load(dir.path(), {});
+  EXPECT_EQ(model.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(
+      Message(model.status()),
+      AllOf(HasSubstr("tensor \"blocks.1.scale_shift_table\""),
+            HasSubstr("field shape: [1, 5, 8]"), HasSubstr("[1, 6, 8]")));
+}
+
+// A PixArt-shaped float32 checkpoint, D = 6, two blocks, with the size
+// embedders (D // 3 = 2 wide) when `alpha`; config.json leaves
+// use_additional_conditions null, as diffusers writes it by default.
+void WritePixArtCheckpoint(const TempDir& dir, bool alpha) {
+  WriteText(dir.File("config.json"),
+            absl::StrCat(R"({"_class_name": "PixArtTransformer2DModel",
+                "num_layers": 2, "num_attention_heads": 2,
+                "attention_head_dim": 3, "use_additional_conditions": null,
+                "sample_size": )",
+                         alpha ? 128 : 32, "}"));
+  std::vector<TensorToWrite> tensors;
+  uint32_t state = 7;
+  auto linear = [&](const std::string& prefix, int64_t out, int64_t in) {
+    tensors.push_back(RandomFloat32(prefix + ".weight", {out, in}, &state));
+    tensors.push_back(RandomFloat32(prefix + ".bias", {out}, &state));
+  };
+  const std::string emb = "adaln_single.emb.";
+  linear(emb + "timestep_embedder.linear_1", 6, 256);
+  linear(emb + "timestep_embedder.linear_2", 6, 6);
+  if (alpha) {
+    for (const char* size : {"resolution_embedder", "aspect_ratio_embedder"}) {
+      linear(emb + size + ".linear_1", 2, 256);
+      linear(emb + size + ".linear_2", 2, 2);
+    }
+  }
+  linear("adaln_single.linear", 36, 6);
+  for (int i = 0; i < 2; ++i) {
+    tensors.push_back(RandomFloat32(
+        absl::StrCat("transformer_blocks.", i, ".scale_shift_table"), {6, 6},
+        &state));
+  }
+  tensors.push_back(RandomFloat32("scale_shift_table", {2, 6}, &state));
+  ASSERT_TRUE(
+      WriteSafetensors(dir.File("diffusion_pytorch_model.safetensors"), tensors)
+          .ok());
+}
+
+TEST(ConditioningModelTest, PixArtSizeInputsFollowTheDerivedFlag) {
+  TempDir alpha_dir;
+  WritePixArtCheckpoint(alpha_dir, /*alpha=*/true);
+  auto alpha = ConditioningModel::Load(alpha_dir.path(), {});
+  ASSERT_TRUE(alpha.ok()) << alpha.status();
+  ConditioningInputs inputs;
+  inputs.values["t"] = {999.0f, 10.0f};
+  // sample_size 128 with a null flag: the size inputs are required.
+  EXPECT_THAT(Message((*alpha)->Compute(inputs, {}).status()),
+              HasSubstr("resolution: required by this pixart model"));
+  inputs.values["resolution"] = {896.0f, 1152.0f};
+  inputs.values["aspect_ratio"] = {0.75f};
+  auto outputs = (*alpha)->Compute(inputs, {});
+  ASSERT_TRUE(outputs.ok()) << outputs.status();
+  std::vector<std::vector<int64_t>> shapes;
+  for (const ConditioningOutput& output : *outputs) {
+    shapes.push_back(output.shape);
+  }
+  EXPECT_EQ(shapes, (std::vector<std::vector<int64_t>>{
+                        {2, 6}, {2, 36}, {2, 2, 6, 6}, {2, 2, 6}}));
+  // The resolution embedder is one Linear over each of height and width,
+  // side by side: swapping them swaps the halves, bit for bit.
+  auto forward = (*alpha)->Compute(inputs, {"res_emb"});
+  inputs.values["resolution"] = {1152.0f, 896.0f};
+  auto swapped = (*alpha)->Compute(inputs, {"res_emb"});
+  ASSERT_TRUE(forward.ok() && swapped.ok());
+  const std::vector<float> a = AsFloats((*forward)[0]);
+  const std::vector<float> b = AsFloats((*swapped)[0]);
+  ASSERT_EQ(a.size(), 8u);  // [N, 2 * (D // 3)]
+  for (int row = 0; row < 2; ++row) {
+    for (int j = 0; j < 2; ++j) {
+      EXPECT_EQ(a[row * 4 + j], b[row * 4 + 2 + j]);
+      EXPECT_EQ(a[row * 4 + 2 + j], b[row * 4 + j]);
+    }
+  }
+  // Any other sample_size with a null flag: PixArt-Sigma, no size inputs.
+  TempDir sigma_dir;
+  WritePixArtCheckpoint(sigma_dir, /*alpha=*/false);
+  auto sigma = ConditioningModel::Load(sigma_dir.path(), {});
+  ASSERT_TRUE(sigma.ok()) << sigma.status();
+  EXPECT_THAT(Message((*sigma)->Compute(inputs, {}).status()),
+              HasSubstr("resolution: pixart model does not take this input"));
+}
+
+TEST(ConditioningModelTest, CogVideoXOfsFollowsItsWidthField) {
+  TempDir dir;
+  auto write = [&](const std::string& ofs, const std::string& flip) {
+    WriteText(dir.File("config.json"),
+              absl::StrCat(R"({"_class_name": "CogVideoXTransformer3DModel",
+                  "num_layers": 1, "num_attention_heads": 2,
+                  "attention_head_dim": 4, "time_embed_dim": 6,
+                  "freq_shift": 0, "flip_sin_to_cos": )",
+                           flip, R"(, "ofs_embed_dim": )", ofs, "}"));
+    std::vector<TensorToWrite> tensors;
+    uint32_t state = 9;
+    auto linear = [&](const std::string& prefix, int64_t out, int64_t in) {
+      tensors.push_back(RandomFloat32(prefix + ".weight", {out, in}, &state));
+      tensors.push_back(RandomFloat32(prefix + ".bias", {out}, &state));
+    };
+    // The sinusoid is D = 8 wide; the embedding time_embed_dim = 6.
+    linear("time_embedding.linear_1", 6, 8);
+    linear("time_embedding.linear_2", 6, 6);
+    linear("ofs_embedding.linear_1", 6, 6);
+    linear("ofs_embedding.linear_2", 6, 6);
+    linear("transformer_blocks.0.norm1.linear", 48, 6);
+    linear("transformer_blocks.0.norm2.linear", 48, 6);
+    linear("norm_out.linear", 16, 6);
+    ASSERT_TRUE(WriteSafetensors(
+                    dir.File("diffusion_pytorch_model.safetensors"), tensors)
+                    .ok());
+  };
+  ConditioningInputs inputs;
+  inputs.values["t"] = {999.0f};
+  inputs.values["ofs"] = {2.0f};
+  write("null", "true");
+  auto model = ConditioningModel::Load(dir.path(), {});
+  ASSERT_TRUE(model.ok()) << model.status();
+  EXPECT_THAT(Message((*model)->Compute(inputs, {}).status()),
+              HasSubstr("ofs: cogvideox model does not take this input"));
+  write("6", "true");
+  model = ConditioningModel::Load(dir.path(), {});
+  ASSERT_TRUE(model.ok()) << model.status();
+  auto outputs = (*model)->Compute(inputs, {"temb", "norm1"});
+  ASSERT_TRUE(outputs.ok()) << outputs.status();
+  EXPECT_EQ((*outputs)[0].shape, (std::vector<int64_t>{1, 6}));
+  EXPECT_EQ((*outputs)[1].shape, (std::vector<int64_t>{1, 1, 48}));
+  inputs.values.erase("ofs");
+  EXPECT_THAT(Message((*model)->Compute(inputs, {}).status()),
+              HasSubstr("ofs: required by this cogvideox model"));
+  write("6", "\"yes\"");
+  EXPECT_THAT(Message(ConditioningModel::Load(dir.path(), {}).status()),
+              AllOf(HasSubstr("config.json"),
+                    HasSubstr("field flip_sin_to_cos: must be true or false")));
+}
+
 }  // namespace
 }  // namespace temb::models

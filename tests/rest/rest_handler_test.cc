@@ -51,9 +51,8 @@ class RestHandlerTest : public ::testing::Test {
     options.admission = admission_.get();
     core_ = std::make_unique<EmbedService>(*std::move(backend),
                                            BuiltInPresetCatalog(), options);
-    statistics_ =
-        std::make_unique<kserve::InferenceStatistics>(
-            kserve::ServedModels{*core_}.Names());
+    statistics_ = std::make_unique<kserve::InferenceStatistics>(
+        kserve::ServedModels{*core_}.Names());
     handler_ = std::make_unique<RestHandler>(*core_, admission_.get(), tokens,
                                              nullptr, statistics_.get());
   }

@@ -31,7 +31,7 @@ triton_http = pytest.importorskip("tritonclient.http")
 from tritonclient.utils import InferenceServerException  # noqa: E402
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2] / "pylib"))
-from temb_testing import TembServer  # noqa: E402
+from temb_testing import TembServer, generate_stubs  # noqa: E402
 
 from test_conditioning_parity import (GUIDANCE, POOLED,  # noqa: E402
                                       TIMESTEPS, flux_model, qwen_model)
@@ -264,6 +264,20 @@ def test_metadata_config_and_readiness(server, grpc_client, repository):
     assert not grpc_client.is_model_ready("../qwen")
     stats = grpc_client.get_inference_statistics("qwen", as_json=True)
     assert stats["model_stats"][0]["name"] == "qwen"
+
+
+def test_readiness_health_entry_serves_once_the_models_settled(
+        server, tmp_path_factory):
+    """Kubernetes' readiness probe asks grpc.health.v1 for "temb.models"."""
+    import grpc  # pylint: disable=import-outside-toplevel
+    generate_stubs(tmp_path_factory.mktemp("health_stubs"),
+                   "grpc/health/v1/health.proto", prefix="served_health")
+    # pylint: disable=import-outside-toplevel
+    from served_health.grpc.health.v1 import health_pb2, health_pb2_grpc
+    with grpc.insecure_channel(server.target) as channel:
+        answer = health_pb2_grpc.HealthStub(channel).Check(
+            health_pb2.HealthCheckRequest(service="temb.models"), timeout=10)
+    assert answer.status == health_pb2.HealthCheckResponse.SERVING
 
 
 def test_per_token_timesteps_give_distinct_rows_and_an_index(server,

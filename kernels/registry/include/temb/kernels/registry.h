@@ -9,6 +9,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "temb/kernels/backend.h"
+#include "temb/kernels/linear_engine.h"
 
 namespace temb {
 
@@ -41,6 +42,11 @@ bool CudaUsable(int device = 0);
 // FAILED_PRECONDITION explaining why (not built in, or the probe's error).
 absl::StatusOr<std::unique_ptr<Backend>> CreateBackend(
     BackendChoice choice, const BackendOptions& options = {});
+
+// The conditioning models' Linear layers on GPU `device` (cuBLASLt);
+// FAILED_PRECONDITION when CUDA is not built in or the device does not run.
+absl::StatusOr<std::unique_ptr<LinearEngine>> CreateGpuLinearEngine(
+    int device = 0);
 
 }  // namespace temb
 

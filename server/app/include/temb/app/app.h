@@ -38,6 +38,11 @@ class HttpServer;
 class RestHandler;
 }  // namespace rest
 
+// The grpc.health.v1 entry that turns SERVING once every conditioning model
+// has loaded or failed (at once without --model_repository): what a
+// readiness probe asks for.
+inline constexpr char kModelsHealthName[] = "temb.models";
+
 struct AppOptions {
   // gRPC HOST:PORT; port 0 picks a free one (App::port()).
   std::string address = "0.0.0.0:50051";
@@ -81,6 +86,9 @@ struct AppOptions {
   std::string model_repository;
   // The exact row cache shared by the conditioning models; 0: none.
   int64_t conditioning_cache_bytes = int64_t{256} << 20;
+  // Where the conditioning models' Linear layers run: kCpu, or kCuda
+  // (cuBLASLt on backend_options.cuda_device); kAuto is the CPU.
+  BackendChoice conditioning_device = BackendChoice::kCpu;
 };
 
 class App {

@@ -10,6 +10,7 @@
 #define TEMB_CORE_CONDITIONING_SERVICE_H_
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <thread>
@@ -107,11 +108,13 @@ class ConditioningService {
     int threads = 1;
     // Bytes of the exact row cache shared by every model (0: no cache).
     int64_t cache_bytes = int64_t{256} << 20;
+    // Where the models' Linear layers run (null: the CPU).
+    std::shared_ptr<LinearEngine> linear_engine;
   };
 
   // A service without models (no repository).
   explicit ConditioningService(Options options);
-  // Stops loading (the model in progress finishes first).
+  // StopLoading().
   ~ConditioningService();
 
   // Lists `repository`'s subfolders and starts loading them in the
@@ -128,6 +131,13 @@ class ConditioningService {
   bool WaitUntilLoaded(absl::Duration timeout) const;
   // Whether any model is still loading.
   bool loading() const;
+  // Runs `callback` once no model is loading: now, or on the loading
+  // thread when its last model settles (never after StopLoading).  For
+  // readiness probes.
+  void CallWhenLoaded(std::function<void()> callback);
+  // Models not yet loaded fail ("the server stopped"), the one loading
+  // finishes; returns when the loading thread has ended.  Idempotent.
+  void StopLoading();
 
   std::vector<ConditioningModelInfo> Models() const;
   // NOT_FOUND for a name that is not a model of the repository.
@@ -157,6 +167,7 @@ class ConditioningService {
   // Set once by OpenRepository; entries' state changes under mu_.
   std::vector<std::unique_ptr<Entry>> entries_;
   int loading_ ABSL_GUARDED_BY(mu_) = 0;
+  std::vector<std::function<void()>> when_loaded_ ABSL_GUARDED_BY(mu_);
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   std::thread loader_;
 };

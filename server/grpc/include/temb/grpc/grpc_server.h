@@ -92,6 +92,10 @@ class GrpcServer {
   // The port actually bound.
   int port() const { return port_; }
 
+  // Sets one grpc.health.v1 entry (any name, not only a registered
+  // service's).  Ignored once SetNotServing() was called.  Thread-safe.
+  void SetServing(const std::string& health_name, bool serving);
+
   // Health turns NOT_SERVING for every entry ("" included) and stays so,
   // whatever is set later: for a drain, or a backend that failed for good.
   // Thread-safe.

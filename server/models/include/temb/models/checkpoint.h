@@ -50,6 +50,12 @@ class ModelConfig {
   // the field existed.
   absl::StatusOr<std::vector<int64_t>> IndexList(const std::string& field,
                                                  int64_t count) const;
+  // A field read as a condition: true or false; a number, true when
+  // non-zero (CogVideoX's ofs_embed_dim); nullopt when absent or null.
+  absl::StatusOr<std::optional<bool>> Flag(const std::string& field) const;
+  // A finite number field, `fallback` when absent.
+  absl::StatusOr<double> Number(const std::string& field,
+                                double fallback) const;
 
  private:
   std::string file_;

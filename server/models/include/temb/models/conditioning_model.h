@@ -21,6 +21,7 @@
 #include "absl/status/statusor.h"
 #include "temb/kernels/backend.h"
 #include "temb/kernels/dtype.h"
+#include "temb/kernels/linear_engine.h"
 #include "temb/models/checkpoint.h"
 #include "temb/models/family.h"
 #include "temb/models/row_cache.h"
@@ -35,6 +36,10 @@ struct ConditioningOptions {
   // Shared by every model that is given it; null: no cache (rows are still
   // computed once per distinct input within a call).
   std::shared_ptr<RowCache> cache;
+  // Where the Linear layers run: null, the CPU kernel over the checkpoint's
+  // host memory; else the engine, which takes a copy of every Linear's
+  // parameters at load (the host copy is then released).
+  std::shared_ptr<LinearEngine> linear_engine;
 };
 
 // The inputs, as float32 values, by their InputSpec name ("t", "guidance",
@@ -113,6 +118,8 @@ class ConditioningModel {
 
   ConditioningModel() = default;
   absl::Status Plan(const Checkpoint& checkpoint);
+  // Hands every Linear's parameters to options_.linear_engine.
+  absl::Status UploadLinears();
   absl::Status Run(const PlannedOp& op, int64_t rows,
                    std::map<std::string, std::vector<float>>* values) const;
 

@@ -5,9 +5,9 @@
 // knows a family; adding one is adding an entry there.
 //
 // Values are [N] scalars or [N, W] rows (W per op, from config.json); a
-// linear op stacked over `blocks` produces [N, L, W] with block i's Linear
-// at checkpoint prefix `weight` with "{i}" replaced by i (`select` may
-// take a subset of the blocks, see BlockSelect).  Every op rounds
+// linear or table-add op stacked over `blocks` produces [N, L, W] with
+// block i's tensors at checkpoint name `weight` with "{i}" replaced by i
+// (`select` may take a subset of the blocks, see BlockSelect).  Every op rounds
 // its result to its `dtype`: the model's dtype (the stored dtype of its
 // weights) or float32; arithmetic on a bf16 value is computed in float32
 // and rounded once, as PyTorch does on the CPU.
@@ -27,6 +27,12 @@ enum class OpKind {
   kLinear,    // in[0] W^T + b, W and b from the checkpoint
   kSilu,      // in[0] * sigmoid(in[0])
   kAdd,       // in[0] + in[1]
+  // in[0] + a checkpoint tensor (`weight`, the full name) of shape
+  // `table_shape` + [D]: in[0]'s row is repeated along the table when the
+  // table is wider (Wan's and PixArt's scale_shift_table + temb).  Stacked
+  // over `blocks` like a linear.
+  kTableAdd,
+  kConcat,  // in[0], in[1], ... side by side along the row
 };
 
 // Where an op's result is rounded to.
@@ -50,6 +56,12 @@ struct SinusoidParams {
   double downscale_freq_shift = 0;
   double scale = 1;
   double max_period = 10000;
+  // Taken from config.json when set: the width (`dim_field`, or D itself
+  // with `dim_is_width`), flip_sin_to_cos and downscale_freq_shift.
+  std::string dim_field;
+  bool dim_is_width = false;
+  std::string flip_field;
+  std::string shift_field;
 };
 
 struct Op {
@@ -65,8 +77,26 @@ struct Op {
   BlockSelect select = BlockSelect::kAll;  // kLinear with `blocks`
   std::string block_list;  // kListed, kUnlisted: config field of indices
   // The op exists only when this config flag is true ("!flag": false);
-  // empty: always.
+  // empty: always.  A number counts as true when non-zero, null as false
+  // (CogVideoX's ofs_embed_dim), unless FamilyDescription::flag_defaults
+  // says otherwise.
   std::string when;
+  // What the op's checkpoint tensors are read as: the model's dtype, or
+  // float32 for the modules diffusers' from_pretrained keeps in float32
+  // (`_keep_in_fp32_modules`) whatever their stored dtype: an exact upcast
+  // of a bf16 or fp16 tensor, so both stored forms give the loaded model's
+  // values.  Such tensors do not set the model's dtype.
+  ValueDType weight_dtype = ValueDType::kModel;
+  std::vector<int64_t> table_shape;  // kTableAdd: dimensions before D
+  // kLinear output width, when not width_d * D: width_d times the config
+  // field `width_field` (CogVideoX's time_embed_dim), or width_d * (D /
+  // width_div), rounded down (PixArt-alpha's size embedders: D // 3).
+  std::string width_field;
+  int width_div = 1;
+  // kLinear: in[0]'s row is `groups` equal rows, each through the same
+  // Linear, results side by side (diffusers' flatten -> Linear -> reshape
+  // of PixArt-alpha's [N, 2] resolution).
+  int groups = 1;
 };
 
 // A model input: [N] when `width_field` is empty, else [N, W] with W the
@@ -76,6 +106,8 @@ struct InputSpec {
   std::string width_field;
   std::string when;  // as Op::when: required exactly when the flag holds
   std::string help;
+  // [N, width] when width_field is empty and width > 0.
+  int64_t width = 0;
 };
 
 // One output, laid out as the model consumes it: [N, W] or, for a stacked
@@ -86,6 +118,18 @@ struct OutputSpec {
   std::string name;
   std::string value;
   std::string layout;  // documentation: the chunks, in order
+  // > 0: the row is shown as [chunks, W / chunks], as the model reshapes
+  // it (Wan's [N, 6, D] timestep_proj); the bytes are the same.
+  int chunks = 0;
+};
+
+// A flag that config.json may leave null, with the value diffusers derives
+// then: `flag` is true exactly when the integer field `field` equals
+// `equals` (PixArt's use_additional_conditions: sample_size == 128).
+struct FlagDefault {
+  std::string flag;
+  std::string field;
+  int64_t equals = 0;
 };
 
 struct FamilyDescription {
@@ -100,6 +144,7 @@ struct FamilyDescription {
   std::vector<InputSpec> inputs;
   std::vector<Op> ops;
   std::vector<OutputSpec> outputs;
+  std::vector<FlagDefault> flag_defaults;
 };
 
 // Every family temb knows.

@@ -1,0 +1,382 @@
+#include <cublasLt.h>
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <cstring>
+#include <memory>
+#include <mutex>
+#include <type_traits>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "cuda_status.h"
+#include "temb/base/status_macros.h"
+#include "temb/kernels/cuda_backend.h"
+#include "temb/kernels/cuda_linear.h"
+
+namespace temb {
+namespace cuda {
+namespace {
+
+// cuBLASLt's workspace for every GEMM of an engine.  Split-K is ruled out
+// (below), so this is only what the chosen kernels ask for.
+constexpr size_t kWorkspaceBytes = size_t{4} << 20;
+
+absl::Status CheckBlas(cublasStatus_t status, absl::string_view operation) {
+  if (status == CUBLAS_STATUS_SUCCESS) return absl::OkStatus();
+  const std::string message = absl::StrCat(operation, " failed: cuBLAS status ",
+                                           static_cast<int>(status));
+  // Out of memory or a device fault: another replica may do better.
+  return status == CUBLAS_STATUS_ALLOC_FAILED ||
+                 status == CUBLAS_STATUS_EXECUTION_FAILED
+             ? absl::UnavailableError(message)
+             : absl::InternalError(message);
+}
+
+cudaDataType_t BlasType(DType dtype) {
+  switch (dtype) {
+    case DType::kBFloat16:
+      return CUDA_R_16BF;
+    case DType::kFloat16:
+      return CUDA_R_16F;
+    default:
+      return CUDA_R_32F;
+  }
+}
+
+// The input rows in the weights' dtype (exact: the models round them to it
+// first), zero-padded to the tile.
+template <typename T>
+__global__ void ConvertRows(const float* in, T* out, int64_t count,
+                            int64_t padded) {
+  const int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
+  if (i >= padded) return;
+  const float value = i < count ? in[i] : 0.0f;
+  if constexpr (sizeof(T) == 4) {
+    out[i] = value;
+  } else if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+    out[i] = __float2bfloat16_rn(value);
+  } else {
+    out[i] = __float2half_rn(value);
+  }
+}
+
+// out = round(sum + bias) in `out_dtype`, kept as float32; the addition is
+// the one float32 rounding the CPU kernel does too.
+__global__ void AddBiasAndRound(const float* sums, const float* bias,
+                                float* out, int64_t rows, int64_t features,
+                                int out_dtype) {
+  const int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
+  if (i >= rows * features) return;
+  float value = sums[i];
+  if (bias != nullptr) value = __fadd_rn(value, bias[i % features]);
+  if (out_dtype == static_cast<int>(DType::kBFloat16)) {
+    value = __bfloat162float(__float2bfloat16_rn(value));
+  } else if (out_dtype == static_cast<int>(DType::kFloat16)) {
+    value = __half2float(__float2half_rn(value));
+  }
+  out[i] = value;
+}
+
+float HostToFloat(const uint8_t* bytes, DType dtype) {
+  if (dtype == DType::kFloat32) {
+    float value;
+    std::memcpy(&value, bytes, 4);
+    return value;
+  }
+  uint16_t bits;
+  std::memcpy(&bits, bytes, 2);
+  return dtype == DType::kBFloat16 ? BFloat16ToFloat(bits) : HalfToFloat(bits);
+}
+
+struct BlasLayout {
+  cublasLtMatrixLayout_t layout = nullptr;
+  ~BlasLayout() {
+    if (layout != nullptr) cublasLtMatrixLayoutDestroy(layout);
+  }
+};
+
+}  // namespace
+
+struct CublasLinearEngine::Impl {
+  struct Linear {
+    DType dtype = DType::kFloat32;
+    int64_t in = 0;
+    int64_t out = 0;
+    std::unique_ptr<void, DeviceFree> weight;
+    std::unique_ptr<float, DeviceFree> bias;  // float32, or null
+    cublasLtMatmulDesc_t op = nullptr;
+    BlasLayout a, b, c;
+    cublasLtMatmulAlgo_t algo;
+  };
+
+  int device = 0;
+  cudaStream_t stream = nullptr;
+  cublasLtHandle_t handle = nullptr;
+  std::unique_ptr<void, DeviceFree> workspace;
+  std::mutex mu;  // one call at a time on the stream and the buffers
+  std::vector<std::unique_ptr<Linear>> linears;
+  int64_t bytes = 0;
+  // Per call, grown as needed: the tile's converted inputs, sums, outputs.
+  std::unique_ptr<void, DeviceFree> x;
+  size_t x_bytes = 0;
+  std::unique_ptr<float, DeviceFree> sums;
+  size_t sums_bytes = 0;
+  std::unique_ptr<float, DeviceFree> staged_in;
+  size_t staged_in_bytes = 0;
+
+  ~Impl() {
+    for (auto& linear : linears) {
+      if (linear->op != nullptr) cublasLtMatmulDescDestroy(linear->op);
+    }
+    if (handle != nullptr) cublasLtDestroy(handle);
+    if (stream != nullptr) cudaStreamDestroy(stream);
+  }
+
+  template <typename T>
+  absl::Status Grow(std::unique_ptr<T, DeviceFree>* buffer, size_t* size,
+                    size_t wanted) {
+    if (*size >= wanted) return absl::OkStatus();
+    void* p = nullptr;
+    RETURN_IF_ERROR(Check(cudaMalloc(&p, wanted), "cudaMalloc"));
+    buffer->reset(static_cast<T*>(p));
+    *size = wanted;
+    return absl::OkStatus();
+  }
+};
+
+CublasLinearEngine::CublasLinearEngine(std::unique_ptr<Impl> impl)
+    : impl_(std::move(impl)) {}
+
+CublasLinearEngine::~CublasLinearEngine() {
+  if (impl_ != nullptr) {
+    ScopedDevice restore;
+    (void)cudaSetDevice(impl_->device);
+    impl_.reset();
+  }
+}
+
+int64_t CublasLinearEngine::device_bytes() const { return impl_->bytes; }
+
+std::string CublasLinearEngine::name() const {
+  return absl::StrCat("cuda:", impl_->device, ":cublaslt");
+}
+
+absl::StatusOr<std::unique_ptr<CublasLinearEngine>> CublasLinearEngine::Create(
+    int device) {
+  if (absl::Status probe = Probe(device); !probe.ok()) {
+    return absl::FailedPreconditionError(probe.message());
+  }
+  ScopedDevice restore;
+  RETURN_IF_ERROR(Check(cudaSetDevice(device), "cudaSetDevice"));
+  auto impl = std::make_unique<Impl>();
+  impl->device = device;
+  RETURN_IF_ERROR(
+      Check(cudaStreamCreateWithFlags(&impl->stream, cudaStreamNonBlocking),
+            "cudaStreamCreate"));
+  RETURN_IF_ERROR(CheckBlas(cublasLtCreate(&impl->handle), "cublasLtCreate"));
+  void* workspace = nullptr;
+  RETURN_IF_ERROR(Check(cudaMalloc(&workspace, kWorkspaceBytes), "cudaMalloc"));
+  impl->workspace.reset(workspace);
+  return std::unique_ptr<CublasLinearEngine>(
+      new CublasLinearEngine(std::move(impl)));
+}
+
+absl::StatusOr<int> CublasLinearEngine::Upload(const LinearWeights& w) {
+  if (w.dtype == DType::kFloat64) {
+    return absl::InvalidArgumentError("dtype: fp64 weights are not supported");
+  }
+  if (w.in_features < 1 || w.out_features < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("in_features and out_features must be >= 1, got ",
+                     w.in_features, " and ", w.out_features));
+  }
+  const size_t element = DTypeSize(w.dtype);
+  if (w.weight.size() !=
+      static_cast<size_t>(w.in_features * w.out_features) * element) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "weight: ", w.weight.size(), " bytes do not hold [", w.out_features,
+        ", ", w.in_features, "] of ", DTypeName(w.dtype)));
+  }
+  if (!w.bias.empty() &&
+      w.bias.size() != static_cast<size_t>(w.out_features) * element) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("bias: ", w.bias.size(), " bytes do not hold [",
+                     w.out_features, "] of ", DTypeName(w.dtype)));
+  }
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  ScopedDevice restore;
+  RETURN_IF_ERROR(Check(cudaSetDevice(impl_->device), "cudaSetDevice"));
+  auto linear = std::make_unique<Impl::Linear>();
+  linear->dtype = w.dtype;
+  linear->in = w.in_features;
+  linear->out = w.out_features;
+  void* weight = nullptr;
+  RETURN_IF_ERROR(Check(cudaMalloc(&weight, w.weight.size()), "cudaMalloc"));
+  linear->weight.reset(weight);
+  RETURN_IF_ERROR(Check(cudaMemcpy(weight, w.weight.data(), w.weight.size(),
+                                   cudaMemcpyHostToDevice),
+                        "cudaMemcpy"));
+  int64_t bytes = static_cast<int64_t>(w.weight.size());
+  if (!w.bias.empty()) {
+    // The bias joins the float32 sum: widened once here.
+    std::vector<float> bias(w.out_features);
+    for (int64_t o = 0; o < w.out_features; ++o) {
+      bias[o] = HostToFloat(w.bias.data() + o * element, w.dtype);
+    }
+    void* device_bias = nullptr;
+    RETURN_IF_ERROR(
+        Check(cudaMalloc(&device_bias, bias.size() * 4), "cudaMalloc"));
+    linear->bias.reset(static_cast<float*>(device_bias));
+    RETURN_IF_ERROR(Check(cudaMemcpy(device_bias, bias.data(), bias.size() * 4,
+                                     cudaMemcpyHostToDevice),
+                          "cudaMemcpy"));
+    bytes += static_cast<int64_t>(bias.size() * 4);
+  }
+
+  // Row-major Y[M, N] = X[M, K] W^T is column-major Y^T[N, M] =
+  // op(A) B with A = W stored K x N (transposed) and B = X^T stored K x M.
+  RETURN_IF_ERROR(CheckBlas(
+      cublasLtMatmulDescCreate(&linear->op, CUBLAS_COMPUTE_32F, CUDA_R_32F),
+      "cublasLtMatmulDescCreate"));
+  const cublasOperation_t transpose = CUBLAS_OP_T;
+  const cublasOperation_t keep = CUBLAS_OP_N;
+  RETURN_IF_ERROR(CheckBlas(
+      cublasLtMatmulDescSetAttribute(linear->op, CUBLASLT_MATMUL_DESC_TRANSA,
+                                     &transpose, sizeof(transpose)),
+      "cublasLtMatmulDescSetAttribute"));
+  RETURN_IF_ERROR(CheckBlas(
+      cublasLtMatmulDescSetAttribute(linear->op, CUBLASLT_MATMUL_DESC_TRANSB,
+                                     &keep, sizeof(keep)),
+      "cublasLtMatmulDescSetAttribute"));
+  const cudaDataType_t type = BlasType(w.dtype);
+  RETURN_IF_ERROR(CheckBlas(
+      cublasLtMatrixLayoutCreate(&linear->a.layout, type, w.in_features,
+                                 w.out_features, w.in_features),
+      "cublasLtMatrixLayoutCreate"));
+  RETURN_IF_ERROR(CheckBlas(
+      cublasLtMatrixLayoutCreate(&linear->b.layout, type, w.in_features,
+                                 kRowTile, w.in_features),
+      "cublasLtMatrixLayoutCreate"));
+  RETURN_IF_ERROR(CheckBlas(
+      cublasLtMatrixLayoutCreate(&linear->c.layout, CUDA_R_32F, w.out_features,
+                                 kRowTile, w.out_features),
+      "cublasLtMatrixLayoutCreate"));
+  // One algorithm for this shape, without split-K (whose partial sums
+  // could be combined in another order): every call runs exactly it.
+  cublasLtMatmulPreference_t preference = nullptr;
+  RETURN_IF_ERROR(CheckBlas(cublasLtMatmulPreferenceCreate(&preference),
+                            "cublasLtMatmulPreferenceCreate"));
+  const size_t workspace = kWorkspaceBytes;
+  const uint32_t reduction = CUBLASLT_REDUCTION_SCHEME_NONE;
+  cublasLtMatmulPreferenceSetAttribute(preference,
+                                       CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                                       &workspace, sizeof(workspace));
+  cublasLtMatmulPreferenceSetAttribute(
+      preference, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, &reduction,
+      sizeof(reduction));
+  cublasLtMatmulHeuristicResult_t result = {};
+  int found = 0;
+  const cublasStatus_t heuristic = cublasLtMatmulAlgoGetHeuristic(
+      impl_->handle, linear->op, linear->a.layout, linear->b.layout,
+      linear->c.layout, linear->c.layout, preference, 1, &result, &found);
+  cublasLtMatmulPreferenceDestroy(preference);
+  RETURN_IF_ERROR(CheckBlas(heuristic, "cublasLtMatmulAlgoGetHeuristic"));
+  if (found < 1) {
+    return absl::UnavailableError(
+        absl::StrCat("cuBLASLt has no algorithm for a [", w.out_features, ", ",
+                     w.in_features, "] ", DTypeName(w.dtype), " Linear"));
+  }
+  linear->algo = result.algo;
+  impl_->bytes += bytes;
+  impl_->linears.push_back(std::move(linear));
+  return static_cast<int>(impl_->linears.size() - 1);
+}
+
+absl::Status CublasLinearEngine::Forward(int id, absl::Span<const float> x,
+                                         int64_t rows, DType out_dtype,
+                                         absl::Span<float> out) {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  if (id < 0 || id >= static_cast<int>(impl_->linears.size())) {
+    return absl::InvalidArgumentError(absl::StrCat("id: no Linear ", id));
+  }
+  const Impl::Linear& linear = *impl_->linears[id];
+  if (rows < 0 || x.size() != static_cast<size_t>(rows * linear.in) ||
+      out.size() != static_cast<size_t>(rows * linear.out)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "x and out must hold ", rows, " rows of ", linear.in, " and ",
+        linear.out, " values, got ", x.size(), " and ", out.size()));
+  }
+  ScopedDevice restore;
+  RETURN_IF_ERROR(Check(cudaSetDevice(impl_->device), "cudaSetDevice"));
+  const size_t element = DTypeSize(linear.dtype);
+  const int64_t tile_in = kRowTile * linear.in;
+  const int64_t tile_out = kRowTile * linear.out;
+  RETURN_IF_ERROR(impl_->Grow(&impl_->staged_in, &impl_->staged_in_bytes,
+                              static_cast<size_t>(tile_in) * 4));
+  RETURN_IF_ERROR(impl_->Grow(&impl_->x, &impl_->x_bytes,
+                              static_cast<size_t>(tile_in) * element));
+  RETURN_IF_ERROR(impl_->Grow(&impl_->sums, &impl_->sums_bytes,
+                              static_cast<size_t>(tile_out) * 4 * 2));
+  float* sums = impl_->sums.get();
+  float* rounded = sums + tile_out;
+  const float alpha = 1.0f;
+  const float beta = 0.0f;
+  constexpr int kThreads = 256;
+  for (int64_t first = 0; first < rows; first += kRowTile) {
+    const int64_t count = std::min(kRowTile, rows - first);
+    RETURN_IF_ERROR(Check(
+        cudaMemcpyAsync(impl_->staged_in.get(), x.data() + first * linear.in,
+                        static_cast<size_t>(count * linear.in) * 4,
+                        cudaMemcpyHostToDevice, impl_->stream),
+        "cudaMemcpyAsync"));
+    const unsigned blocks =
+        static_cast<unsigned>((tile_in + kThreads - 1) / kThreads);
+    const float* staged = impl_->staged_in.get();
+    switch (linear.dtype) {
+      case DType::kBFloat16:
+        ConvertRows<<<blocks, kThreads, 0, impl_->stream>>>(
+            staged, static_cast<__nv_bfloat16*>(impl_->x.get()),
+            count * linear.in, tile_in);
+        break;
+      case DType::kFloat16:
+        ConvertRows<<<blocks, kThreads, 0, impl_->stream>>>(
+            staged, static_cast<__half*>(impl_->x.get()), count * linear.in,
+            tile_in);
+        break;
+      default:
+        ConvertRows<<<blocks, kThreads, 0, impl_->stream>>>(
+            staged, static_cast<float*>(impl_->x.get()), count * linear.in,
+            tile_in);
+        break;
+    }
+    RETURN_IF_ERROR(Check(cudaGetLastError(), "ConvertRows"));
+    RETURN_IF_ERROR(CheckBlas(
+        cublasLtMatmul(impl_->handle, linear.op, &alpha, linear.weight.get(),
+                       linear.a.layout, impl_->x.get(), linear.b.layout, &beta,
+                       sums, linear.c.layout, sums, linear.c.layout,
+                       &linear.algo, impl_->workspace.get(), kWorkspaceBytes,
+                       impl_->stream),
+        "cublasLtMatmul"));
+    const int64_t produced = count * linear.out;
+    AddBiasAndRound<<<static_cast<unsigned>((produced + kThreads - 1) /
+                                            kThreads),
+                      kThreads, 0, impl_->stream>>>(
+        sums, linear.bias.get(), rounded, count, linear.out,
+        static_cast<int>(out_dtype));
+    RETURN_IF_ERROR(Check(cudaGetLastError(), "AddBiasAndRound"));
+    RETURN_IF_ERROR(
+        Check(cudaMemcpyAsync(out.data() + first * linear.out, rounded,
+                              static_cast<size_t>(produced) * 4,
+                              cudaMemcpyDeviceToHost, impl_->stream),
+              "cudaMemcpyAsync"));
+  }
+  RETURN_IF_ERROR(
+      Check(cudaStreamSynchronize(impl_->stream), "cudaStreamSynchronize"));
+  return absl::OkStatus();
+}
+
+}  // namespace cuda
+}  // namespace temb
