@@ -167,8 +167,13 @@ TEST(ConversionsTest, EnumsMapBothWays) {
     EXPECT_EQ(*back, precision);
   }
   // Every value the proto defines converts; UNSPECIFIED is "not set".
+  // INT64 is only the per-token index output of a conditioning model, never
+  // an embedding's dtype: refused naming the field.
+  EXPECT_EQ(DTypeFromProto(v1::DTYPE_INT64, "dtype").status().code(),
+            absl::StatusCode::kInvalidArgument);
   for (int i = 0; i < v1::DType_descriptor()->value_count(); ++i) {
     const int value = v1::DType_descriptor()->value(i)->number();
+    if (value == v1::DTYPE_INT64) continue;
     auto dtype = DTypeFromProto(value, "dtype");
     ASSERT_TRUE(dtype.ok()) << value;
     EXPECT_EQ(dtype->has_value(), value != v1::DTYPE_UNSPECIFIED);
