@@ -249,11 +249,52 @@ FamilyDescription Sd3() {
   return family;
 }
 
+FamilyDescription HunyuanVideo15() {
+  FamilyDescription family;
+  family.class_name = "HunyuanVideo15Transformer3DModel";
+  family.name = "hunyuanvideo-1.5";
+  family.width_fields = {"num_attention_heads", "attention_head_dim"};
+  // The super-resolution (MeanFlow) model adds an embedding of a second
+  // timestep, timestep_r, to temb.
+  family.unsupported_flags = {"use_meanflow"};
+  family.inputs = {{"t", "", "", "the scheduler's timesteps (0..1000)"}};
+  std::vector<Op>& ops = family.ops;
+  // Pipeline: t.expand(B).to(latents.dtype) at the 0..1000 scale, passed to
+  // the model as it is.
+  ops.push_back(Cast("t_model", "t", ValueDType::kModel));
+  // HunyuanVideo15TimeEmbedding: Timesteps(256, flip, shift 0), the float32
+  // sinusoid cast to timestep.dtype (the model's, as t was cast).
+  ops.push_back(Sinusoid("t_sinus", "t_model", 1));
+  ops.push_back(Cast("t_proj", "t_sinus", ValueDType::kModel));
+  AppendMlp(&ops, "temb", "t_proj", "time_embed.timestep_embedder");
+  ops.push_back(Silu("temb_silu", "temb"));
+  // Every HunyuanVideo15TransformerBlock: AdaLayerNormZero norm1 (image)
+  // and norm1_context (text), linear(SiLU(temb)).
+  ops.push_back(Linear("img_mod", "temb_silu",
+                       "transformer_blocks.{i}.norm1.linear", 6, "num_layers"));
+  ops.push_back(Linear("txt_mod", "temb_silu",
+                       "transformer_blocks.{i}.norm1_context.linear", 6,
+                       "num_layers"));
+  // AdaLayerNormContinuous: linear(SiLU(temb).to(x.dtype)), a no-op cast.
+  ops.push_back(Linear("norm_out", "temb_silu", "norm_out.linear", 2));
+  // The token refiner (context_embedder) is conditioned on t and the
+  // prompt's masked mean; it is not computed here.
+  family.outputs = {
+      {"temb", "temb", "[N, D]"},
+      {"img_mod", "img_mod",
+       "[N, L, 6D]: shift_msa, scale_msa, gate_msa, shift_mlp, scale_mlp, "
+       "gate_mlp"},
+      {"txt_mod", "txt_mod", "[N, L, 6D]: same order, text stream"},
+      {"norm_out", "norm_out", "[N, 2D]: scale, shift"},
+  };
+  return family;
+}
+
 }  // namespace
 
 const std::vector<FamilyDescription>& Families() {
-  static const auto* families =
-      new std::vector<FamilyDescription>{QwenImage(), Flux1(), Sd3()};
+  static const auto* families = new std::vector<FamilyDescription>{
+      QwenImage(), Flux1(), Sd3(), HunyuanVideo15()};
   return *families;
 }
 

@@ -95,17 +95,42 @@ def sd3_model(dtype, dual_attention_layers):
     return model.to(dtype).eval()
 
 
+def hunyuan_video15_model(dtype):
+    """HunyuanVideo-1.5 (one refiner block, whose own time embedding is not
+    an output: it reads the prompt)."""
+    torch.manual_seed(5)
+    model = diffusers.HunyuanVideo15Transformer3DModel(
+        in_channels=4, out_channels=4, num_attention_heads=4,
+        attention_head_dim=WIDTH // 4, num_layers=3, num_refiner_layers=1,
+        text_embed_dim=24, text_embed_2_dim=24, image_embed_dim=24,
+        rope_axes_dim=ROPE)
+    return model.to(dtype).eval()
+
+
 def build(kind, dtype):
     if kind == "qwen-image":
         return qwen_model(dtype)
+    if kind == "hunyuanvideo-1.5":
+        return hunyuan_video15_model(dtype)
     if kind.startswith("sd3"):
         return sd3_model(dtype, (0, 2) if kind == "sd3.5" else ())
     return flux_model(dtype, guidance_embeds=(kind == "flux.1-dev"))
 
 
+# The kinds whose model takes a pooled text embedding.
+POOLED_KINDS = ("flux.1-dev", "flux.1-schnell", "sd3", "sd3.5")
+
+
+def time_embedding(kind, model):
+    """The module computing temb, whose time_proj embeds the timesteps."""
+    if kind == "hunyuanvideo-1.5":
+        return model.time_embed
+    return model.time_text_embed
+
+
 def conditioning_modules(kind, model):
     """(output name, block index or None, module) for every output."""
-    found = [("temb", None, model.time_text_embed)]
+    found = [("temb", None, time_embedding(kind, model))]
     for i, block in enumerate(model.transformer_blocks):
         if kind.startswith("sd3"):
             # SD35AdaLayerNormZeroX (9D) exactly in the dual blocks.
@@ -145,6 +170,19 @@ def model_inputs(kind, dtype, pooled):
             encoder_hidden_states=torch.randn(
                 batch, TEXT_TOKENS, 24, generator=generator).to(dtype),
             pooled_projections=pooled.to(dtype), timestep=t)
+    if kind == "hunyuanvideo-1.5":
+        # The pipeline passes t at the 0..1000 scale, in the latents' dtype.
+        return dict(
+            hidden_states=torch.randn(batch, 4, 1, 2, 2,
+                                      generator=generator).to(dtype),
+            timestep=t.to(dtype),
+            encoder_hidden_states=torch.randn(
+                batch, TEXT_TOKENS, 24, generator=generator).to(dtype),
+            encoder_attention_mask=torch.ones(batch, TEXT_TOKENS),
+            encoder_hidden_states_2=torch.randn(
+                batch, 3, 24, generator=generator).to(dtype),
+            encoder_attention_mask_2=torch.ones(batch, 3),
+            image_embeds=torch.zeros(batch, 2, 24, dtype=dtype))
     timestep = t.to(dtype) / 1000
     if kind == "qwen-image":
         return dict(
@@ -173,8 +211,9 @@ def capture(kind, model, args, time_proj_override=None):
             captured.setdefault(name, {})[block] = output.detach().clone()
         handles.append(module.register_forward_hook(hook))
     if time_proj_override is not None:
-        handles.append(model.time_text_embed.time_proj.register_forward_hook(
-            time_proj_override))
+        handles.append(
+            time_embedding(kind, model).time_proj.register_forward_hook(
+                time_proj_override))
     try:
         with torch.no_grad():
             model(**args)
@@ -194,7 +233,7 @@ def capture(kind, model, args, time_proj_override=None):
 def time_proj_inputs(kind, model, args):
     """The timesteps (and guidance) the model's time_proj embeds, in order."""
     seen = []
-    handle = model.time_text_embed.time_proj.register_forward_hook(
+    handle = time_embedding(kind, model).time_proj.register_forward_hook(
         lambda _m, inputs, _o: seen.append(inputs[0].detach().clone()))
     try:
         with torch.no_grad():
@@ -290,8 +329,11 @@ def bf16_ulp_distance(a, b):
     return (ordered(a) - ordered(b)).abs()
 
 
-KINDS = ["qwen-image", "flux.1-dev", "flux.1-schnell", "sd3", "sd3.5"]
+KINDS = ["qwen-image", "flux.1-dev", "flux.1-schnell", "sd3", "sd3.5",
+         "hunyuanvideo-1.5"]
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
+# Shard sizes: small enough for several shards.
+SHARDED = {"qwen-image": "30KB", "hunyuanvideo-1.5": "4MB"}
 
 
 @pytest.fixture(scope="module")
@@ -304,24 +346,26 @@ def saved(tmp_path_factory):
         for dtype_name, dtype in DTYPES.items():
             model = build(kind, dtype)
             folder = tmp_path_factory.mktemp(f"{kind}-{dtype_name}")
-            # The bf16 Qwen-Image model is saved in shards (index.json).
-            shard = ("30KB" if (kind, dtype_name) == ("qwen-image", "bf16")
+            # The bf16 Qwen-Image model and the bf16 model of every family
+            # added after it are saved in shards (index.json).
+            shard = (SHARDED[kind] if dtype_name == "bf16" and kind in SHARDED
                      else "10GB")
             model.save_pretrained(folder, max_shard_size=shard)
             # The pooled embedding as the pipeline holds it: in the model's
             # dtype (written as the float32 holding that value).
             folders[(kind, dtype_name)] = (model, folder,
                                            pooled.to(dtype).to(torch.float32))
-    index = folders[("qwen-image", "bf16")][1] / \
-        "diffusion_pytorch_model.safetensors.index.json"
-    assert index.exists() and \
-        len(set(json.loads(index.read_text())["weight_map"].values())) > 1
+    for kind in SHARDED:
+        index = folders[(kind, "bf16")][1] / \
+            "diffusion_pytorch_model.safetensors.index.json"
+        assert index.exists() and \
+            len(set(json.loads(index.read_text())["weight_map"].values())) > 1
     return folders
 
 
 def temb_outputs(temb_cli, kind, folder, pooled, tmp_path):
     pooled_file = None
-    if kind != "qwen-image":
+    if kind in POOLED_KINDS:
         pooled_file = tmp_path / "pooled.npy"
         np.save(pooled_file, pooled.numpy().astype(np.float32))
     return run_temb(temb_cli, folder, tmp_path / "out.safetensors", TIMESTEPS,
@@ -448,7 +492,7 @@ def op_checks(kind, model):
     """(temb value, check against the diffusers module computing it from
     temb's values) for every op of the family after the scalars, in
     order.  The value names are those of server/models/families.cc."""
-    embed = model.time_text_embed
+    embed = time_embedding(kind, model)
     blocks = model.transformer_blocks
 
     def mlp(prefix, module, source, act):
@@ -470,6 +514,18 @@ def op_checks(kind, model):
                     ("img_mod", Linear([b.img_mod[1] for b in blocks],
                                        "temb_silu", stacked=True)),
                     ("txt_mod", Linear([b.txt_mod[1] for b in blocks],
+                                       "temb_silu", stacked=True)),
+                    norm_out,
+                ])
+    if kind == "hunyuanvideo-1.5":
+        return ([("t_proj", Sinusoid(embed.time_proj, "t_model"))] +
+                mlp("temb", embed.timestep_embedder, "t_proj", "act") + [
+                    ("temb_silu",
+                     Exact(lambda v: blocks[0].norm1.silu(v["temb"]))),
+                    ("img_mod", Linear([b.norm1.linear for b in blocks],
+                                       "temb_silu", stacked=True)),
+                    ("txt_mod", Linear([b.norm1_context.linear
+                                        for b in blocks],
                                        "temb_silu", stacked=True)),
                     norm_out,
                 ])
@@ -529,7 +585,7 @@ def test_bf16_each_op_matches_its_diffusers_module(kind, saved, temb_cli,
     elif kind.startswith("sd3"):
         names += ["pooled_model"]
     pooled_file = None
-    if kind != "qwen-image":
+    if kind in POOLED_KINDS:
         pooled_file = tmp_path / "pooled.npy"
         np.save(pooled_file, pooled.numpy().astype(np.float32))
     values = run_temb(temb_cli, folder, tmp_path / "ops.safetensors",
@@ -537,7 +593,7 @@ def test_bf16_each_op_matches_its_diffusers_module(kind, saved, temb_cli,
     for scalar, theirs in zip(scalars, embedded):
         assert torch.equal(values[scalar].view(torch.int16),
                            theirs.view(torch.int16)), scalar
-    if kind != "qwen-image":
+    if kind in POOLED_KINDS:
         assert torch.equal(values["pooled_model"], pooled.to(torch.bfloat16))
     summary = []
     with torch.no_grad():
@@ -575,7 +631,7 @@ def test_rows_are_batch_invariant(kind, saved, temb_cli, tmp_path):
     batch = temb_outputs(temb_cli, kind, folder, pooled, tmp_path)
     for row, t in enumerate(TIMESTEPS[:4]):
         pooled_file = None
-        if kind != "qwen-image":
+        if kind in POOLED_KINDS:
             pooled_file = tmp_path / f"pooled{row}.npy"
             np.save(pooled_file, pooled[row].numpy().astype(np.float32))
         alone = run_temb(temb_cli, folder, tmp_path / f"row{row}.safetensors",
