@@ -1,6 +1,7 @@
 #include "temb/models/conditioning_model.h"
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <cstring>
 #include <set>
@@ -34,7 +35,8 @@ struct ConditioningModel::PlannedOp {
   int64_t out_width = 0;  // per block for a stacked linear
   int64_t blocks = 1;
   std::vector<LoadedTensor> weights;  // one per block
-  std::vector<LoadedTensor> biases;
+  std::vector<LoadedTensor> biases;   // empty data for a Linear without
+  int64_t sinusoid_dim = 0;           // kSinusoid: per embedded value
 };
 
 namespace {
@@ -84,6 +86,104 @@ absl::StatusOr<std::vector<int64_t>> SelectBlocks(const ModelConfig& config,
     if (take) indices.push_back(block);
   }
   return indices;
+}
+
+// The value of a config expression (family.h): terms of field names, list
+// entries and integer literals, joined by + - *.  A malformed expression is
+// a bug in the family's description; a bad field names the config.
+class ConfigExpression {
+ public:
+  ConfigExpression(const ModelConfig& config, const std::string& text)
+      : config_(config), text_(text) {}
+
+  absl::StatusOr<int64_t> Evaluate() {
+    ASSIGN_OR_RETURN(int64_t value, Term());
+    while (Skip(), pos_ < text_.size()) {
+      const char op = text_[pos_];
+      if (op != '+' && op != '-') return Malformed();
+      ++pos_;
+      ASSIGN_OR_RETURN(const int64_t term, Term());
+      value = op == '+' ? value + term : value - term;
+    }
+    if (value < 1 || value > (int64_t{1} << 31)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("config expression ", Quoted(text_), " is ", value,
+                       ", must be in [1, 2^31]"));
+    }
+    return value;
+  }
+
+ private:
+  void Skip() {
+    while (pos_ < text_.size() && text_[pos_] == ' ') ++pos_;
+  }
+
+  absl::Status Malformed() const {
+    return absl::InternalError(
+        absl::StrCat("malformed config expression ", Quoted(text_)));
+  }
+
+  absl::StatusOr<int64_t> Term() {
+    ASSIGN_OR_RETURN(int64_t value, Factor());
+    while (Skip(), pos_ < text_.size() && text_[pos_] == '*') {
+      ++pos_;
+      ASSIGN_OR_RETURN(const int64_t factor, Factor());
+      value *= factor;
+      if (value > (int64_t{1} << 40)) return Malformed();
+    }
+    return value;
+  }
+
+  // A literal below 2^20, or a field with an optional [index] (negative:
+  // from the end).
+  absl::StatusOr<int64_t> Factor() {
+    Skip();
+    const size_t start = pos_;
+    if (pos_ < text_.size() &&
+        std::isdigit(static_cast<unsigned char>(text_[pos_]))) {
+      int64_t literal = 0;
+      while (pos_ < text_.size() &&
+             std::isdigit(static_cast<unsigned char>(text_[pos_]))) {
+        literal = literal * 10 + (text_[pos_++] - '0');
+        if (literal >= (1 << 20)) return Malformed();
+      }
+      return literal;
+    }
+    while (pos_ < text_.size() &&
+           (std::isalnum(static_cast<unsigned char>(text_[pos_])) ||
+            text_[pos_] == '_')) {
+      ++pos_;
+    }
+    if (pos_ == start) return Malformed();
+    const std::string field = text_.substr(start, pos_ - start);
+    if (pos_ >= text_.size() || text_[pos_] != '[') {
+      return config_.PositiveInt(field);
+    }
+    ++pos_;
+    const bool negative = pos_ < text_.size() && text_[pos_] == '-';
+    if (negative) ++pos_;
+    int64_t index = 0;
+    const size_t digits = pos_;
+    while (pos_ < text_.size() &&
+           std::isdigit(static_cast<unsigned char>(text_[pos_])) &&
+           index < (1 << 20)) {
+      index = index * 10 + (text_[pos_++] - '0');
+    }
+    if (pos_ == digits || pos_ >= text_.size() || text_[pos_] != ']') {
+      return Malformed();
+    }
+    ++pos_;
+    return config_.PositiveIntAt(field, negative ? -index : index);
+  }
+
+  const ModelConfig& config_;
+  const std::string& text_;
+  size_t pos_ = 0;
+};
+
+absl::StatusOr<int64_t> EvaluateConfig(const ModelConfig& config,
+                                       const std::string& text) {
+  return ConfigExpression(config, text).Evaluate();
 }
 
 uint32_t InputBit(const std::vector<InputSpec>& inputs,
@@ -161,8 +261,14 @@ absl::StatusOr<std::unique_ptr<ConditioningModel>> ConditioningModel::Load(
 absl::Status ConditioningModel::Plan(const Checkpoint& checkpoint) {
   const ModelConfig& config = checkpoint.config();
   width_ = 1;
+  for (const ConfigRequirement& requirement : family_->requirements) {
+    RETURN_IF_ERROR(
+        requirement.length >= 0
+            ? config.RequireLength(requirement.field, requirement.length)
+            : config.Require(requirement.field, requirement.value));
+  }
   for (const std::string& field : family_->width_fields) {
-    ASSIGN_OR_RETURN(const int64_t factor, config.PositiveInt(field));
+    ASSIGN_OR_RETURN(const int64_t factor, EvaluateConfig(config, field));
     width_ *= factor;
   }
   for (const std::string& flag : family_->unsupported_flags) {
@@ -182,7 +288,7 @@ absl::Status ConditioningModel::Plan(const Checkpoint& checkpoint) {
     Value value;
     value.depends = InputBit(family_->inputs, input.name);
     if (!input.width_field.empty()) {
-      ASSIGN_OR_RETURN(value.cols, config.PositiveInt(input.width_field));
+      ASSIGN_OR_RETURN(value.cols, EvaluateConfig(config, input.width_field));
       value.scalar = false;
     }
     value_info_[input.name] = value;
@@ -215,12 +321,26 @@ absl::Status ConditioningModel::Plan(const Checkpoint& checkpoint) {
     out.cols = in[0]->cols;
     out.scalar = in[0]->scalar;
     switch (op.kind) {
-      case OpKind::kSinusoid:
-        if (!in[0]->scalar) {
-          return absl::InternalError(
-              absl::StrCat(family_->name, ": sinusoid of a row value"));
+      case OpKind::kSinusoid: {
+        planned.sinusoid_dim = op.sinusoid.dim;
+        if (!op.sinusoid.dim_expr.empty()) {
+          ASSIGN_OR_RETURN(planned.sinusoid_dim,
+                           EvaluateConfig(config, op.sinusoid.dim_expr));
         }
-        out.cols = op.sinusoid.dim;
+        // Each of a row value's entries is embedded: [N, W * dim].
+        out.cols = (in[0]->scalar ? 1 : in[0]->cols) * planned.sinusoid_dim;
+        out.scalar = false;
+        break;
+      }
+      case OpKind::kConcat:
+        out.cols = 0;
+        for (const Value* value : in) {
+          if (value->blocks > 0) {
+            return absl::InternalError(
+                absl::StrCat(family_->name, ": concat of a stacked value"));
+          }
+          out.cols += value->scalar ? 1 : value->cols;
+        }
         out.scalar = false;
         break;
       case OpKind::kAdd:
@@ -232,9 +352,13 @@ absl::Status ConditioningModel::Plan(const Checkpoint& checkpoint) {
       case OpKind::kLinear: {
         planned.in_width = in[0]->cols;
         planned.out_width = op.width_d * width_;
+        if (!op.width.empty()) {
+          ASSIGN_OR_RETURN(planned.out_width, EvaluateConfig(config, op.width));
+        }
         std::vector<int64_t> indices = {0};  // unstacked: "{i}" is unused
         if (!op.blocks.empty()) {
-          ASSIGN_OR_RETURN(const int64_t count, config.PositiveInt(op.blocks));
+          ASSIGN_OR_RETURN(const int64_t count,
+                           EvaluateConfig(config, op.blocks));
           ASSIGN_OR_RETURN(indices, SelectBlocks(config, op, count));
           if (op.select != BlockSelect::kLast) {
             out.blocks = static_cast<int64_t>(indices.size());
@@ -254,9 +378,11 @@ absl::Status ConditioningModel::Plan(const Checkpoint& checkpoint) {
               LoadedTensor weight,
               checkpoint.Load(prefix + ".weight", dtype_,
                               {planned.out_width, planned.in_width}));
-          ASSIGN_OR_RETURN(
-              LoadedTensor bias,
-              checkpoint.Load(prefix + ".bias", dtype_, {planned.out_width}));
+          LoadedTensor bias;  // empty: the Linear has none
+          if (op.has_bias) {
+            ASSIGN_OR_RETURN(bias, checkpoint.Load(prefix + ".bias", dtype_,
+                                                   {planned.out_width}));
+          }
           weight_bytes_ +=
               static_cast<int64_t>(weight.data.size() + bias.data.size());
           planned.weights.push_back(std::move(weight));
@@ -324,9 +450,27 @@ absl::Status ConditioningModel::Run(
       }
       break;
     }
+    case OpKind::kConcat: {
+      // Row by row, each input's columns in turn; every element is rounded
+      // to dtype (a no-op for inputs already there).
+      int64_t offset = 0;
+      for (const std::string& name : op.in) {
+        const Value& part = value_info_.at(name);
+        const int64_t cols = part.scalar ? 1 : part.cols;
+        const std::vector<float>& data = values->at(name);
+        for (int64_t row = 0; row < rows; ++row) {
+          for (int64_t col = 0; col < cols; ++col) {
+            out[row * info.cols + offset + col] =
+                Rounded(data[row * cols + col], op.dtype, dtype_);
+          }
+        }
+        offset += cols;
+      }
+      break;
+    }
     case OpKind::kSinusoid: {
       EmbeddingSpec spec;
-      spec.dim = op.sinusoid.dim;
+      spec.dim = static_cast<int>(planned.sinusoid_dim);
       spec.flip_sin_to_cos = op.sinusoid.flip_sin_to_cos;
       spec.downscale_freq_shift = op.sinusoid.downscale_freq_shift;
       spec.scale = op.sinusoid.scale;
@@ -379,8 +523,10 @@ absl::StatusOr<std::vector<ConditioningOutput>> ConditioningModel::Compute(
     const ConditioningInputs& inputs,
     const std::vector<std::string>& names) const {
   for (const auto& [name, given] : inputs.values) {
-    if (!given.empty() && !std::any_of(family_->inputs.begin(), family_->inputs.end(),
-                     [&](const InputSpec& spec) { return spec.name == name; })) {
+    if (!given.empty() &&
+        !std::any_of(
+            family_->inputs.begin(), family_->inputs.end(),
+            [&](const InputSpec& spec) { return spec.name == name; })) {
       std::vector<std::string> known;
       for (const InputSpec& spec : family_->inputs) known.push_back(spec.name);
       return absl::InvalidArgumentError(

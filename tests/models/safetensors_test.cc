@@ -478,5 +478,119 @@ TEST(CheckpointTest, RefusesSd3DualLayersDisagreeingWithTheWeights) {
   }
 }
 
+// A small HunyuanVideo-1.5-shaped float32 checkpoint: D = 8, two blocks,
+// every Linear with a bias; the tensor named `drop` is left out.
+void WriteHunyuanVideo15Checkpoint(const TempDir& dir,
+                                   const std::string& drop = "") {
+  WriteText(dir.File("config.json"),
+            R"({"_class_name": "HunyuanVideo15Transformer3DModel",
+                "num_layers": 2, "num_attention_heads": 2,
+                "attention_head_dim": 4, "use_meanflow": false})");
+  std::vector<TensorToWrite> tensors;
+  uint32_t state = 5;
+  auto add = [&](const std::string& name, std::vector<int64_t> shape) {
+    if (name != drop) {
+      tensors.push_back(RandomFloat32(name, std::move(shape), &state));
+    }
+  };
+  auto linear = [&](const std::string& prefix, int64_t out, int64_t in) {
+    add(prefix + ".weight", {out, in});
+    add(prefix + ".bias", {out});
+  };
+  linear("time_embed.timestep_embedder.linear_1", 8, 256);
+  linear("time_embed.timestep_embedder.linear_2", 8, 8);
+  for (int i = 0; i < 2; ++i) {
+    const std::string block = absl::StrCat("transformer_blocks.", i);
+    linear(block + ".norm1.linear", 48, 8);
+    linear(block + ".norm1_context.linear", 48, 8);
+  }
+  linear("norm_out.linear", 16, 8);
+  ASSERT_TRUE(
+      WriteSafetensors(dir.File("diffusion_pytorch_model.safetensors"), tensors)
+          .ok());
+}
+
+TEST(CheckpointTest, RefusesMissingBiasOfALinearThatHasOne) {
+  TempDir dir;
+  WriteHunyuanVideo15Checkpoint(dir);
+  auto model = ConditioningModel::Load(dir.path(), {});
+  ASSERT_TRUE(model.ok()) << model.status();
+  EXPECT_EQ((*model)->family().name, "hunyuanvideo-1.5");
+  WriteHunyuanVideo15Checkpoint(
+      dir, "transformer_blocks.1.norm1_context.linear.bias");
+  model = ConditioningModel::Load(dir.path(), {});
+  EXPECT_EQ(model.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(Message(model.status()),
+              AllOf(HasSubstr("tensor \"transformer_blocks.1.norm1_context."
+                              "linear.bias\""),
+                    HasSubstr("missing")));
+  // The super-resolution model's second timestep is not computed.
+  WriteText(dir.File("config.json"),
+            R"({"_class_name": "HunyuanVideo15Transformer3DModel",
+                "num_layers": 2, "num_attention_heads": 2,
+                "attention_head_dim": 4, "use_meanflow": true})");
+  EXPECT_THAT(Message(ConditioningModel::Load(dir.path(), {}).status()),
+              AllOf(HasSubstr("field use_meanflow"),
+                    HasSubstr("not supported for hunyuanvideo-1.5")));
+}
+
+// A small FLUX.2-shaped float32 checkpoint: D = 8, no Linear with a bias,
+// the guidance embedder when `guidance`.
+void WriteFlux2Checkpoint(const TempDir& dir, bool guidance) {
+  WriteText(dir.File("config.json"),
+            absl::StrCat(R"({"_class_name": "Flux2Transformer2DModel",
+                "num_layers": 2, "num_single_layers": 3,
+                "num_attention_heads": 2, "attention_head_dim": 4,
+                "guidance_embeds": )",
+                         guidance ? "true" : "false", "}"));
+  std::vector<TensorToWrite> tensors;
+  uint32_t state = 7;
+  auto add = [&](const std::string& name, std::vector<int64_t> shape) {
+    tensors.push_back(RandomFloat32(name, std::move(shape), &state));
+  };
+  add("time_guidance_embed.timestep_embedder.linear_1.weight", {8, 256});
+  add("time_guidance_embed.timestep_embedder.linear_2.weight", {8, 8});
+  if (guidance) {
+    add("time_guidance_embed.guidance_embedder.linear_1.weight", {8, 256});
+    add("time_guidance_embed.guidance_embedder.linear_2.weight", {8, 8});
+  }
+  add("double_stream_modulation_img.linear.weight", {48, 8});
+  add("double_stream_modulation_txt.linear.weight", {48, 8});
+  add("single_stream_modulation.linear.weight", {24, 8});
+  add("norm_out.linear.weight", {16, 8});
+  ASSERT_TRUE(
+      WriteSafetensors(dir.File("diffusion_pytorch_model.safetensors"), tensors)
+          .ok());
+}
+
+TEST(ConditioningModelTest, Flux2LinearsWithoutBiasAndSharedModulations) {
+  for (const bool guidance : {true, false}) {
+    TempDir dir;
+    WriteFlux2Checkpoint(dir, guidance);
+    auto model = ConditioningModel::Load(dir.path(), {});
+    ASSERT_TRUE(model.ok()) << model.status();
+    // Weights only: (2 or 4) MLP Linears, four modulation Linears.
+    const int64_t weights =
+        (guidance ? 2 : 1) * (8 * 256 + 8 * 8) + 48 * 8 * 2 + 24 * 8 + 16 * 8;
+    EXPECT_EQ((*model)->weight_bytes(), 4 * weights);
+    ConditioningInputs inputs;
+    inputs.values["t"] = {999.0f, 1.5f};
+    if (guidance) inputs.values["guidance"] = {3.5f};
+    auto outputs = (*model)->Compute(inputs, {});
+    ASSERT_TRUE(outputs.ok()) << outputs.status();
+    std::vector<std::string> names;
+    std::vector<std::vector<int64_t>> shapes;
+    for (const ConditioningOutput& output : *outputs) {
+      names.push_back(output.name);
+      shapes.push_back(output.shape);
+    }
+    // One [N, W] row per modulation, whatever the block counts.
+    EXPECT_EQ(names, (std::vector<std::string>{"temb", "img_mod", "txt_mod",
+                                               "single_mod", "norm_out"}));
+    EXPECT_EQ(shapes, (std::vector<std::vector<int64_t>>{
+                          {2, 8}, {2, 48}, {2, 48}, {2, 24}, {2, 16}}));
+  }
+}
+
 }  // namespace
 }  // namespace temb::models

@@ -98,7 +98,9 @@ def sd3_model(dtype, dual_attention_layers):
 def hunyuan_video15_model(dtype):
     """HunyuanVideo-1.5 (one refiner block, whose own time embedding is not
     an output: it reads the prompt)."""
-    torch.manual_seed(5)
+    # Seed 32 has cancelling sums where temb and PyTorch's GEMM round two
+    # float32 orders apart (docs/conditioning.md).
+    torch.manual_seed(32)
     model = diffusers.HunyuanVideo15Transformer3DModel(
         in_channels=4, out_channels=4, num_attention_heads=4,
         attention_head_dim=WIDTH // 4, num_layers=3, num_refiner_layers=1,
@@ -107,7 +109,21 @@ def hunyuan_video15_model(dtype):
     return model.to(dtype).eval()
 
 
+def flux2_model(dtype, guidance_embeds):
+    """FLUX.2 dev (guidance embedder) or klein (none); no Linear has a
+    bias."""
+    torch.manual_seed(6 if guidance_embeds else 7)
+    model = diffusers.Flux2Transformer2DModel(
+        patch_size=1, in_channels=4, num_layers=2, num_single_layers=3,
+        attention_head_dim=WIDTH // 4, num_attention_heads=4,
+        joint_attention_dim=24, axes_dims_rope=(16, 16, 16, 16),
+        guidance_embeds=guidance_embeds)
+    return model.to(dtype).eval()
+
+
 def build(kind, dtype):
+    if kind.startswith("flux.2"):
+        return flux2_model(dtype, guidance_embeds=(kind == "flux.2-dev"))
     if kind == "qwen-image":
         return qwen_model(dtype)
     if kind == "hunyuanvideo-1.5":
@@ -117,20 +133,31 @@ def build(kind, dtype):
     return flux_model(dtype, guidance_embeds=(kind == "flux.1-dev"))
 
 
-# The kinds whose model takes a pooled text embedding.
+# The kinds whose model takes a pooled text embedding, and a guidance scale.
 POOLED_KINDS = ("flux.1-dev", "flux.1-schnell", "sd3", "sd3.5")
+GUIDED_KINDS = ("flux.1-dev", "flux.2-dev")
 
 
 def time_embedding(kind, model):
     """The module computing temb, whose time_proj embeds the timesteps."""
     if kind == "hunyuanvideo-1.5":
         return model.time_embed
+    if kind.startswith("flux.2"):
+        return model.time_guidance_embed
     return model.time_text_embed
 
 
 def conditioning_modules(kind, model):
     """(output name, block index or None, module) for every output."""
     found = [("temb", None, time_embedding(kind, model))]
+    if kind.startswith("flux.2"):
+        # One modulation each, shared by every double (single) block.
+        return found + [
+            ("img_mod", None, model.double_stream_modulation_img.linear),
+            ("txt_mod", None, model.double_stream_modulation_txt.linear),
+            ("single_mod", None, model.single_stream_modulation.linear),
+            ("norm_out", None, model.norm_out.linear),
+        ]
     for i, block in enumerate(model.transformer_blocks):
         if kind.startswith("sd3"):
             # SD35AdaLayerNormZeroX (9D) exactly in the dual blocks.
@@ -149,7 +176,7 @@ def conditioning_modules(kind, model):
         else:
             found.append(("img_mod", i, block.norm1.linear))
             found.append(("txt_mod", i, block.norm1_context.linear))
-    if kind.startswith("flux"):
+    if kind.startswith("flux.1"):
         for i, block in enumerate(model.single_transformer_blocks):
             found.append(("single_mod", i, block.norm.linear))
     found.append(("norm_out", None, model.norm_out.linear))
@@ -184,6 +211,18 @@ def model_inputs(kind, dtype, pooled):
             encoder_attention_mask_2=torch.ones(batch, 3),
             image_embeds=torch.zeros(batch, 2, 24, dtype=dtype))
     timestep = t.to(dtype) / 1000
+    if kind.startswith("flux.2"):
+        args = dict(
+            hidden_states=torch.randn(batch, 4, 4,
+                                      generator=generator).to(dtype),
+            encoder_hidden_states=torch.randn(
+                batch, TEXT_TOKENS, 24, generator=generator).to(dtype),
+            timestep=timestep, img_ids=torch.zeros(4, 4),
+            txt_ids=torch.zeros(TEXT_TOKENS, 4))
+        if kind == "flux.2-dev":
+            args["guidance"] = torch.full([batch], GUIDANCE,
+                                          dtype=torch.float32)
+        return args
     if kind == "qwen-image":
         return dict(
             hidden_states=torch.randn(batch, 4, 16, generator=generator).to(dtype),
@@ -273,7 +312,7 @@ def run_temb(cli, folder, out, timesteps, kind, pooled_file=None,
     command = [str(cli), "condition", f"--model_dir={folder}",
                "--timesteps=" + ",".join(repr(t) for t in timesteps),
                f"--out={out}", "--threads=2"]
-    if kind == "flux.1-dev":
+    if kind in GUIDED_KINDS:
         command.append(f"--guidance={GUIDANCE}")
     if pooled_file is not None:
         command.append(f"--pooled={pooled_file}")
@@ -320,6 +359,43 @@ def capture_row_by_row(kind, model, args):
     return {name: torch.cat(parts) for name, parts in rows.items()}
 
 
+def summing_linear(kind, module):
+    """The Linear whose sum an output is, or None where the output adds
+    several embedders (FLUX's and SD3's temb)."""
+    if isinstance(module, torch.nn.Linear):
+        return module
+    if kind in ("hunyuanvideo-1.5", "flux.2-klein"):
+        return module.timestep_embedder.linear_2
+    return None
+
+
+def summation_bounds(kind, model, args):
+    """{output: float64 tensor}: for each output that is one Linear's sum,
+    2 K 2^-24 sum |x_k w_k| over diffusers' own input x to that Linear, the
+    most two float32 summation orders of its K terms can differ by."""
+    found = {}
+    handles = []
+    for name, block, module in conditioning_modules(kind, model):
+        linear = summing_linear(kind, module)
+        if linear is None:
+            continue
+
+        def hook(mod, inputs, _output, name=name, block=block):
+            x = inputs[0].detach().double().abs()
+            found.setdefault(name, {})[block] = 2 * x.shape[-1] * 2.0 ** -24 \
+                * torch.nn.functional.linear(x, mod.weight.double().abs())
+        handles.append(linear.register_forward_hook(hook))
+    try:
+        with torch.no_grad():
+            model(**args)
+    finally:
+        for handle in handles:
+            handle.remove()
+    return {name: by_block[None] if list(by_block) == [None] else
+            torch.stack([by_block[i] for i in sorted(by_block)], dim=1)
+            for name, by_block in found.items()}
+
+
 def bf16_ulp_distance(a, b):
     """|a - b| in units of the bf16 grid, element-wise, via the ordered
     integer image of the bit patterns."""
@@ -330,10 +406,11 @@ def bf16_ulp_distance(a, b):
 
 
 KINDS = ["qwen-image", "flux.1-dev", "flux.1-schnell", "sd3", "sd3.5",
-         "hunyuanvideo-1.5"]
+         "hunyuanvideo-1.5", "flux.2-dev", "flux.2-klein"]
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 # Shard sizes: small enough for several shards.
-SHARDED = {"qwen-image": "30KB", "hunyuanvideo-1.5": "4MB"}
+SHARDED = {"qwen-image": "30KB", "hunyuanvideo-1.5": "4MB",
+           "flux.2-dev": "1MB"}
 
 
 @pytest.fixture(scope="module")
@@ -385,9 +462,10 @@ def test_bf16_matches_diffusers_within_one_ulp(kind, saved, temb_cli,
             capture_with_linears_in(torch.float32, kind, model, args),
         "one row at a time": capture_row_by_row(kind, model, args),
     }
+    bounds = summation_bounds(kind, model, args)
     ours = temb_outputs(temb_cli, kind, folder, pooled, tmp_path)
     assert sorted(ours) == sorted(theirs)
-    total = differ = beyond_one = 0
+    total = differ = beyond_one = by_bound = 0
     worst = 0
     worst_relative = 0.0  # |temb - diffusers| / max |output|, per output
     equal_to = {label: 0 for label in second_orders}
@@ -409,16 +487,29 @@ def test_bf16_matches_diffusers_within_one_ulp(kind, saved, temb_cli,
         for label, other in second_orders.items():
             equal_to[label] += int((bf16_ulp_distance(got, other[name]) == 0)
                                    .sum())
-        unexplained = (distance > 1) & (distance > pytorch_move)
+        # Where the three orders above happen to round as PyTorch's GEMM
+        # does, a cancelling sum can still be two orders apart: such an
+        # element passes when the gap is within the float32 summation bound
+        # of the Linear computing it, fed diffusers' own input.  At 2+ ulp
+        # that holds only where the sum cancels (|y| below the bound).
+        gap = (got.double() - expected.double()).abs()
+        ulp = expected.double().abs() * 2.0 ** -7 + 2.0 ** -133
+        within_bound = gap <= bounds[name] + ulp if name in bounds else \
+            torch.zeros_like(distance, dtype=torch.bool)
+        beyond_orders = (distance > 1) & (distance > pytorch_move)
+        by_bound += int((beyond_orders & within_bound).sum())
+        unexplained = beyond_orders & ~within_bound
         assert not bool(unexplained.any()), (
             f"{name}: {int(unexplained.sum())} elements more than one bf16 ulp "
             f"from diffusers where PyTorch itself moves less under another "
-            f"summation order (max {int(distance.max())} ulp)")
+            f"summation order and the gap is above the float32 summation "
+            f"bound (max {int(distance.max())} ulp)")
     measure("bf16 elements differing from diffusers",
             f"{differ} of {total} ({100.0 * differ / total:.2f}%), max {worst}"
             f" ulp, {beyond_one} beyond 1 ulp (each where PyTorch moves as "
-            f"far); largest difference {worst_relative:.2g} of the output's "
-            f"largest magnitude")
+            f"far, or {by_bound} within the float32 summation bound); largest "
+            f"difference {worst_relative:.2g} of the output's largest "
+            f"magnitude")
     measure("bf16 elements equal to PyTorch under another order",
             ", ".join(f"{label}: {count} of {total}"
                       for label, count in equal_to.items()))
@@ -531,6 +622,23 @@ def op_checks(kind, model):
                 ])
     checks = [("t_proj", Sinusoid(embed.time_proj, "t_model"))]
     checks += mlp("t_emb", embed.timestep_embedder, "t_proj", "act")
+    if kind.startswith("flux.2"):
+        if kind == "flux.2-dev":
+            checks.append(("g_proj", Sinusoid(embed.time_proj, "g_model")))
+            checks += mlp("g_emb", embed.guidance_embedder, "g_proj", "act")
+            checks.append(("temb", Exact(lambda v: v["t_emb"] + v["g_emb"])))
+        else:
+            checks.append(("temb", Exact(lambda v: v["t_emb"])))
+        mod = model.double_stream_modulation_img
+        return checks + [
+            ("temb_silu", Exact(lambda v: mod.act_fn(v["temb"]))),
+            ("img_mod", Linear([mod.linear], "temb_silu")),
+            ("txt_mod", Linear([model.double_stream_modulation_txt.linear],
+                               "temb_silu")),
+            ("single_mod", Linear([model.single_stream_modulation.linear],
+                                  "temb_silu")),
+            norm_out,
+        ]
     if kind.startswith("sd3"):
         by_output = {}
         for name, _, module in conditioning_modules(kind, model)[1:]:
@@ -578,9 +686,9 @@ def test_bf16_each_op_matches_its_diffusers_module(kind, saved, temb_cli,
     # rounding of t (and guidance) must be reproduced bit for bit.
     embedded = time_proj_inputs(kind, model, args)
     checks = op_checks(kind, model)
-    scalars = ["t_model"] + (["g_model"] if kind == "flux.1-dev" else [])
+    scalars = ["t_model"] + (["g_model"] if kind in GUIDED_KINDS else [])
     names = scalars + [value for value, _ in checks]
-    if kind.startswith("flux"):
+    if kind.startswith("flux.1"):
         names += ["pooled_model", "tg_emb"]
     elif kind.startswith("sd3"):
         names += ["pooled_model"]

@@ -11,6 +11,16 @@
 // its result to its `dtype`: the model's dtype (the stored dtype of its
 // weights) or float32; arithmetic on a bf16 value is computed in float32
 // and rounded once, as PyTorch does on the CPU.
+//
+// Widths and block counts are read from config.json through small integer
+// expressions: a field name ("num_layers"), a list entry
+// ("block_out_channels[0]", "block_out_channels[-1]" for the last), an
+// integer literal, and + - * over those ("layers_per_block + 1",
+// "projection_class_embeddings_input_dim - 6 * addition_time_embed_dim").
+// Every value must come out positive.
+//
+// A sinusoid of an [N, W] value embeds each of its W values and flattens
+// the result to [N, W * dim] (SDXL's add_time_proj over the six time ids).
 #ifndef TEMB_MODELS_FAMILY_H_
 #define TEMB_MODELS_FAMILY_H_
 
@@ -27,6 +37,9 @@ enum class OpKind {
   kLinear,    // in[0] W^T + b, W and b from the checkpoint
   kSilu,      // in[0] * sigmoid(in[0])
   kAdd,       // in[0] + in[1]
+  // in[0], in[1], ... side by side in each row ([N, W0 + W1 + ...]; a
+  // scalar input is one column), rounded to dtype.
+  kConcat,
 };
 
 // Where an op's result is rounded to.
@@ -50,6 +63,8 @@ struct SinusoidParams {
   double downscale_freq_shift = 0;
   double scale = 1;
   double max_period = 10000;
+  // When set, `dim` is this config expression (SDXL: block_out_channels[0]).
+  std::string dim_expr;
 };
 
 struct Op {
@@ -67,10 +82,27 @@ struct Op {
   // The op exists only when this config flag is true ("!flag": false);
   // empty: always.
   std::string when;
+  // kLinear: false for a Linear built without a bias (FLUX.2): only
+  // <prefix>.weight is read.  When true a missing <prefix>.bias refuses the
+  // checkpoint.
+  bool has_bias = true;
+  // kLinear: when set, the output width is this config expression instead
+  // of width_d * D (the UNet's resnets: "block_out_channels[1]").
+  std::string width;
+};
+
+// A config.json field the family's description assumes: `value` is the JSON
+// it must equal (an absent field counts as null), or, with `length` >= 0,
+// the field must be a list of that many entries.  A model that differs is
+// refused naming the field, rather than computed wrong.
+struct ConfigRequirement {
+  std::string field;
+  std::string value;
+  int length = -1;
 };
 
 // A model input: [N] when `width_field` is empty, else [N, W] with W the
-// config field's value.
+// value of that config expression (a field name, or e.g. "6").
 struct InputSpec {
   std::string name;
   std::string width_field;
@@ -91,7 +123,7 @@ struct OutputSpec {
 struct FamilyDescription {
   std::string class_name;  // config.json's _class_name
   std::string name;        // short name for messages and docs
-  // config.json fields whose product is the transformer width D.
+  // config.json fields (or expressions) whose product is the width D.
   std::vector<std::string> width_fields;
   // Boolean config.json fields that change the computation in ways this
   // description does not follow: a model with one of them true is refused
@@ -100,6 +132,7 @@ struct FamilyDescription {
   std::vector<InputSpec> inputs;
   std::vector<Op> ops;
   std::vector<OutputSpec> outputs;
+  std::vector<ConfigRequirement> requirements;
 };
 
 // Every family temb knows.
