@@ -37,6 +37,9 @@ std::vector<FlagSpec> ConditionFlags() {
        "the guidance scale, for models with guidance_embeds"},
       {"pooled", FlagType::kString,
        ".npy file of float32 pooled text embeddings, [N, P] or [P]"},
+      {"input", FlagType::kStrings,
+       "NAME=FILE.npy: any other input of the family by name, float32 "
+       "[N, W] or [W] (e.g. time_ids for the SDXL UNet); repeatable"},
       {"outputs", FlagType::kString,
        "comma-separated outputs (default: all of the family's); any value "
        "of the family's description (server/models/families.cc) by name"},
@@ -52,11 +55,12 @@ std::vector<FlagSpec> ConditionFlags() {
 // The float32 values of a little-endian .npy file of dtype '<f4' in C
 // order, and its shape.
 absl::StatusOr<std::vector<float>> ReadNpyFloat32(const std::string& path,
-                                                  std::vector<int64_t>* shape) {
-  ASSIGN_OR_RETURN(const std::string bytes, ReadFile(path, "--pooled file"));
+                                                  std::vector<int64_t>* shape,
+                                                  const std::string& flag) {
+  const std::string what = absl::StrCat(flag, " file");
+  ASSIGN_OR_RETURN(const std::string bytes, ReadFile(path, what));
   auto bad = [&](absl::string_view why) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--pooled file ", path, ": ", why));
+    return absl::InvalidArgumentError(absl::StrCat(what, " ", path, ": ", why));
   };
   if (bytes.size() < 10 || bytes.compare(0, 6, "\x93NUMPY") != 0) {
     return bad("not a .npy file");
@@ -153,9 +157,29 @@ int RunCondition(const std::vector<std::string>& argv) {
   if (args->Has("pooled")) {
     std::vector<int64_t> shape;
     absl::StatusOr<std::vector<float>> pooled =
-        ReadNpyFloat32(*args->String("pooled"), &shape);
+        ReadNpyFloat32(*args->String("pooled"), &shape, "--pooled");
     if (!pooled.ok()) return PrintError(pooled.status());
     inputs.values["pooled"] = *std::move(pooled);
+  }
+  for (const std::string& item : args->Strings("input")) {
+    const size_t equals = item.find('=');
+    if (equals == std::string::npos || equals == 0) {
+      return PrintUsage("condition",
+                        absl::StrCat("--input ", item, ": must be NAME=FILE"),
+                        specs);
+    }
+    const std::string name = item.substr(0, equals);
+    if (inputs.values.count(name) > 0) {
+      return PrintUsage(
+          "condition",
+          absl::StrCat("--input ", name, ": given twice (or also by its flag)"),
+          specs);
+    }
+    std::vector<int64_t> shape;
+    absl::StatusOr<std::vector<float>> values = ReadNpyFloat32(
+        item.substr(equals + 1), &shape, absl::StrCat("--input ", name));
+    if (!values.ok()) return PrintError(values.status());
+    inputs.values[name] = *std::move(values);
   }
   std::vector<std::string> outputs;
   if (args->Has("outputs")) {

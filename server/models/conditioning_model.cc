@@ -107,8 +107,8 @@ class ConfigExpression {
     }
     if (value < 1 || value > (int64_t{1} << 31)) {
       return absl::InvalidArgumentError(
-          absl::StrCat("config expression ", Quoted(text_), " is ", value,
-                       ", must be in [1, 2^31]"));
+          absl::StrCat(config_.file(), ": config expression ", text_, " is ",
+                       value, ", must be in [1, 2^31]"));
     }
     return value;
   }

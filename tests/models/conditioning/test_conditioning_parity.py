@@ -109,6 +109,53 @@ def hunyuan_video15_model(dtype):
     return model.to(dtype).eval()
 
 
+# SDXL's added time ids per row: original size, crop top-left, target size.
+TIME_IDS = [[1024.0, 1024.0, 0.0, 0.0, 1024.0, 1024.0],
+            [768.0, 1344.0, 0.0, 0.0, 1024.0, 1024.0],
+            [512.0, 512.0, 64.0, 32.0, 896.0, 1152.0],
+            [1536.0, 640.0, 128.0, 0.0, 1024.0, 1024.0],
+            [1024.0, 1024.0, 0.0, 0.0, 1024.0, 1024.0],
+            [333.0, 4096.0, 7.0, 1.0, 1024.0, 768.0],
+            [1024.0, 1024.0, 0.0, 0.0, 1024.0, 1024.0],
+            [2048.0, 2048.0, 256.0, 256.0, 1024.0, 1024.0],
+            [768.0, 1344.0, 0.0, 0.0, 1024.0, 1024.0]]
+
+
+def sdxl_unet(dtype):
+    """SDXL's UNet layout at small widths: three levels of distinct widths
+    (time embedding 256 wide), two resnets per down block, three per up
+    block; the pooled embedding 768 wide beside the six 256-wide time id
+    embeddings."""
+    torch.manual_seed(8)
+    model = diffusers.UNet2DConditionModel(
+        sample_size=8, in_channels=4, out_channels=4, layers_per_block=2,
+        block_out_channels=(64, 96, 128),
+        down_block_types=("DownBlock2D", "CrossAttnDownBlock2D",
+                          "CrossAttnDownBlock2D"),
+        up_block_types=("CrossAttnUpBlock2D", "CrossAttnUpBlock2D",
+                        "UpBlock2D"),
+        cross_attention_dim=24, attention_head_dim=(2, 3, 4),
+        use_linear_projection=True, addition_embed_type="text_time",
+        addition_time_embed_dim=256,
+        projection_class_embeddings_input_dim=POOLED + 6 * 256)
+    return model.to(dtype).eval()
+
+
+class ResnetTembInput:
+    """The emb (time_embedding + add_embedding) a ResnetBlock2D receives,
+    captured by a forward hook's interface: diffusers computes it inline in
+    the UNet's forward, not in a module of its own."""
+
+    def __init__(self, resnet):
+        self.resnet = resnet
+
+    def register_forward_hook(self, hook):
+        def pre_hook(module, args, kwargs):
+            hook(module, args, kwargs["temb"] if "temb" in kwargs else args[1])
+        return self.resnet.register_forward_pre_hook(pre_hook,
+                                                      with_kwargs=True)
+
+
 def flux2_model(dtype, guidance_embeds):
     """FLUX.2 dev (guidance embedder) or klein (none); no Linear has a
     bias."""
@@ -122,6 +169,8 @@ def flux2_model(dtype, guidance_embeds):
 
 
 def build(kind, dtype):
+    if kind == "sdxl-unet":
+        return sdxl_unet(dtype)
     if kind.startswith("flux.2"):
         return flux2_model(dtype, guidance_embeds=(kind == "flux.2-dev"))
     if kind == "qwen-image":
@@ -134,7 +183,7 @@ def build(kind, dtype):
 
 
 # The kinds whose model takes a pooled text embedding, and a guidance scale.
-POOLED_KINDS = ("flux.1-dev", "flux.1-schnell", "sd3", "sd3.5")
+POOLED_KINDS = ("flux.1-dev", "flux.1-schnell", "sd3", "sd3.5", "sdxl-unet")
 GUIDED_KINDS = ("flux.1-dev", "flux.2-dev")
 
 
@@ -144,11 +193,26 @@ def time_embedding(kind, model):
         return model.time_embed
     if kind.startswith("flux.2"):
         return model.time_guidance_embed
+    if kind == "sdxl-unet":
+        return model  # its time_proj is the UNet's own
     return model.time_text_embed
 
 
 def conditioning_modules(kind, model):
     """(output name, block index or None, module) for every output."""
+    if kind == "sdxl-unet":
+        # Every ResnetBlock2D's time_emb_proj, grouped by block.
+        found = [("temb", None,
+                  ResnetTembInput(model.down_blocks[0].resnets[0]))]
+        groups = [(f"down_blocks.{b}", block)
+                  for b, block in enumerate(model.down_blocks)]
+        groups += [("mid_block", model.mid_block)]
+        groups += [(f"up_blocks.{b}", block)
+                   for b, block in enumerate(model.up_blocks)]
+        for name, block in groups:
+            for j, resnet in enumerate(block.resnets):
+                found.append((name, j, resnet.time_emb_proj))
+        return found
     found = [("temb", None, time_embedding(kind, model))]
     if kind.startswith("flux.2"):
         # One modulation each, shared by every double (single) block.
@@ -190,6 +254,17 @@ def model_inputs(kind, dtype, pooled):
     batch = len(TIMESTEPS)
     generator = torch.Generator().manual_seed(7)
     t = torch.tensor(TIMESTEPS, dtype=torch.float32)
+    if kind == "sdxl-unet":
+        # The scheduler's float32 t as it is; the pipeline's pooled
+        # embedding and time ids in the model's dtype.
+        return dict(
+            sample=torch.randn(batch, 4, 8, 8, generator=generator).to(dtype),
+            timestep=t,
+            encoder_hidden_states=torch.randn(
+                batch, TEXT_TOKENS, 24, generator=generator).to(dtype),
+            added_cond_kwargs={
+                "text_embeds": pooled.to(dtype),
+                "time_ids": torch.tensor(TIME_IDS).to(dtype)})
     if kind.startswith("sd3"):
         return dict(
             hidden_states=torch.randn(batch, 4, 4, 4,
@@ -282,9 +357,9 @@ def time_proj_inputs(kind, model, args):
     return seen
 
 
-def float64_sinusoid(values, scale):
-    """get_timestep_embedding(dim 256, flip, shift 0) in float64."""
-    half = 128
+def float64_sinusoid(values, scale, dim=256):
+    """get_timestep_embedding(dim, flip, shift 0) in float64."""
+    half = dim // 2
     freqs = torch.exp(-math.log(10000) * torch.arange(half, dtype=torch.float64)
                       / half)
     angles = scale * values.to(torch.float64)[:, None] * freqs[None, :]
@@ -299,16 +374,31 @@ def float64_reference(kind, model32, args32):
     model64 = copy.deepcopy(model32).to(torch.float64)
     calls = iter(embedded)
 
-    def override(_module, _inputs, _output):
-        return float64_sinusoid(next(calls), scale)
+    def override(_module, _inputs, output):
+        return float64_sinusoid(next(calls), scale, output.shape[-1])
 
-    args64 = {k: (v.to(torch.float64) if torch.is_tensor(v) and
-                  v.is_floating_point() else v) for k, v in args32.items()}
-    return capture(kind, model64, args64, time_proj_override=override)
+    def to64(value):
+        if isinstance(value, dict):
+            return {k: to64(v) for k, v in value.items()}
+        return (value.to(torch.float64) if torch.is_tensor(value) and
+                value.is_floating_point() else value)
+
+    args64 = {k: to64(v) for k, v in args32.items()}
+    handles = []
+    if kind == "sdxl-unet":
+        # The time ids' embedding too, from the exact ids.
+        handles.append(model64.add_time_proj.register_forward_hook(
+            lambda _m, inputs, output: float64_sinusoid(
+                inputs[0], 1.0, output.shape[-1])))
+    try:
+        return capture(kind, model64, args64, time_proj_override=override)
+    finally:
+        for handle in handles:
+            handle.remove()
 
 
 def run_temb(cli, folder, out, timesteps, kind, pooled_file=None,
-             outputs=None):
+             outputs=None, time_ids_file=None):
     command = [str(cli), "condition", f"--model_dir={folder}",
                "--timesteps=" + ",".join(repr(t) for t in timesteps),
                f"--out={out}", "--threads=2"]
@@ -316,6 +406,8 @@ def run_temb(cli, folder, out, timesteps, kind, pooled_file=None,
         command.append(f"--guidance={GUIDANCE}")
     if pooled_file is not None:
         command.append(f"--pooled={pooled_file}")
+    if time_ids_file is not None:
+        command.append(f"--input=time_ids={time_ids_file}")
     if outputs:
         command.append("--outputs=" + ",".join(outputs))
     done = subprocess.run(command, capture_output=True, text=True, timeout=300)
@@ -350,6 +442,8 @@ def capture_row_by_row(kind, model, args):
             if torch.is_tensor(value) and value.dim() > 0 and \
                     value.shape[0] == batch:
                 one[key] = value[row:row + 1]
+            elif key == "added_cond_kwargs":
+                one[key] = {k: v[row:row + 1] for k, v in value.items()}
             elif key == "img_shapes":
                 one[key] = value[:1]
             else:
@@ -406,11 +500,11 @@ def bf16_ulp_distance(a, b):
 
 
 KINDS = ["qwen-image", "flux.1-dev", "flux.1-schnell", "sd3", "sd3.5",
-         "hunyuanvideo-1.5", "flux.2-dev", "flux.2-klein"]
+         "hunyuanvideo-1.5", "flux.2-dev", "flux.2-klein", "sdxl-unet"]
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 # Shard sizes: small enough for several shards.
 SHARDED = {"qwen-image": "30KB", "hunyuanvideo-1.5": "4MB",
-           "flux.2-dev": "1MB"}
+           "flux.2-dev": "1MB", "sdxl-unet": "2MB"}
 
 
 @pytest.fixture(scope="module")
@@ -440,13 +534,23 @@ def saved(tmp_path_factory):
     return folders
 
 
+def time_ids_file(kind, tmp_path, rows=slice(None)):
+    """The SDXL UNet's time ids as a float32 .npy, or None."""
+    if kind != "sdxl-unet":
+        return None
+    path = tmp_path / "time_ids.npy"
+    np.save(path, np.array(TIME_IDS, dtype=np.float32)[rows])
+    return path
+
+
 def temb_outputs(temb_cli, kind, folder, pooled, tmp_path):
     pooled_file = None
     if kind in POOLED_KINDS:
         pooled_file = tmp_path / "pooled.npy"
         np.save(pooled_file, pooled.numpy().astype(np.float32))
     return run_temb(temb_cli, folder, tmp_path / "out.safetensors", TIMESTEPS,
-                    kind, pooled_file)
+                    kind, pooled_file,
+                    time_ids_file=time_ids_file(kind, tmp_path))
 
 
 @pytest.mark.parametrize("kind", KINDS)
@@ -579,11 +683,61 @@ class Linear:
         return f"{differ} ({cancels} by 2+ ulp)" if cancels else str(differ)
 
 
+class WithinOneUlp:
+    """A value computed by diffusers from temb's inputs through a sinusoid
+    (its sin/cos engine differs): within one bf16 ulp."""
+
+    def __init__(self, compute):
+        self.compute = compute
+
+    def check(self, value, values):
+        distance = bf16_ulp_distance(values[value], self.compute(values))
+        assert int(distance.max()) <= 1, value
+        return str(int((distance > 0).sum()))
+
+
+def sdxl_op_checks(model):
+    """op_checks() for the SDXL UNet: get_time_embed, get_aug_embed and every
+    resnet's time_emb_proj, fed temb's values."""
+    def mlp(prefix, module, source):
+        return [
+            (f"{prefix}_h", Linear([module.linear_1], source)),
+            (f"{prefix}_a", Exact(lambda v: module.act(v[f"{prefix}_h"]))),
+            (prefix, Linear([module.linear_2], f"{prefix}_a")),
+        ]
+
+    def add_in(v):
+        # get_aug_embed's concat of the pooled embedding (model dtype) with
+        # add_time_proj of the flattened ids (float32), then .to(emb.dtype).
+        ids = v["time_ids_model"]
+        embedded = model.add_time_proj(ids.flatten()).reshape(ids.shape[0], -1)
+        return torch.concat([v["pooled_model"], embedded],
+                            dim=-1).to(torch.bfloat16)
+
+    resnet = model.down_blocks[0].resnets[0]
+    checks = [("t_proj", Sinusoid(model.time_proj, "t_model"))]
+    checks += mlp("t_emb", model.time_embedding, "t_proj")
+    checks += [("add_in", WithinOneUlp(add_in))]
+    checks += mlp("aug_emb", model.add_embedding, "add_in")
+    checks += [
+        ("temb", Exact(lambda v: v["t_emb"] + v["aug_emb"])),
+        ("temb_silu", Exact(lambda v: resnet.nonlinearity(v["temb"]))),
+    ]
+    by_output = {}
+    for name, _, module in conditioning_modules("sdxl-unet", model)[1:]:
+        by_output.setdefault(name, []).append(module)
+    for name, modules in by_output.items():
+        checks.append((name, Linear(modules, "temb_silu", stacked=True)))
+    return checks
+
+
 def op_checks(kind, model):
     """(temb value, check against the diffusers module computing it from
     temb's values) for every op of the family after the scalars, in
     order.  The value names are those of server/models/families.cc."""
     embed = time_embedding(kind, model)
+    if kind == "sdxl-unet":
+        return sdxl_op_checks(model)
     blocks = model.transformer_blocks
 
     def mlp(prefix, module, source, act):
@@ -696,13 +850,19 @@ def test_bf16_each_op_matches_its_diffusers_module(kind, saved, temb_cli,
     if kind in POOLED_KINDS:
         pooled_file = tmp_path / "pooled.npy"
         np.save(pooled_file, pooled.numpy().astype(np.float32))
+    if kind == "sdxl-unet":
+        names += ["pooled_model", "time_ids_model"]
     values = run_temb(temb_cli, folder, tmp_path / "ops.safetensors",
-                      TIMESTEPS, kind, pooled_file, outputs=sorted(set(names)))
+                      TIMESTEPS, kind, pooled_file, outputs=sorted(set(names)),
+                      time_ids_file=time_ids_file(kind, tmp_path))
     for scalar, theirs in zip(scalars, embedded):
         assert torch.equal(values[scalar].view(torch.int16),
                            theirs.view(torch.int16)), scalar
     if kind in POOLED_KINDS:
         assert torch.equal(values["pooled_model"], pooled.to(torch.bfloat16))
+    if kind == "sdxl-unet":
+        assert torch.equal(values["time_ids_model"],
+                           torch.tensor(TIME_IDS).to(torch.bfloat16))
     summary = []
     with torch.no_grad():
         for value, check in checks:
@@ -733,7 +893,8 @@ def test_fp32_error_within_twice_pytorch(kind, saved, temb_cli, tmp_path,
     measure("fp32 max error vs float64, temb/pytorch", ", ".join(summary))
 
 
-@pytest.mark.parametrize("kind", ["qwen-image", "flux.1-dev", "sd3.5"])
+@pytest.mark.parametrize("kind", ["qwen-image", "flux.1-dev", "sd3.5",
+                                  "sdxl-unet"])
 def test_rows_are_batch_invariant(kind, saved, temb_cli, tmp_path):
     _, folder, pooled = saved[(kind, "bf16")]
     batch = temb_outputs(temb_cli, kind, folder, pooled, tmp_path)
@@ -743,7 +904,9 @@ def test_rows_are_batch_invariant(kind, saved, temb_cli, tmp_path):
             pooled_file = tmp_path / f"pooled{row}.npy"
             np.save(pooled_file, pooled[row].numpy().astype(np.float32))
         alone = run_temb(temb_cli, folder, tmp_path / f"row{row}.safetensors",
-                         [t], kind, pooled_file)
+                         [t], kind, pooled_file,
+                         time_ids_file=time_ids_file(kind, tmp_path,
+                                                     slice(row, row + 1)))
         for name, values in alone.items():
             assert torch.equal(values[0].view(torch.int16),
                                batch[name][row].view(torch.int16)), (name, row)
@@ -814,3 +977,18 @@ def test_cli_refuses_bad_requests_naming_the_cause(saved, temb_cli, tmp_path):
     code, err = run_failing(temb_cli, f"--model_dir={past}", "--timesteps=1",
                             out)
     assert code == 1 and "field dual_attention_layers" in err
+    # The SDXL UNet: time ids missing, malformed, or of the wrong width.
+    _, sdxl, _ = saved[("sdxl-unet", "bf16")]
+    pooled_file = tmp_path / "pooled.npy"
+    np.save(pooled_file, np.zeros(POOLED, dtype=np.float32))
+    code, err = run_failing(temb_cli, f"--model_dir={sdxl}", "--timesteps=1",
+                            f"--pooled={pooled_file}", out)
+    assert code == 1 and "time_ids: required by this sdxl-unet model" in err
+    code, err = run_failing(temb_cli, f"--model_dir={sdxl}", "--timesteps=1",
+                            f"--pooled={pooled_file}", "--input=time_ids",
+                            out)
+    assert code == 2 and "--input time_ids: must be NAME=FILE" in err
+    code, err = run_failing(temb_cli, f"--model_dir={sdxl}", "--timesteps=1",
+                            f"--pooled={pooled_file}",
+                            f"--input=time_ids={narrow}", out)
+    assert code == 1 and "time_ids: expected 6 or 6 values" in err

@@ -40,6 +40,7 @@ class ModelConfig {
                                            const std::string& text);
 
   const std::string& class_name() const { return class_name_; }
+  const std::string& file() const { return file_; }
   // A positive integer field.
   absl::StatusOr<int64_t> PositiveInt(const std::string& field) const;
   // A boolean field, `fallback` when absent (diffusers omits nothing it
