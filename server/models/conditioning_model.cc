@@ -105,17 +105,19 @@ class ConfigExpression {
       ASSIGN_OR_RETURN(const int64_t term, Term());
       value = op == '+' ? value + term : value - term;
     }
-    if (value < 1 || value > (int64_t{1} << 31)) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(config_.file(), ": config expression ", text_, " is ",
-                       value, ", must be in [1, 2^31]"));
-    }
+    if (value < 1 || value > (int64_t{1} << 31)) return OutOfRange(value);
     return value;
   }
 
  private:
   void Skip() {
     while (pos_ < text_.size() && text_[pos_] == ' ') ++pos_;
+  }
+
+  absl::Status OutOfRange(int64_t value) const {
+    return absl::InvalidArgumentError(
+        absl::StrCat(config_.file(), ": config expression ", text_, " is ",
+                     value, ", must be in [1, 2^31]"));
   }
 
   absl::Status Malformed() const {
@@ -128,8 +130,8 @@ class ConfigExpression {
     while (Skip(), pos_ < text_.size() && text_[pos_] == '*') {
       ++pos_;
       ASSIGN_OR_RETURN(const int64_t factor, Factor());
-      value *= factor;
-      if (value > (int64_t{1} << 40)) return Malformed();
+      value *= factor;  // each factor is at most 2^31: no overflow here
+      if (value > (int64_t{1} << 31)) return OutOfRange(value);
     }
     return value;
   }
