@@ -152,6 +152,65 @@ absl::StatusOr<double> ModelConfig::Number(const std::string& field,
   return value.get<double>();
 }
 
+absl::StatusOr<int64_t> ModelConfig::PositiveIntAt(const std::string& field,
+                                                   int64_t index) const {
+  const auto it = fields_.find(field);
+  if (it == fields_.end()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(file_, ": field ", field, ": missing"));
+  }
+  const json value = json::parse(it->second);
+  if (!value.is_array()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        file_, ": field ", field, ": must be a list, got ", it->second));
+  }
+  const int64_t size = static_cast<int64_t>(value.size());
+  const int64_t at = index < 0 ? size + index : index;
+  if (at < 0 || at >= size) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(file_, ": field ", field, ": needs an entry ", index,
+                     ", has ", size, " entries: ", it->second));
+  }
+  const json& item = value[static_cast<size_t>(at)];
+  if (!item.is_number_unsigned() || item.get<uint64_t>() == 0 ||
+      item.get<uint64_t>() > (uint64_t{1} << 31)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(file_, ": field ", field, ": entry ", at,
+                     " must be an integer in [1, 2^31], got ", it->second));
+  }
+  return static_cast<int64_t>(item.get<uint64_t>());
+}
+
+absl::Status ModelConfig::Require(const std::string& field,
+                                  const std::string& json_text) const {
+  const auto it = fields_.find(field);
+  const json value =
+      it == fields_.end() ? json(nullptr) : json::parse(it->second);
+  if (value != json::parse(json_text)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(file_, ": field ", field, ": ",
+                     it == fields_.end() ? std::string("absent") : it->second,
+                     " is not supported (supported: ", json_text, ")"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ModelConfig::RequireLength(const std::string& field,
+                                        int64_t length) const {
+  const auto it = fields_.find(field);
+  if (it == fields_.end()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(file_, ": field ", field, ": missing"));
+  }
+  const json value = json::parse(it->second);
+  if (!value.is_array() || static_cast<int64_t>(value.size()) != length) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(file_, ": field ", field, ": must be a list of ", length,
+                     " entries, got ", it->second));
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<std::unique_ptr<Checkpoint>> Checkpoint::Open(
     const std::string& dir) {
   std::unique_ptr<Checkpoint> checkpoint(new Checkpoint());

@@ -1,6 +1,7 @@
 #include "temb/models/conditioning_model.h"
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <cstring>
 #include <optional>
@@ -34,8 +35,8 @@ struct ConditioningModel::PlannedOp {
   int64_t in_width = 0;
   int64_t out_width = 0;  // per block for a stacked linear
   int64_t blocks = 1;
-  std::vector<LoadedTensor> weights;  // one per block
-  std::vector<LoadedTensor> biases;
+  std::vector<LoadedTensor> weights;       // one per block
+  std::vector<LoadedTensor> biases;        // empty data for a Linear without
   DType weight_dtype = DType::kFloat32;    // of weights and biases
   int64_t groups = 1;                      // kLinear
   SinusoidParams sinusoid;                 // kSinusoid, config fields resolved
@@ -102,6 +103,106 @@ absl::StatusOr<std::vector<int64_t>> SelectBlocks(const ModelConfig& config,
     if (take) indices.push_back(block);
   }
   return indices;
+}
+
+// The value of a config expression (family.h): terms of field names, list
+// entries and integer literals, joined by + - *.  A malformed expression is
+// a bug in the family's description; a bad field names the config.
+class ConfigExpression {
+ public:
+  ConfigExpression(const ModelConfig& config, const std::string& text)
+      : config_(config), text_(text) {}
+
+  absl::StatusOr<int64_t> Evaluate() {
+    ASSIGN_OR_RETURN(int64_t value, Term());
+    while (Skip(), pos_ < text_.size()) {
+      const char op = text_[pos_];
+      if (op != '+' && op != '-') return Malformed();
+      ++pos_;
+      ASSIGN_OR_RETURN(const int64_t term, Term());
+      value = op == '+' ? value + term : value - term;
+    }
+    if (value < 1 || value > (int64_t{1} << 31)) return OutOfRange(value);
+    return value;
+  }
+
+ private:
+  void Skip() {
+    while (pos_ < text_.size() && text_[pos_] == ' ') ++pos_;
+  }
+
+  absl::Status OutOfRange(int64_t value) const {
+    return absl::InvalidArgumentError(
+        absl::StrCat(config_.file(), ": config expression ", text_, " is ",
+                     value, ", must be in [1, 2^31]"));
+  }
+
+  absl::Status Malformed() const {
+    return absl::InternalError(
+        absl::StrCat("malformed config expression ", Quoted(text_)));
+  }
+
+  absl::StatusOr<int64_t> Term() {
+    ASSIGN_OR_RETURN(int64_t value, Factor());
+    while (Skip(), pos_ < text_.size() && text_[pos_] == '*') {
+      ++pos_;
+      ASSIGN_OR_RETURN(const int64_t factor, Factor());
+      value *= factor;  // each factor is at most 2^31: no overflow here
+      if (value > (int64_t{1} << 31)) return OutOfRange(value);
+    }
+    return value;
+  }
+
+  // A literal below 2^20, or a field with an optional [index] (negative:
+  // from the end).
+  absl::StatusOr<int64_t> Factor() {
+    Skip();
+    const size_t start = pos_;
+    if (pos_ < text_.size() &&
+        std::isdigit(static_cast<unsigned char>(text_[pos_]))) {
+      int64_t literal = 0;
+      while (pos_ < text_.size() &&
+             std::isdigit(static_cast<unsigned char>(text_[pos_]))) {
+        literal = literal * 10 + (text_[pos_++] - '0');
+        if (literal >= (1 << 20)) return Malformed();
+      }
+      return literal;
+    }
+    while (pos_ < text_.size() &&
+           (std::isalnum(static_cast<unsigned char>(text_[pos_])) ||
+            text_[pos_] == '_')) {
+      ++pos_;
+    }
+    if (pos_ == start) return Malformed();
+    const std::string field = text_.substr(start, pos_ - start);
+    if (pos_ >= text_.size() || text_[pos_] != '[') {
+      return config_.PositiveInt(field);
+    }
+    ++pos_;
+    const bool negative = pos_ < text_.size() && text_[pos_] == '-';
+    if (negative) ++pos_;
+    int64_t index = 0;
+    const size_t digits = pos_;
+    while (pos_ < text_.size() &&
+           std::isdigit(static_cast<unsigned char>(text_[pos_])) &&
+           index < (1 << 20)) {
+      index = index * 10 + (text_[pos_++] - '0');
+    }
+    if (pos_ == digits || pos_ >= text_.size() || text_[pos_] != ']') {
+      return Malformed();
+    }
+    ++pos_;
+    return config_.PositiveIntAt(field, negative ? -index : index);
+  }
+
+  const ModelConfig& config_;
+  const std::string& text_;
+  size_t pos_ = 0;
+};
+
+absl::StatusOr<int64_t> EvaluateConfig(const ModelConfig& config,
+                                       const std::string& text) {
+  return ConfigExpression(config, text).Evaluate();
 }
 
 uint32_t InputBit(const std::vector<InputSpec>& inputs,
@@ -236,8 +337,14 @@ absl::Status ConditioningModel::UploadLinears() {
 absl::Status ConditioningModel::Plan(const Checkpoint& checkpoint) {
   const ModelConfig& config = checkpoint.config();
   width_ = 1;
+  for (const ConfigRequirement& requirement : family_->requirements) {
+    RETURN_IF_ERROR(
+        requirement.length >= 0
+            ? config.RequireLength(requirement.field, requirement.length)
+            : config.Require(requirement.field, requirement.value));
+  }
   for (const std::string& field : family_->width_fields) {
-    ASSIGN_OR_RETURN(const int64_t factor, config.PositiveInt(field));
+    ASSIGN_OR_RETURN(const int64_t factor, EvaluateConfig(config, field));
     width_ *= factor;
   }
   for (const std::string& flag : family_->unsupported_flags) {
@@ -257,10 +364,7 @@ absl::Status ConditioningModel::Plan(const Checkpoint& checkpoint) {
     Value value;
     value.depends = InputBit(family_->inputs, input.name);
     if (!input.width_field.empty()) {
-      ASSIGN_OR_RETURN(value.cols, config.PositiveInt(input.width_field));
-      value.scalar = false;
-    } else if (input.width > 0) {
-      value.cols = input.width;
+      ASSIGN_OR_RETURN(value.cols, EvaluateConfig(config, input.width_field));
       value.scalar = false;
     }
     value_info_[input.name] = value;
@@ -308,7 +412,7 @@ absl::Status ConditioningModel::Plan(const Checkpoint& checkpoint) {
           params.dim = static_cast<int>(width_);
         } else if (!params.dim_field.empty()) {
           ASSIGN_OR_RETURN(const int64_t dim,
-                           config.PositiveInt(params.dim_field));
+                           EvaluateConfig(config, params.dim_field));
           params.dim = static_cast<int>(dim);
         }
         if (!params.flip_field.empty()) {
@@ -324,7 +428,7 @@ absl::Status ConditioningModel::Plan(const Checkpoint& checkpoint) {
         break;
       }
       case OpKind::kConcat:
-        out.cols = 0;
+        out.cols = 0;  // a scalar is one column (Value::cols is 1)
         for (const Value* value : in) {
           if (value->blocks > 0) {
             return absl::InternalError(
@@ -350,7 +454,8 @@ absl::Status ConditioningModel::Plan(const Checkpoint& checkpoint) {
         }
         std::vector<int64_t> indices = {0};
         if (!op.blocks.empty()) {
-          ASSIGN_OR_RETURN(const int64_t count, config.PositiveInt(op.blocks));
+          ASSIGN_OR_RETURN(const int64_t count,
+                           EvaluateConfig(config, op.blocks));
           ASSIGN_OR_RETURN(indices, SelectBlocks(config, op, count));
           if (op.select != BlockSelect::kLast) {
             out.blocks = static_cast<int64_t>(indices.size());
@@ -397,12 +502,13 @@ absl::Status ConditioningModel::Plan(const Checkpoint& checkpoint) {
         planned.in_width = in[0]->cols / op.groups;
         int64_t unit = width_ / op.width_div;
         if (!op.width_field.empty()) {
-          ASSIGN_OR_RETURN(unit, config.PositiveInt(op.width_field));
+          ASSIGN_OR_RETURN(unit, EvaluateConfig(config, op.width_field));
         }
         planned.out_width = op.width_d * unit;
         std::vector<int64_t> indices = {0};  // unstacked: "{i}" is unused
         if (!op.blocks.empty()) {
-          ASSIGN_OR_RETURN(const int64_t count, config.PositiveInt(op.blocks));
+          ASSIGN_OR_RETURN(const int64_t count,
+                           EvaluateConfig(config, op.blocks));
           ASSIGN_OR_RETURN(indices, SelectBlocks(config, op, count));
           if (op.select != BlockSelect::kLast) {
             out.blocks = static_cast<int64_t>(indices.size());
@@ -424,9 +530,12 @@ absl::Status ConditioningModel::Plan(const Checkpoint& checkpoint) {
               LoadedTensor weight,
               LoadAs(checkpoint, prefix + ".weight", planned.weight_dtype,
                      {planned.out_width, planned.in_width}));
-          ASSIGN_OR_RETURN(LoadedTensor bias,
-                           LoadAs(checkpoint, prefix + ".bias",
-                                  planned.weight_dtype, {planned.out_width}));
+          LoadedTensor bias;  // empty: the Linear has none
+          if (op.has_bias) {
+            ASSIGN_OR_RETURN(
+                bias, LoadAs(checkpoint, prefix + ".bias", planned.weight_dtype,
+                             {planned.out_width}));
+          }
           weight_bytes_ +=
               static_cast<int64_t>(weight.data.size() + bias.data.size());
           planned.weights.push_back(std::move(weight));
@@ -495,6 +604,23 @@ absl::Status ConditioningModel::Run(
       }
       break;
     }
+    case OpKind::kConcat: {
+      // Row by row, each input's columns in turn; every element is rounded
+      // to dtype (a no-op for inputs already there).
+      int64_t offset = 0;
+      for (const std::string& name : op.in) {
+        const int64_t cols = value_info_.at(name).cols;
+        const std::vector<float>& data = values->at(name);
+        for (int64_t row = 0; row < rows; ++row) {
+          for (int64_t col = 0; col < cols; ++col) {
+            out[row * info.cols + offset + col] =
+                Rounded(data[row * cols + col], op.dtype, dtype_);
+          }
+        }
+        offset += cols;
+      }
+      break;
+    }
     case OpKind::kSinusoid: {
       EmbeddingSpec spec;
       spec.dim = planned.sinusoid.dim;
@@ -552,21 +678,6 @@ absl::Status ConditioningModel::Run(
                 Rounded(x[j % planned.in_width] + table[j], op.dtype, dtype_);
           }
         }
-      }
-      break;
-    }
-    case OpKind::kConcat: {
-      int64_t offset = 0;
-      for (const std::string& name : op.in) {
-        const std::vector<float>& part = values->at(name);
-        const int64_t cols = value_info_.at(name).cols;
-        for (int64_t row = 0; row < rows; ++row) {
-          for (int64_t j = 0; j < cols; ++j) {
-            out[row * info.cols + offset + j] =
-                Rounded(part[row * cols + j], op.dtype, dtype_);
-          }
-        }
-        offset += cols;
       }
       break;
     }
@@ -736,7 +847,7 @@ absl::StatusOr<std::vector<ConditioningOutput>> ConditioningModel::Compute(
   };
   uint32_t row_inputs = 0;  // inputs such as the pooled embedding
   for (const InputSpec& input : family_->inputs) {
-    if (!input.width_field.empty() || input.width > 0) {
+    if (!input.width_field.empty()) {
       row_inputs |= InputBit(family_->inputs, input.name);
     }
   }

@@ -40,6 +40,7 @@ class ModelConfig {
                                            const std::string& text);
 
   const std::string& class_name() const { return class_name_; }
+  const std::string& file() const { return file_; }
   // A positive integer field.
   absl::StatusOr<int64_t> PositiveInt(const std::string& field) const;
   // A boolean field, `fallback` when absent (diffusers omits nothing it
@@ -56,6 +57,17 @@ class ModelConfig {
   // A finite number field, `fallback` when absent.
   absl::StatusOr<double> Number(const std::string& field,
                                 double fallback) const;
+  // Entry `index` of a list of positive integers (negative: from the end,
+  // -1 is the last): the UNet's block_out_channels.
+  absl::StatusOr<int64_t> PositiveIntAt(const std::string& field,
+                                        int64_t index) const;
+  // OK when the field equals the JSON value `json_text` (an absent field
+  // counts as null); otherwise INVALID_ARGUMENT naming the field, what it
+  // holds and what is supported.
+  absl::Status Require(const std::string& field,
+                       const std::string& json_text) const;
+  // OK when the field is a list of `length` entries.
+  absl::Status RequireLength(const std::string& field, int64_t length) const;
 
  private:
   std::string file_;
