@@ -46,6 +46,10 @@ std::vector<FlagSpec> ConditionFlags() {
        "comma-separated outputs (default: all of the family's); any value "
        "of the family's description (server/models/families.cc) by name"},
       {"out", FlagType::kString, "the safetensors file to write"},
+      {"torch_dtype", FlagType::kString,
+       "compute in this dtype, as from_pretrained(torch_dtype=...): fp32, "
+       "bf16 or fp16 (default: the folder's temb.json, else the stored "
+       "dtype)"},
       {"threads", FlagType::kInt, "CPU threads (default: all cores)"},
       {"repeat", FlagType::kInt,
        "compute this many times (with the row cache) and report timings"},
@@ -213,6 +217,15 @@ int RunCondition(const std::vector<std::string>& argv) {
 
   models::ConditioningOptions options;
   options.threads = static_cast<int>(threads);
+  if (args->Has("torch_dtype")) {
+    absl::StatusOr<DType> dtype =
+        models::ParseTorchDType(*args->String("torch_dtype"));
+    if (!dtype.ok()) {
+      return PrintError(absl::InvalidArgumentError(
+          absl::StrCat("--torch_dtype: ", dtype.status().message())));
+    }
+    options.torch_dtype = *dtype;
+  }
   options.cache = std::make_shared<models::RowCache>(cache_mib << 20);
   const auto load_start = std::chrono::steady_clock::now();
   absl::StatusOr<std::unique_ptr<models::ConditioningModel>> model =
