@@ -211,6 +211,52 @@ absl::Status ModelConfig::RequireLength(const std::string& field,
   return absl::OkStatus();
 }
 
+absl::StatusOr<DType> ParseTorchDType(const std::string& name) {
+  absl::StatusOr<DType> dtype = ParseDType(name);
+  if (!dtype.ok() || *dtype == DType::kFloat64) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("must be one of float32, bfloat16, float16 (or fp32, "
+                     "bf16, fp16), got ",
+                     Quoted(name)));
+  }
+  return *dtype;
+}
+
+absl::StatusOr<FolderOptions> ReadFolderOptions(const std::string& dir) {
+  FolderOptions options;
+  const std::string path = JoinPath(dir, kFolderOptionsFile);
+  ASSIGN_OR_RETURN(const bool present, IsRegularFile(path));
+  if (!present) return options;
+  ASSIGN_OR_RETURN(const std::string text, ReadSmallFile(path));
+  const json parsed = json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (parsed.is_discarded() || !parsed.is_object()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, ": not a JSON object"));
+  }
+  for (const auto& item : parsed.items()) {
+    // An unknown field is refused: a misspelt option silently ignored would
+    // compute in a dtype nobody asked for.
+    if (item.key() != "torch_dtype") {
+      return absl::InvalidArgumentError(
+          absl::StrCat(path, ": field ", Quoted(item.key()),
+                       ": unknown (the known field is torch_dtype)"));
+    }
+    if (!item.value().is_string()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(path, ": field torch_dtype: must be a string, got ",
+                       item.value().dump()));
+    }
+    absl::StatusOr<DType> dtype =
+        ParseTorchDType(item.value().get<std::string>());
+    if (!dtype.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          path, ": field torch_dtype: ", dtype.status().message()));
+    }
+    options.torch_dtype = *dtype;
+  }
+  return options;
+}
+
 absl::StatusOr<std::unique_ptr<Checkpoint>> Checkpoint::Open(
     const std::string& dir) {
   std::unique_ptr<Checkpoint> checkpoint(new Checkpoint());

@@ -256,22 +256,42 @@ void DecodeInto(const char* bytes, int64_t count, DType dtype, float* out) {
 }
 
 // Tensor `name` of `shape` as the op reads it: in the model's dtype
-// (`model`, which the stored dtype must be), or float32 from any stored
-// floating dtype.
+// (`model`, which the stored dtype must be unless `convert`), or float32
+// from any stored floating dtype.  With `convert`, any stored floating
+// dtype is converted to `dtype` as torch's .to(dtype) does: through the
+// exact float32 value, rounded to nearest even.
 absl::StatusOr<LoadedTensor> LoadAs(const Checkpoint& checkpoint,
                                     const std::string& name, DType dtype,
-                                    const std::vector<int64_t>& shape) {
-  if (dtype != DType::kFloat32) return checkpoint.Load(name, dtype, shape);
+                                    const std::vector<int64_t>& shape,
+                                    bool convert = false) {
+  if (dtype != DType::kFloat32 && !convert) {
+    return checkpoint.Load(name, dtype, shape);
+  }
   ASSIGN_OR_RETURN(const DType stored, checkpoint.StoredDType(name));
   ASSIGN_OR_RETURN(LoadedTensor tensor, checkpoint.Load(name, stored, shape));
-  if (stored == DType::kFloat32) return tensor;
+  if (stored == dtype) return tensor;
   const int64_t count =
       static_cast<int64_t>(tensor.data.size()) / DTypeSize(stored);
   std::vector<float> values(static_cast<size_t>(count));
   DecodeInto(reinterpret_cast<const char*>(tensor.data.data()), count, stored,
              values.data());
-  tensor.data.resize(values.size() * sizeof(float));
-  std::memcpy(tensor.data.data(), values.data(), tensor.data.size());
+  // A new buffer of the converted size: assigning into the stored one would
+  // keep its capacity, and an fp32 checkpoint run in bf16 would hold twice
+  // the bytes it uses.
+  std::vector<uint8_t> converted(static_cast<size_t>(count) * DTypeSize(dtype));
+  for (int64_t i = 0; i < count; ++i) {
+    if (dtype == DType::kFloat32) {
+      std::memcpy(&converted[i * 4], &values[i], 4);
+    } else {
+      const uint16_t bits = dtype == DType::kBFloat16
+                                ? FloatToBFloat16(values[i])
+                                : FloatToHalf(values[i]);
+      std::memcpy(&converted[i * 2], &bits, 2);
+    }
+  }
+  tensor.data = std::move(converted);
+  tensor.entry.dtype = dtype;
+  tensor.entry.dtype_name = std::string(SafetensorsDTypeName(dtype));
   return tensor;
 }
 
@@ -285,8 +305,13 @@ absl::StatusOr<std::unique_ptr<ConditioningModel>> ConditioningModel::Load(
     return absl::InvalidArgumentError(
         absl::StrCat("threads must be >= 1, got ", options.threads));
   }
+  if (options.torch_dtype == DType::kFloat64) {
+    return absl::InvalidArgumentError(
+        "torch_dtype: fp64 is not one of fp32, bf16, fp16");
+  }
   ASSIGN_OR_RETURN(std::unique_ptr<Checkpoint> checkpoint,
                    Checkpoint::Open(dir));
+  ASSIGN_OR_RETURN(const FolderOptions folder_options, ReadFolderOptions(dir));
   const FamilyDescription* family =
       FindFamily(checkpoint->config().class_name());
   if (family == nullptr) {
@@ -302,14 +327,23 @@ absl::StatusOr<std::unique_ptr<ConditioningModel>> ConditioningModel::Load(
   model->family_ = family;
   model->options_ = options;
   model->sinusoid_backend_ = CreateCpuBackend(options.threads);
+  // The option wins over the folder's file: a command line overrides what
+  // the folder says.
+  model->torch_dtype_ = options.torch_dtype.has_value()
+                            ? options.torch_dtype
+                            : folder_options.torch_dtype;
   RETURN_IF_ERROR(model->Plan(*checkpoint));
   if (options.linear_engine != nullptr) {
     RETURN_IF_ERROR(model->UploadLinears());
   }
-  // Rows summed by another engine may round differently: never shared.
+  // Rows summed by another engine may round differently: never shared.  The
+  // torch_dtype is part of the weights' identity: the same files converted
+  // are other weights than the same files as stored.
   model->cache_key_ = absl::StrCat(
-      family->name, "|", DTypeName(model->dtype_), "|",
-      checkpoint->weights_identity(), "|",
+      family->name, "|", DTypeName(model->dtype_), "|torch_dtype:",
+      model->torch_dtype_.has_value() ? DTypeName(*model->torch_dtype_)
+                                      : "stored",
+      "|", checkpoint->weights_identity(), "|",
       options.linear_engine != nullptr ? options.linear_engine->name() : "cpu");
   return model;
 }
@@ -373,8 +407,12 @@ absl::Status ConditioningModel::Plan(const Checkpoint& checkpoint) {
   // The model's dtype is the stored dtype of its first tensor read in the
   // model's dtype (a Linear's weight or a table); every other such tensor
   // must agree (Checkpoint::Load checks).  Tensors read as float32 (kept
-  // modules) may be stored in any floating dtype.
-  bool dtype_known = false;
+  // modules) may be stored in any floating dtype.  A torch_dtype sets the
+  // model's dtype instead, and then every tensor may be stored in any
+  // floating dtype: each is converted, as from_pretrained converts it.
+  bool dtype_known = torch_dtype_.has_value();
+  if (dtype_known) dtype_ = *torch_dtype_;
+  const bool convert = dtype_known;
   std::set<std::string> absent;  // values over an empty block selection
   for (const Op& op : family_->ops) {
     if (!FlagHolds(*family_, config, op.when, &flag_status)) {
@@ -471,7 +509,7 @@ absl::Status ConditioningModel::Plan(const Checkpoint& checkpoint) {
           const DType dtype =
               op.weight_dtype == ValueDType::kModel ? dtype_ : DType::kFloat32;
           ASSIGN_OR_RETURN(LoadedTensor table,
-                           LoadAs(checkpoint, name, dtype, shape));
+                           LoadAs(checkpoint, name, dtype, shape, convert));
           weight_bytes_ += static_cast<int64_t>(table.data.size());
           std::vector<float> values(static_cast<size_t>(table_width));
           DecodeInto(reinterpret_cast<const char*>(table.data.data()),
@@ -529,12 +567,12 @@ absl::Status ConditioningModel::Plan(const Checkpoint& checkpoint) {
           ASSIGN_OR_RETURN(
               LoadedTensor weight,
               LoadAs(checkpoint, prefix + ".weight", planned.weight_dtype,
-                     {planned.out_width, planned.in_width}));
+                     {planned.out_width, planned.in_width}, convert));
           LoadedTensor bias;  // empty: the Linear has none
           if (op.has_bias) {
             ASSIGN_OR_RETURN(
                 bias, LoadAs(checkpoint, prefix + ".bias", planned.weight_dtype,
-                             {planned.out_width}));
+                             {planned.out_width}, convert));
           }
           weight_bytes_ +=
               static_cast<int64_t>(weight.data.size() + bias.data.size());

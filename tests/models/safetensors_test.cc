@@ -15,6 +15,7 @@
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "temb/base/file_reader.h"
 #include "temb/models/checkpoint.h"
 #include "temb/models/conditioning_model.h"
 #include "test_checkpoints.h"
@@ -891,6 +892,151 @@ TEST(CheckpointTest, RefusesUnetConfigsTheSdxlDescriptionDoesNotFollow) {
       EXPECT_THAT(message, HasSubstr(part)) << config;
     }
   }
+}
+
+// The folder's temb.json: an unknown field or value is refused, naming the
+// file and the field, rather than computed in a dtype nobody asked for.
+TEST(CheckpointTest, RefusesBadFolderOptionsNamingTheFileAndField) {
+  TempDir dir;
+  WriteQwenCheckpoint(dir.path());
+  const std::string file = dir.File("temb.json");
+  WriteText(file, R"({"torch_dtyp": "bfloat16"})");
+  auto model = ConditioningModel::Load(dir.path(), {});
+  EXPECT_EQ(model.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(Message(model.status()),
+              AllOf(HasSubstr(file), HasSubstr("field \"torch_dtyp\""),
+                    HasSubstr("unknown")));
+  WriteText(file, R"({"torch_dtype": "float64"})");
+  model = ConditioningModel::Load(dir.path(), {});
+  EXPECT_EQ(model.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(Message(model.status()),
+              AllOf(HasSubstr(file), HasSubstr("field torch_dtype"),
+                    HasSubstr("got \"float64\""), HasSubstr("bfloat16")));
+  WriteText(file, R"({"torch_dtype": 16})");
+  EXPECT_THAT(Message(ConditioningModel::Load(dir.path(), {}).status()),
+              AllOf(HasSubstr(file), HasSubstr("field torch_dtype"),
+                    HasSubstr("must be a string, got 16")));
+  WriteText(file, R"(["bfloat16"])");
+  EXPECT_THAT(Message(ConditioningModel::Load(dir.path(), {}).status()),
+              AllOf(HasSubstr(file), HasSubstr("not a JSON object")));
+  EXPECT_THAT(Message(ParseTorchDType("bf17").status()),
+              HasSubstr("got \"bf17\""));
+  ConditioningOptions options;
+  options.torch_dtype = DType::kFloat64;
+  EXPECT_THAT(Message(ConditioningModel::Load(dir.path(), options).status()),
+              HasSubstr("torch_dtype: fp64 is not one of fp32, bf16, fp16"));
+}
+
+// Every tensor of `from`'s single file rounded to bf16 into `to`, with its
+// config.json: the folder a bf16 save_pretrained of the same model writes.
+void WriteBFloat16Copy(const TempDir& from, const TempDir& to) {
+  auto file = SafetensorsFile::Open(from.File(kSingleWeightsFile));
+  ASSERT_TRUE(file.ok()) << file.status();
+  std::vector<TensorToWrite> tensors;
+  for (const auto& [name, entry] : (*file)->tensors()) {
+    auto bytes = (*file)->Read(entry);
+    ASSERT_TRUE(bytes.ok()) << bytes.status();
+    TensorToWrite tensor{name, DType::kBFloat16, entry.shape, {}};
+    tensor.data.resize(bytes->size() / 2);
+    for (size_t i = 0; i < tensor.data.size() / 2; ++i) {
+      float value;
+      std::memcpy(&value, bytes->data() + i * 4, 4);
+      const uint16_t bits = FloatToBFloat16(value);
+      std::memcpy(&tensor.data[i * 2], &bits, 2);
+    }
+    tensors.push_back(std::move(tensor));
+  }
+  ASSERT_TRUE(WriteSafetensors(to.File(kSingleWeightsFile), tensors).ok());
+  auto config = ReadFile(from.File(kConfigFile), "config");
+  ASSERT_TRUE(config.ok()) << config.status();
+  WriteText(to.File(kConfigFile), *config);
+}
+
+// An fp32 folder loaded with torch_dtype bf16 holds half the bytes, computes
+// in bf16, and gives the bits of the same model saved in bf16; the override
+// is part of the cache key.
+TEST(ConditioningModelTest, TorchDTypeKeepsOnlyTheConvertedWeights) {
+  TempDir dir;
+  WriteQwenCheckpoint(dir.path());
+  auto stored = ConditioningModel::Load(dir.path(), {});
+  ASSERT_TRUE(stored.ok()) << stored.status();
+  EXPECT_EQ((*stored)->dtype(), DType::kFloat32);
+  ConditioningOptions options;
+  options.torch_dtype = DType::kBFloat16;
+  auto converted = ConditioningModel::Load(dir.path(), options);
+  ASSERT_TRUE(converted.ok()) << converted.status();
+  EXPECT_EQ((*converted)->dtype(), DType::kBFloat16);
+  EXPECT_EQ((*converted)->weight_bytes() * 2, (*stored)->weight_bytes());
+  EXPECT_NE((*converted)->cache_key(), (*stored)->cache_key());
+
+  TempDir bf16;
+  WriteBFloat16Copy(dir, bf16);
+  auto saved_bf16 = ConditioningModel::Load(bf16.path(), {});
+  ASSERT_TRUE(saved_bf16.ok()) << saved_bf16.status();
+  EXPECT_EQ((*saved_bf16)->weight_bytes(), (*converted)->weight_bytes());
+  ConditioningInputs inputs;
+  inputs.values["t"] = {1000.0f, 992.3125f, 0.5f};
+  auto got = (*converted)->Compute(inputs, {});
+  auto expected = (*saved_bf16)->Compute(inputs, {});
+  ASSERT_TRUE(got.ok()) << got.status();
+  ASSERT_TRUE(expected.ok()) << expected.status();
+  ASSERT_EQ(got->size(), expected->size());
+  for (size_t i = 0; i < got->size(); ++i) {
+    EXPECT_EQ((*got)[i].dtype, DType::kBFloat16) << (*got)[i].name;
+    EXPECT_EQ((*got)[i].data, (*expected)[i].data) << (*got)[i].name;
+  }
+}
+
+// temb.json sets the dtype the server and the CLI load a folder in; the
+// option, set, overrides it.
+TEST(ConditioningModelTest, TorchDTypeOptionOverridesTheFolderFile) {
+  TempDir dir;
+  WriteQwenCheckpoint(dir.path());
+  auto stored = ConditioningModel::Load(dir.path(), {});
+  ASSERT_TRUE(stored.ok()) << stored.status();
+  WriteText(dir.File("temb.json"), R"({"torch_dtype": "bfloat16"})");
+  auto from_file = ConditioningModel::Load(dir.path(), {});
+  ASSERT_TRUE(from_file.ok()) << from_file.status();
+  EXPECT_EQ((*from_file)->dtype(), DType::kBFloat16);
+  EXPECT_EQ((*from_file)->weight_bytes() * 2, (*stored)->weight_bytes());
+  ConditioningOptions options;
+  options.torch_dtype = DType::kFloat32;
+  auto overridden = ConditioningModel::Load(dir.path(), options);
+  ASSERT_TRUE(overridden.ok()) << overridden.status();
+  EXPECT_EQ((*overridden)->dtype(), DType::kFloat32);
+  EXPECT_EQ((*overridden)->weight_bytes(), (*stored)->weight_bytes());
+}
+
+// Wan under a torch_dtype: the kept modules (time_embedder, the tables)
+// stay float32 whatever it is; time_proj alone follows it.
+TEST(ConditioningModelTest, TorchDTypeLeavesTheKeptModulesInFloat32) {
+  TempDir dir;
+  WriteWanCheckpoint(dir);
+  auto stored = ConditioningModel::Load(dir.path(), {});
+  ASSERT_TRUE(stored.ok()) << stored.status();
+  ConditioningOptions options;
+  options.torch_dtype = DType::kFloat32;
+  auto fp32 = ConditioningModel::Load(dir.path(), options);
+  ASSERT_TRUE(fp32.ok()) << fp32.status();
+  EXPECT_EQ((*fp32)->dtype(), DType::kFloat32);
+  // time_proj (48 x 8 and 48, stored bf16) is the one tensor upcast.
+  EXPECT_EQ((*fp32)->weight_bytes() - (*stored)->weight_bytes(),
+            (48 * 8 + 48) * 2);
+  options.torch_dtype = DType::kFloat16;
+  auto fp16 = ConditioningModel::Load(dir.path(), options);
+  ASSERT_TRUE(fp16.ok()) << fp16.status();
+  EXPECT_EQ((*fp16)->dtype(), DType::kFloat16);
+  EXPECT_EQ((*fp16)->weight_bytes(), (*stored)->weight_bytes());
+  ConditioningInputs inputs;
+  inputs.values["t"] = {999.0f};
+  auto outputs = (*fp16)->Compute(inputs, {});
+  ASSERT_TRUE(outputs.ok()) << outputs.status();
+  std::vector<DType> dtypes;
+  for (const ConditioningOutput& output : *outputs) {
+    dtypes.push_back(output.dtype);
+  }
+  EXPECT_EQ(dtypes, (std::vector<DType>{DType::kFloat16, DType::kFloat16,
+                                        DType::kFloat32, DType::kFloat32}));
 }
 
 }  // namespace

@@ -35,6 +35,13 @@ saved folder alone, and the two are compared:
     same diffusers model in float64 whose time_proj is given the exact
     timesteps the float32 model embedded (with a float64 sinusoid).
 
+A float32 folder as a bf16 pipeline loads it: diffusers'
+from_pretrained(folder, torch_dtype=torch.bfloat16) (Wan, whose kept
+modules stay float32; Qwen-Image, which keeps none) against
+`temb condition --torch_dtype=bf16` on the same folder, under the bf16
+rules above; temb.json in the folder gives the flag's bits, and the flag
+overrides it.
+
 Through the CLI as well: each row computed alone equals the same row
 computed in a batch, bit for bit; repeated calls in one process hit the row
 cache and return the uncached bits; bad requests are refused naming their
@@ -434,10 +441,10 @@ def float64_reference(kind, model32, args32):
 
 
 def run_temb(cli, folder, out, timesteps, kind, pooled_file=None,
-             outputs=None, time_ids_file=None):
+             outputs=None, time_ids_file=None, flags=()):
     command = [str(cli), "condition", f"--model_dir={folder}",
                "--timesteps=" + ",".join(repr(t) for t in timesteps),
-               f"--out={out}", "--threads=2"]
+               f"--out={out}", "--threads=2", *flags]
     extra = {name: ",".join(repr(v) for v in values)
              for name, values in (FAMILIES[kind].extra_inputs(len(timesteps))
                                   if kind in FAMILIES else {}).items()}
@@ -1059,20 +1066,99 @@ def time_ids_file(kind, tmp_path, rows=slice(None)):
     return path
 
 
-def temb_outputs(temb_cli, kind, folder, pooled, tmp_path):
+def temb_outputs(temb_cli, kind, folder, pooled, tmp_path, flags=()):
     pooled_file = None
     if kind in POOLED_KINDS:
         pooled_file = tmp_path / "pooled.npy"
         np.save(pooled_file, pooled.numpy().astype(np.float32))
     return run_temb(temb_cli, folder, tmp_path / "out.safetensors", TIMESTEPS,
                     kind, pooled_file,
-                    time_ids_file=time_ids_file(kind, tmp_path))
+                    time_ids_file=time_ids_file(kind, tmp_path), flags=flags)
 
 
 @pytest.mark.parametrize("kind", KINDS)
 def test_bf16_matches_diffusers_within_one_ulp(kind, saved, temb_cli,
                                                tmp_path, measure):
     model, folder, pooled = saved[(kind, "bf16")]
+    compare_bf16(kind, model, folder, pooled, temb_cli, tmp_path, measure)
+
+
+def from_pretrained_bf16(kind, folder):
+    """The model a pipeline holds after from_pretrained(folder,
+    torch_dtype=bf16): every tensor converted, the kept modules to
+    float32."""
+    if importlib.util.find_spec("accelerate") is None:
+        pytest.fail("accelerate is required: from_pretrained(torch_dtype) "
+                    "needs it (scripts/requirements-dev.txt)")
+    cls = diffusers.WanTransformer3DModel if kind == "wan" else \
+        diffusers.QwenImageTransformer2DModel
+    return cls.from_pretrained(folder, torch_dtype=torch.bfloat16).eval()
+
+
+# Wan has kept modules (_keep_in_fp32_modules); Qwen-Image has none, so
+# every tensor it reads is converted.
+@pytest.mark.parametrize("kind", ["wan", "qwen-image"])
+def test_fp32_folder_under_torch_dtype_bf16_matches_from_pretrained(
+        kind, saved, temb_cli, tmp_path, measure):
+    _, folder, pooled = saved[(kind, "fp32")]
+    model = from_pretrained_bf16(kind, folder)
+    dtypes = {name: param.dtype for name, param in model.named_parameters()}
+    if kind == "wan":
+        kept = ("condition_embedder.time_embedder.linear_1.weight",
+                "blocks.0.scale_shift_table", "scale_shift_table")
+        assert all(dtypes[name] == torch.float32 for name in kept)
+        assert dtypes["condition_embedder.time_proj.weight"] == torch.bfloat16
+    else:
+        assert set(dtypes.values()) == {torch.bfloat16}
+    compare_bf16(kind, model, folder, pooled.to(torch.bfloat16).float(),
+                 temb_cli, tmp_path, measure, flags=("--torch_dtype=bf16",))
+
+
+def test_folder_file_sets_torch_dtype_and_the_flag_overrides_it(
+        saved, temb_cli, tmp_path):
+    _, folder, _ = saved[("qwen-image", "fp32")]
+    with_file = tmp_path / "with-file"
+    with_file.mkdir()
+    for item in folder.iterdir():
+        (with_file / item.name).symlink_to(item)
+    (with_file / "temb.json").write_text('{"torch_dtype": "bfloat16"}')
+
+    def run(where, name, *flags):
+        return run_temb(temb_cli, where, tmp_path / name, TIMESTEPS,
+                        "qwen-image", flags=flags)
+
+    by_flag = run(folder, "flag.safetensors", "--torch_dtype=bf16")
+    by_file = run(with_file, "file.safetensors")
+    stored = run(folder, "stored.safetensors")
+    overridden = run(with_file, "overridden.safetensors", "--torch_dtype=fp32")
+    for name, value in by_flag.items():
+        assert value.dtype == torch.bfloat16, name
+        assert torch.equal(by_file[name].view(torch.int16),
+                           value.view(torch.int16)), name
+        assert stored[name].dtype == torch.float32, name
+        assert torch.equal(overridden[name].view(torch.int32),
+                           stored[name].view(torch.int32)), name
+    # Refusals name the file and the field, or the flag.
+    out = f"--out={tmp_path / 'x.safetensors'}"
+    (with_file / "temb.json").write_text('{"torch_dtype": "float8"}')
+    code, err = run_failing(temb_cli, f"--model_dir={with_file}",
+                            "--timesteps=1", out)
+    assert code == 1 and "temb.json: field torch_dtype" in err and \
+        '"float8"' in err
+    (with_file / "temb.json").write_text('{"dtype": "bfloat16"}')
+    code, err = run_failing(temb_cli, f"--model_dir={with_file}",
+                            "--timesteps=1", out)
+    assert code == 1 and 'temb.json: field "dtype": unknown' in err
+    code, err = run_failing(temb_cli, f"--model_dir={folder}",
+                            "--timesteps=1", "--torch_dtype=fp64", out)
+    assert code == 1 and "--torch_dtype: must be one of" in err
+
+
+def compare_bf16(kind, model, folder, pooled, temb_cli, tmp_path, measure,
+                 flags=()):
+    """temb on `folder` (with `flags`) against `model`'s own bf16 forward:
+    within one bf16 ulp, where PyTorch moves as far under another
+    summation order, measured and recorded."""
     args = model_inputs(kind, torch.bfloat16, pooled)
     theirs = capture(kind, model, args)
     second_orders = {
@@ -1093,7 +1179,8 @@ def test_bf16_matches_diffusers_within_one_ulp(kind, saved, temb_cli,
         # by op; here PyTorch is run from temb's float32 output of it.
         module_name, value = FAMILIES[kind].float32_stage
         stage = run_temb(temb_cli, folder, tmp_path / "stage.safetensors",
-                         TIMESTEPS, kind, outputs=[value])[value]
+                         TIMESTEPS, kind, outputs=[value],
+                         flags=flags)[value]
         module = dict(model.named_modules())[module_name]
         handle = module.register_forward_hook(lambda *_: stage.clone())
         try:
@@ -1102,7 +1189,7 @@ def test_bf16_matches_diffusers_within_one_ulp(kind, saved, temb_cli,
         finally:
             handle.remove()
     bounds = summation_bounds(kind, model, args)
-    ours = temb_outputs(temb_cli, kind, folder, pooled, tmp_path)
+    ours = temb_outputs(temb_cli, kind, folder, pooled, tmp_path, flags)
     assert sorted(ours) == sorted(theirs)
     total = differ = beyond_one = by_bound = 0
     worst = 0
@@ -1162,7 +1249,8 @@ def test_bf16_matches_diffusers_within_one_ulp(kind, saved, temb_cli,
             f"summation order and the gap is above the float32 summation "
             f"bound (max {int(distance.max())} ulp)")
     measure("bf16 elements differing from diffusers",
-            f"{differ} of {total} ({100.0 * differ / total:.2f}%), max {worst}"
+            f"{differ} of {total} ({100.0 * differ / total:.2f}%; "
+            f"{100.0 * (total - differ) / total:.2f}% bit-equal), max {worst}"
             f" ulp, {beyond_one} beyond 1 ulp (each where PyTorch moves as "
             f"far, or {by_bound} within the float32 summation bound); largest "
             f"difference {worst_relative:.2g} of the output's largest "
