@@ -507,11 +507,9 @@ def capture_row_by_row(kind, model, args):
             if torch.is_tensor(value) and value.dim() > 0 and \
                     value.shape[0] == batch:
                 one[key] = value[row:row + 1]
-            elif key == "added_cond_kwargs":
-                one[key] = {k: v[row:row + 1] for k, v in value.items()}
             elif key == "img_shapes":
                 one[key] = value[:1]
-            elif isinstance(value, dict):  # PixArt's added_cond_kwargs
+            elif isinstance(value, dict):  # PixArt's, SDXL's added_cond_kwargs
                 one[key] = {k: None if v is None else v[row:row + 1]
                             for k, v in value.items()}
             else:
@@ -1468,7 +1466,6 @@ def op_checks(kind, model):
     order.  The value names are those of server/models/families.cc."""
     if kind in FAMILIES:
         return FAMILIES[kind].op_checks(model)
-    embed = model.time_text_embed
     embed = time_embedding(kind, model)
     if kind == "sdxl-unet":
         return sdxl_op_checks(model)
