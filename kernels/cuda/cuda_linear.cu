@@ -2,6 +2,7 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime_api.h>
+#include <dlfcn.h>
 
 #include <algorithm>
 #include <cstring>
@@ -45,6 +46,83 @@ cudaDataType_t BlasType(DType dtype) {
       return CUDA_R_32F;
   }
 }
+
+// cuBLASLt is opened when the first engine is made, not linked: a binary
+// that never computes a conditioning model on a GPU neither loads nor ships
+// its 0.5 GB, and starts where it is absent.
+struct Blas {
+  decltype(&::cublasLtCreate) cublasLtCreate = nullptr;
+  decltype(&::cublasLtDestroy) cublasLtDestroy = nullptr;
+  decltype(&::cublasLtMatmulDescCreate) cublasLtMatmulDescCreate = nullptr;
+  decltype(&::cublasLtMatmulDescDestroy) cublasLtMatmulDescDestroy = nullptr;
+  decltype(&::cublasLtMatmulDescSetAttribute) cublasLtMatmulDescSetAttribute =
+      nullptr;
+  decltype(&::cublasLtMatrixLayoutCreate) cublasLtMatrixLayoutCreate = nullptr;
+  decltype(&::cublasLtMatrixLayoutDestroy) cublasLtMatrixLayoutDestroy =
+      nullptr;
+  decltype(&::cublasLtMatmulPreferenceCreate) cublasLtMatmulPreferenceCreate =
+      nullptr;
+  decltype(&::cublasLtMatmulPreferenceSetAttribute)
+      cublasLtMatmulPreferenceSetAttribute = nullptr;
+  decltype(&::cublasLtMatmulPreferenceDestroy) cublasLtMatmulPreferenceDestroy =
+      nullptr;
+  decltype(&::cublasLtMatmulAlgoGetHeuristic) cublasLtMatmulAlgoGetHeuristic =
+      nullptr;
+  decltype(&::cublasLtMatmul) cublasLtMatmul = nullptr;
+};
+
+absl::StatusOr<const Blas*> LoadBlas() {
+  static const absl::StatusOr<const Blas*> loaded =
+      []() -> absl::StatusOr<const Blas*> {
+    constexpr const char* kLibraries[] = {"libcublasLt.so.13",
+                                          "libcublasLt.so"};
+    void* library = nullptr;
+    for (const char* name : kLibraries) {
+      library = dlopen(name, RTLD_NOW | RTLD_LOCAL);
+      if (library != nullptr) break;
+    }
+    if (library == nullptr) {
+      return absl::FailedPreconditionError(
+          "cannot load libcublasLt.so.13 (CUDA's cuBLAS): install it, or "
+          "put its directory in LD_LIBRARY_PATH");
+    }
+    static Blas blas;
+    bool complete = true;
+    auto bind = [&](auto* function, const char* name) {
+      *function = reinterpret_cast<std::remove_pointer_t<decltype(function)>>(
+          dlsym(library, name));
+      complete = complete && *function != nullptr;
+    };
+    bind(&blas.cublasLtCreate, "cublasLtCreate");
+    bind(&blas.cublasLtDestroy, "cublasLtDestroy");
+    bind(&blas.cublasLtMatmulDescCreate, "cublasLtMatmulDescCreate");
+    bind(&blas.cublasLtMatmulDescDestroy, "cublasLtMatmulDescDestroy");
+    bind(&blas.cublasLtMatmulDescSetAttribute,
+         "cublasLtMatmulDescSetAttribute");
+    bind(&blas.cublasLtMatrixLayoutCreate, "cublasLtMatrixLayoutCreate");
+    bind(&blas.cublasLtMatrixLayoutDestroy, "cublasLtMatrixLayoutDestroy");
+    bind(&blas.cublasLtMatmulPreferenceCreate,
+         "cublasLtMatmulPreferenceCreate");
+    bind(&blas.cublasLtMatmulPreferenceSetAttribute,
+         "cublasLtMatmulPreferenceSetAttribute");
+    bind(&blas.cublasLtMatmulPreferenceDestroy,
+         "cublasLtMatmulPreferenceDestroy");
+    bind(&blas.cublasLtMatmulAlgoGetHeuristic,
+         "cublasLtMatmulAlgoGetHeuristic");
+    bind(&blas.cublasLtMatmul, "cublasLtMatmul");
+    if (!complete) {
+      return absl::FailedPreconditionError(
+          "libcublasLt lacks a function temb needs: a cuBLAS older than "
+          "CUDA 13?");
+    }
+    return &blas;
+  }();
+  return loaded;
+}
+
+// The loaded library; only after LoadBlas() succeeded (every engine's
+// Create() checks it first).
+const Blas& Api() { return **LoadBlas(); }
 
 // The input rows in the weights' dtype (exact: the models round them to it
 // first), zero-padded to the tile.
@@ -94,7 +172,7 @@ float HostToFloat(const uint8_t* bytes, DType dtype) {
 struct BlasLayout {
   cublasLtMatrixLayout_t layout = nullptr;
   ~BlasLayout() {
-    if (layout != nullptr) cublasLtMatrixLayoutDestroy(layout);
+    if (layout != nullptr) Api().cublasLtMatrixLayoutDestroy(layout);
   }
 };
 
@@ -129,9 +207,9 @@ struct CublasLinearEngine::Impl {
 
   ~Impl() {
     for (auto& linear : linears) {
-      if (linear->op != nullptr) cublasLtMatmulDescDestroy(linear->op);
+      if (linear->op != nullptr) Api().cublasLtMatmulDescDestroy(linear->op);
     }
-    if (handle != nullptr) cublasLtDestroy(handle);
+    if (handle != nullptr) Api().cublasLtDestroy(handle);
     if (stream != nullptr) cudaStreamDestroy(stream);
   }
 
@@ -166,6 +244,7 @@ std::string CublasLinearEngine::name() const {
 
 absl::StatusOr<std::unique_ptr<CublasLinearEngine>> CublasLinearEngine::Create(
     int device) {
+  RETURN_IF_ERROR(LoadBlas().status());
   if (absl::Status probe = Probe(device); !probe.ok()) {
     return absl::FailedPreconditionError(probe.message());
   }
@@ -176,7 +255,8 @@ absl::StatusOr<std::unique_ptr<CublasLinearEngine>> CublasLinearEngine::Create(
   RETURN_IF_ERROR(
       Check(cudaStreamCreateWithFlags(&impl->stream, cudaStreamNonBlocking),
             "cudaStreamCreate"));
-  RETURN_IF_ERROR(CheckBlas(cublasLtCreate(&impl->handle), "cublasLtCreate"));
+  RETURN_IF_ERROR(
+      CheckBlas(Api().cublasLtCreate(&impl->handle), "cublasLtCreate"));
   void* workspace = nullptr;
   RETURN_IF_ERROR(Check(cudaMalloc(&workspace, kWorkspaceBytes), "cudaMalloc"));
   impl->workspace.reset(workspace);
@@ -238,51 +318,51 @@ absl::StatusOr<int> CublasLinearEngine::Upload(const LinearWeights& w) {
 
   // Row-major Y[M, N] = X[M, K] W^T is column-major Y^T[N, M] =
   // op(A) B with A = W stored K x N (transposed) and B = X^T stored K x M.
-  RETURN_IF_ERROR(CheckBlas(
-      cublasLtMatmulDescCreate(&linear->op, CUBLAS_COMPUTE_32F, CUDA_R_32F),
-      "cublasLtMatmulDescCreate"));
+  RETURN_IF_ERROR(CheckBlas(Api().cublasLtMatmulDescCreate(
+                                &linear->op, CUBLAS_COMPUTE_32F, CUDA_R_32F),
+                            "cublasLtMatmulDescCreate"));
   const cublasOperation_t transpose = CUBLAS_OP_T;
   const cublasOperation_t keep = CUBLAS_OP_N;
+  RETURN_IF_ERROR(CheckBlas(Api().cublasLtMatmulDescSetAttribute(
+                                linear->op, CUBLASLT_MATMUL_DESC_TRANSA,
+                                &transpose, sizeof(transpose)),
+                            "cublasLtMatmulDescSetAttribute"));
   RETURN_IF_ERROR(CheckBlas(
-      cublasLtMatmulDescSetAttribute(linear->op, CUBLASLT_MATMUL_DESC_TRANSA,
-                                     &transpose, sizeof(transpose)),
-      "cublasLtMatmulDescSetAttribute"));
-  RETURN_IF_ERROR(CheckBlas(
-      cublasLtMatmulDescSetAttribute(linear->op, CUBLASLT_MATMUL_DESC_TRANSB,
-                                     &keep, sizeof(keep)),
+      Api().cublasLtMatmulDescSetAttribute(
+          linear->op, CUBLASLT_MATMUL_DESC_TRANSB, &keep, sizeof(keep)),
       "cublasLtMatmulDescSetAttribute"));
   const cudaDataType_t type = BlasType(w.dtype);
   RETURN_IF_ERROR(CheckBlas(
-      cublasLtMatrixLayoutCreate(&linear->a.layout, type, w.in_features,
-                                 w.out_features, w.in_features),
+      Api().cublasLtMatrixLayoutCreate(&linear->a.layout, type, w.in_features,
+                                       w.out_features, w.in_features),
       "cublasLtMatrixLayoutCreate"));
   RETURN_IF_ERROR(CheckBlas(
-      cublasLtMatrixLayoutCreate(&linear->b.layout, type, w.in_features,
-                                 kRowTile, w.in_features),
+      Api().cublasLtMatrixLayoutCreate(&linear->b.layout, type, w.in_features,
+                                       kRowTile, w.in_features),
       "cublasLtMatrixLayoutCreate"));
-  RETURN_IF_ERROR(CheckBlas(
-      cublasLtMatrixLayoutCreate(&linear->c.layout, CUDA_R_32F, w.out_features,
-                                 kRowTile, w.out_features),
-      "cublasLtMatrixLayoutCreate"));
+  RETURN_IF_ERROR(CheckBlas(Api().cublasLtMatrixLayoutCreate(
+                                &linear->c.layout, CUDA_R_32F, w.out_features,
+                                kRowTile, w.out_features),
+                            "cublasLtMatrixLayoutCreate"));
   // One algorithm for this shape, without split-K (whose partial sums
   // could be combined in another order): every call runs exactly it.
   cublasLtMatmulPreference_t preference = nullptr;
-  RETURN_IF_ERROR(CheckBlas(cublasLtMatmulPreferenceCreate(&preference),
+  RETURN_IF_ERROR(CheckBlas(Api().cublasLtMatmulPreferenceCreate(&preference),
                             "cublasLtMatmulPreferenceCreate"));
   const size_t workspace = kWorkspaceBytes;
   const uint32_t reduction = CUBLASLT_REDUCTION_SCHEME_NONE;
-  cublasLtMatmulPreferenceSetAttribute(preference,
-                                       CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
-                                       &workspace, sizeof(workspace));
-  cublasLtMatmulPreferenceSetAttribute(
+  Api().cublasLtMatmulPreferenceSetAttribute(
+      preference, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace,
+      sizeof(workspace));
+  Api().cublasLtMatmulPreferenceSetAttribute(
       preference, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, &reduction,
       sizeof(reduction));
   cublasLtMatmulHeuristicResult_t result = {};
   int found = 0;
-  const cublasStatus_t heuristic = cublasLtMatmulAlgoGetHeuristic(
+  const cublasStatus_t heuristic = Api().cublasLtMatmulAlgoGetHeuristic(
       impl_->handle, linear->op, linear->a.layout, linear->b.layout,
       linear->c.layout, linear->c.layout, preference, 1, &result, &found);
-  cublasLtMatmulPreferenceDestroy(preference);
+  Api().cublasLtMatmulPreferenceDestroy(preference);
   RETURN_IF_ERROR(CheckBlas(heuristic, "cublasLtMatmulAlgoGetHeuristic"));
   if (found < 1) {
     return absl::UnavailableError(
@@ -354,11 +434,11 @@ absl::Status CublasLinearEngine::Forward(int id, absl::Span<const float> x,
     }
     RETURN_IF_ERROR(Check(cudaGetLastError(), "ConvertRows"));
     RETURN_IF_ERROR(CheckBlas(
-        cublasLtMatmul(impl_->handle, linear.op, &alpha, linear.weight.get(),
-                       linear.a.layout, impl_->x.get(), linear.b.layout, &beta,
-                       sums, linear.c.layout, sums, linear.c.layout,
-                       &linear.algo, impl_->workspace.get(), kWorkspaceBytes,
-                       impl_->stream),
+        Api().cublasLtMatmul(
+            impl_->handle, linear.op, &alpha, linear.weight.get(),
+            linear.a.layout, impl_->x.get(), linear.b.layout, &beta, sums,
+            linear.c.layout, sums, linear.c.layout, &linear.algo,
+            impl_->workspace.get(), kWorkspaceBytes, impl_->stream),
         "cublasLtMatmul"));
     const int64_t produced = count * linear.out;
     AddBiasAndRound<<<static_cast<unsigned>((produced + kThreads - 1) /

@@ -7,6 +7,10 @@
     unet.time_proj = temb.torch.Timesteps(320, True, 0, client=client)
     # or in-process, without a server (temb.local: the same numbers):
     temb.torch.patch(transformer, client=temb.local)
+    # or the transformer's whole time conditioning, its weights released:
+    temb.torch.offload_conditioning(transformer, client=client,
+                                    model="qwen-image",
+                                    schedule=pipe.scheduler.timesteps)
 
 The embedding is the registered custom op ``torch.ops.temb.timestep_embedding``
 (with a fake/meta implementation; PyTorch 2.4 or later), so patched models
@@ -38,7 +42,8 @@ except ImportError as e:  # pragma: no cover - depends on the environment
 from temb import local
 from temb.client import Client
 
-__all__ = ["Timesteps", "patch", "timestep_embedding"]
+__all__ = ["OffloadedConditioning", "Timesteps", "conditioning_modules",
+           "offload_conditioning", "patch", "timestep_embedding"]
 
 _DEFAULT_MAX_PERIOD = 10000.0
 
@@ -415,3 +420,9 @@ def patch(model: torch.nn.Module, client: Any = None, *,
             replaced.append(f"{parent_name}.{child_name}" if parent_name
                             else child_name)
     return replaced
+
+
+# The whole time conditioning (embedders and modulation Linears) served by
+# a conditioning model: temb/_offload.py.
+from temb._offload import (OffloadedConditioning,  # noqa: E402
+                           conditioning_modules, offload_conditioning)

@@ -1,0 +1,278 @@
+#!/usr/bin/env python3
+"""What temb.torch.offload_conditioning frees and what a step costs.
+
+  offload_bench.py table
+      For each family at its released config (instantiated by diffusers on
+      the meta device, so nothing is allocated): the transformer's
+      parameters, those offload_conditioning releases, their bf16 bytes
+      and share.  A markdown table on stdout.
+
+  offload_bench.py slice --server BIN [--steps 5] [--image_tokens 64]
+      A real-width slice of Qwen-Image (D = 3072, 4 of its 60 blocks,
+      random bf16 weights): parameter bytes and this process's RSS before
+      and after the patch, and the median time of one transformer step
+      unpatched, patched with the server computing every step (its row
+      cache off), and patched with the client's cache warm.  The server
+      (temb-server BIN, started here on 127.0.0.1) serves the slice's
+      conditioning tensors from a temporary model repository.
+
+Run with the project's Python (torch, diffusers, tritonclient), from the
+repository root.  The client is temb.Client when it has condition(), else
+KServe v2 gRPC through tritonclient (tests/pylib/temb_kserve_conditioning.py).
+"""
+
+import argparse
+import contextlib
+import ctypes
+import gc
+import json
+import pathlib
+import statistics
+import sys
+import tempfile
+import time
+
+import torch
+import diffusers
+
+REPO = pathlib.Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "tests" / "pylib"))
+from temb_client_suite import use_client_from_source  # noqa: E402
+
+use_client_from_source()
+import temb  # noqa: E402
+import temb.torch  # noqa: E402
+
+# Released configs (diffusers 0.42.1 class defaults or the released
+# config.json; see the maintainers' guide, conditioning.md section 1).
+RELEASED = {
+    "Qwen-Image": (diffusers.QwenImageTransformer2DModel, dict(
+        patch_size=2, in_channels=64, out_channels=16, num_layers=60,
+        attention_head_dim=128, num_attention_heads=24,
+        joint_attention_dim=3584, axes_dims_rope=(16, 56, 56))),
+    "FLUX.1-dev": (diffusers.FluxTransformer2DModel, dict(
+        patch_size=1, in_channels=64, num_layers=19, num_single_layers=38,
+        attention_head_dim=128, num_attention_heads=24,
+        joint_attention_dim=4096, pooled_projection_dim=768,
+        guidance_embeds=True, axes_dims_rope=(16, 56, 56))),
+    "FLUX.1-schnell": (diffusers.FluxTransformer2DModel, dict(
+        patch_size=1, in_channels=64, num_layers=19, num_single_layers=38,
+        attention_head_dim=128, num_attention_heads=24,
+        joint_attention_dim=4096, pooled_projection_dim=768,
+        guidance_embeds=False, axes_dims_rope=(16, 56, 56))),
+    "SD3-medium": (diffusers.SD3Transformer2DModel, dict(
+        sample_size=128, patch_size=2, in_channels=16, num_layers=24,
+        attention_head_dim=64, num_attention_heads=24,
+        joint_attention_dim=4096, caption_projection_dim=1536,
+        pooled_projection_dim=2048, out_channels=16,
+        pos_embed_max_size=192)),
+    "SD3.5-medium": (diffusers.SD3Transformer2DModel, dict(
+        sample_size=128, patch_size=2, in_channels=16, num_layers=24,
+        attention_head_dim=64, num_attention_heads=24,
+        joint_attention_dim=4096, caption_projection_dim=1536,
+        pooled_projection_dim=2048, out_channels=16,
+        pos_embed_max_size=384, qk_norm="rms_norm",
+        dual_attention_layers=tuple(range(13)))),
+    "SD3.5-large": (diffusers.SD3Transformer2DModel, dict(
+        sample_size=128, patch_size=2, in_channels=16, num_layers=38,
+        attention_head_dim=64, num_attention_heads=38,
+        joint_attention_dim=4096, caption_projection_dim=2432,
+        pooled_projection_dim=2048, out_channels=16,
+        pos_embed_max_size=192, qk_norm="rms_norm")),
+}
+
+GIB = float(1 << 30)
+
+
+def count(modules):
+    return sum(p.numel() for m in modules for p in m.parameters())
+
+
+def table(_args):
+    print("| model | D | transformer params | released by the patch | bf16 bytes "
+          "| share |")
+    print("|---|---|---|---|---|---|")
+    for name, (cls, config) in RELEASED.items():
+        with torch.device("meta"):
+            model = cls(**config)
+        total = count([model])
+        freed = count(temb.torch.conditioning_modules(model).values())
+        width = config["attention_head_dim"] * config["num_attention_heads"]
+        print(f"| {name} | {width} | {total / 1e9:.3f} B | {freed / 1e6:.1f} M "
+              f"| {2 * freed / GIB:.2f} GiB | {100 * freed / total:.1f}% |")
+
+
+def rss_bytes():
+    for line in pathlib.Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) * 1024
+    return 0
+
+
+def trim():
+    gc.collect()
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+
+
+def parameter_bytes(model):
+    return sum(p.numel() * p.element_size() for p in model.parameters())
+
+
+def make_client(target, name):
+    if hasattr(temb.Client, "condition"):
+        return temb.Client(target), "temb.Client (native API)"
+    from temb_kserve_conditioning import KServeConditioning
+    return KServeConditioning(target, [name]), "KServe v2 gRPC (tritonclient)"
+
+
+def slice_(args):
+    from temb_testing import TembServer
+    torch.manual_seed(0)
+    with torch.device("cpu"):
+        torch.set_default_dtype(torch.bfloat16)
+        model = diffusers.QwenImageTransformer2DModel(
+            **{**RELEASED["Qwen-Image"][1], "num_layers": 4}).eval()
+        torch.set_default_dtype(torch.float32)
+    # Random weights of a realistic scale (the default init is fine).
+    cond = temb.torch.conditioning_modules(model)
+    cond_bytes = sum(parameter_bytes(m) for m in cond.values())
+
+    workdir = pathlib.Path(tempfile.mkdtemp(prefix="offload-bench-"))
+    folder = workdir / "repository" / "qwen-image-slice"
+    folder.mkdir(parents=True)
+    # The server reads the conditioning tensors only, so the folder holds
+    # just those (and config.json): 0.9 GiB instead of the slice's 2.7.
+    from safetensors.torch import save_file
+    state = {f"{prefix}.{key}": value for prefix, module in cond.items()
+             for key, value in module.state_dict().items()}
+    save_file(state, str(folder / "diffusion_pytorch_model.safetensors"))
+    model.save_config(folder)
+    # Nothing here may keep the replaced modules alive.
+    del state, cond
+
+    server = TembServer(args.server, workdir, "--backend=cpu",
+                        f"--model_repository={workdir / 'repository'}",
+                        "--conditioning_cache_bytes=0")
+    client, client_name = make_client(server.target, "qwen-image-slice")
+    for _ in range(600):
+        try:
+            client.condition("qwen-image-slice", [1.0], outputs=["temb"])
+            break
+        except Exception:  # still loading
+            time.sleep(0.2)
+
+    generator = torch.Generator().manual_seed(1)
+    img_side = int(round(args.image_tokens ** 0.5))
+    hidden = torch.randn(1, img_side * img_side, 64,
+                         generator=generator).to(torch.bfloat16)
+    text = torch.randn(1, args.text_tokens, 3584,
+                       generator=generator).to(torch.bfloat16)
+    call = dict(hidden_states=hidden, encoder_hidden_states=text,
+                encoder_hidden_states_mask=torch.ones(1, args.text_tokens),
+                img_shapes=[[(1, img_side, img_side)]], return_dict=False)
+    # Distinct timesteps per run, so that only the warm run hits a cache.
+    schedules = [torch.linspace(1000 - r, 100 + r, args.steps)
+                 for r in range(3)]
+
+    def run(schedule):
+        times = []
+        with torch.no_grad():
+            for t in schedule:
+                start = time.perf_counter()
+                model(timestep=(t.expand(1).to(torch.bfloat16) / 1000), **call)
+                times.append(time.perf_counter() - start)
+        return statistics.median(times), times
+
+    torch.set_num_threads(args.threads)
+    run(schedules[0][:1])  # warm-up: allocations, kernels
+    unpatched = run(schedules[0])
+
+    # The parts alone, steadier than differences of whole steps on a busy
+    # machine: the conditioning modules' work for one row, in process...
+    modules = temb.torch.conditioning_modules(model)
+    linears = [m for name, m in modules.items() if name != "time_text_embed"]
+    own = []
+    with torch.no_grad():
+        for t in schedules[0]:
+            start = time.perf_counter()
+            temb_row = model.time_text_embed(
+                t.expand(1).to(torch.bfloat16) / 1000, hidden)
+            silu = torch.nn.functional.silu(temb_row)
+            for linear in linears:
+                linear(silu)
+            own.append(time.perf_counter() - start)
+    del modules, linears, linear  # the loop variable holds one too
+    # ...and one call for one row (the server's cache is off).
+    calls_s = []
+    for t in schedules[2]:
+        start = time.perf_counter()
+        client.condition("qwen-image-slice", t.reshape(1),
+                         return_tensors="pt")
+        calls_s.append(time.perf_counter() - start)
+
+    trim()
+    params_before, rss_before = parameter_bytes(model), rss_bytes()
+    offload = temb.torch.offload_conditioning(model, client=client,
+                                              model="qwen-image-slice")
+    trim()
+    params_after, rss_after = parameter_bytes(model), rss_bytes()
+
+    calls = offload.calls
+    cold = run(schedules[1])
+    cold_calls = offload.calls - calls
+    warm = run(schedules[1])
+    warm_calls = offload.calls - calls - cold_calls
+    server.stop()
+
+    report = {
+        "client": client_name,
+        "threads": args.threads,
+        "image_tokens": img_side * img_side,
+        "text_tokens": args.text_tokens,
+        "conditioning_bytes": cond_bytes,
+        "freed_bytes": offload.freed_bytes,
+        "parameter_bytes_before": params_before,
+        "parameter_bytes_after": params_after,
+        "rss_before": rss_before,
+        "rss_after": rss_after,
+        "step_s_unpatched": unpatched[0],
+        "step_s_patched_server": cold[0],
+        "step_s_patched_cache_warm": warm[0],
+        "conditioning_s_in_process": statistics.median(own),
+        "call_s_one_row": statistics.median(calls_s),
+        "calls_server_run": cold_calls,
+        "calls_warm_run": warm_calls,
+        "steps": args.steps,
+        "all_steps_s": {"unpatched": unpatched[1], "server": cold[1],
+                        "warm": warm[1]},
+    }
+    print(json.dumps(report, indent=1))
+    print(f"parameters: {params_before / GIB:.3f} -> {params_after / GIB:.3f} "
+          f"GiB (freed {(params_before - params_after) / GIB:.3f}, "
+          f"conditioning {cond_bytes / GIB:.3f})")
+    print(f"RSS: {rss_before / GIB:.3f} -> {rss_after / GIB:.3f} GiB "
+          f"(down {(rss_before - rss_after) / GIB:.3f})")
+    print(f"conditioning alone, median: in process {statistics.median(own):.3f}"
+          f" s, one call {statistics.median(calls_s):.3f} s")
+    print(f"step, median of {args.steps}: unpatched {unpatched[0]:.3f} s, "
+          f"patched (server) {cold[0]:.3f} s, patched (cache warm) "
+          f"{warm[0]:.3f} s")
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    sub.add_parser("table")
+    p = sub.add_parser("slice")
+    p.add_argument("--server", required=True, help="temb-server binary")
+    p.add_argument("--steps", type=int, default=5)
+    p.add_argument("--image_tokens", type=int, default=64)
+    p.add_argument("--text_tokens", type=int, default=16)
+    p.add_argument("--threads", type=int, default=1)
+    args = parser.parse_args()
+    {"table": table, "slice": slice_}[args.command](args)
+
+
+if __name__ == "__main__":
+    main()

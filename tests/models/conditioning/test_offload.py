@@ -1,0 +1,399 @@
+"""temb.torch.offload_conditioning: a transformer whose time conditioning
+comes from a real temb-server denoises to the same latents.
+
+For Qwen-Image, FLUX.1-dev, FLUX.1-schnell and SD3.5 Medium (dual-attention
+blocks and the last block's 2D context norm), tiny random transformers are
+built and saved by diffusers itself into a model repository that a
+temb-server serves.  Each is driven through 4 steps of
+FlowMatchEulerDiscreteScheduler the way its pipeline calls it (Qwen-Image:
+true CFG as two calls; SD3: CFG rows batched; FLUX.1-dev: the guidance
+embedder), once as diffusers built it and once patched, from the same
+inputs:
+
+  * fp32: the final latents agree within 1e-5 relative L2;
+  * bf16: the patched model is closer to the unpatched bf16 run than a
+    tenth of the distance between the unpatched bf16 and fp32 runs.
+
+The parameter bytes go down by exactly those of the replaced modules; the
+calls are counted (one per step; one per schedule; none for a repeated
+schedule); deepcopy, pickle, .to(), eval() and forked DataLoader workers
+keep working; a served model that does not match is refused naming what
+differs.
+
+The client is anything with ``condition()`` (and ``models()``): temb.Client
+where it has them, else a small adapter over KServe v2 gRPC (tritonclient),
+the server's other front door.
+"""
+
+import copy
+import os
+import pathlib
+import pickle
+import sys
+import time
+import weakref
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+diffusers = pytest.importorskip("diffusers")
+triton_grpc = pytest.importorskip("tritonclient.grpc")
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2] / "pylib"))
+from temb_client_suite import use_client_from_source  # noqa: E402
+from temb_kserve_conditioning import KServeConditioning  # noqa: E402
+from temb_testing import TembServer  # noqa: E402
+
+use_client_from_source()
+import temb.torch  # noqa: E402
+
+from test_conditioning_parity import (POOLED, TEXT_TOKENS,  # noqa: E402
+                                      flux_model, qwen_model, sd3_model)
+
+STEPS = 4
+BATCH = 2
+KINDS = ("qwen-image", "flux.1-dev", "flux.1-schnell", "sd3.5")
+
+
+def build(kind, dtype):
+    if kind == "qwen-image":
+        return qwen_model(dtype)
+    if kind == "sd3.5":
+        return sd3_model(dtype, (0, 2))
+    return flux_model(dtype, kind == "flux.1-dev")
+
+
+def served_name(kind, dtype):
+    return f"{kind}-{'bf16' if dtype == torch.bfloat16 else 'fp32'}"
+
+
+@pytest.fixture(scope="module")
+def repository(tmp_path_factory):
+    root = tmp_path_factory.mktemp("repository")
+    for kind in KINDS:
+        for dtype in (torch.float32, torch.bfloat16):
+            if kind == "flux.1-schnell" and dtype == torch.bfloat16:
+                continue
+            build(kind, dtype).save_pretrained(root / served_name(kind, dtype))
+    return root
+
+
+@pytest.fixture(scope="module")
+def server(repository, tmp_path_factory):
+    binary = os.environ.get("TEMB_SERVER_BIN")
+    if not binary:
+        pytest.skip("TEMB_SERVER_BIN is not set (run through ctest)")
+    srv = TembServer(binary, tmp_path_factory.mktemp("server"),
+                     "--backend=cpu", f"--model_repository={repository}")
+    probe = triton_grpc.InferenceServerClient(srv.target)
+    for _ in range(600):
+        if probe.is_server_ready():
+            break
+        time.sleep(0.1)
+    assert probe.is_server_ready(), srv.log()
+    probe.close()
+    yield srv
+    srv.stop()
+
+
+class CountingClient:
+    """temb.Client with its condition() calls counted.  Like the KServe
+    adapter it reconnects lazily, so it pickles and survives fork()."""
+
+    def __init__(self, target):
+        self.target = target
+        self.calls = 0
+        self._client = None
+        self._pid = None
+
+    def __getstate__(self):
+        state = self.__dict__.copy()
+        state["_client"] = None
+        return state
+
+    @property
+    def client(self):
+        if self._client is None or self._pid != os.getpid():
+            self._client = temb.Client(self.target)
+            self._pid = os.getpid()
+        return self._client
+
+    def condition(self, *args, **kwargs):
+        self.calls += 1
+        return self.client.condition(*args, **kwargs)
+
+    def models(self):
+        return self.client.models()
+
+
+@pytest.fixture
+def client(server, repository):
+    """temb.Client where it has condition(), else KServe v2 gRPC."""
+    if hasattr(temb.Client, "condition"):
+        return CountingClient(server.target)
+    names = sorted(p.name for p in repository.iterdir())
+    return KServeConditioning(server.target, names)
+
+
+def inputs(kind, dtype):
+    """The pipeline's inputs to the transformer, but the timestep."""
+    generator = torch.Generator().manual_seed(11)
+
+    def randn(*shape):
+        return torch.randn(*shape, generator=generator).to(dtype)
+
+    if kind == "qwen-image":
+        latents = randn(BATCH, 4, 16)
+        prompts = [dict(encoder_hidden_states=randn(BATCH, TEXT_TOKENS, 24),
+                        encoder_hidden_states_mask=torch.ones(
+                            BATCH, TEXT_TOKENS),
+                        img_shapes=[[(1, 2, 2)]] * BATCH) for _ in range(2)]
+        return latents, prompts
+    if kind == "sd3.5":
+        latents = randn(BATCH, 4, 4, 4)
+        prompts = [dict(encoder_hidden_states=randn(BATCH, TEXT_TOKENS, 24),
+                        pooled_projections=randn(BATCH, POOLED))
+                   for _ in range(2)]
+        return latents, prompts
+    latents = randn(BATCH, 4, 4)
+    prompt = dict(encoder_hidden_states=randn(BATCH, TEXT_TOKENS, 24),
+                  pooled_projections=randn(BATCH, POOLED),
+                  img_ids=torch.zeros(4, 3), txt_ids=torch.zeros(TEXT_TOKENS, 3))
+    if kind == "flux.1-dev":
+        prompt["guidance"] = torch.full([1], 3.5).expand(BATCH)
+    return latents, [prompt]
+
+
+def scheduler_for(kind):
+    """The pipeline's scheduler and its 4-step schedule."""
+    if kind == "sd3.5":
+        scheduler = diffusers.FlowMatchEulerDiscreteScheduler(shift=3.0)
+        scheduler.set_timesteps(STEPS)
+    else:
+        scheduler = diffusers.FlowMatchEulerDiscreteScheduler(
+            use_dynamic_shifting=True, base_shift=0.5, max_shift=1.15)
+        scheduler.set_timesteps(sigmas=np.linspace(1.0, 1 / STEPS, STEPS),
+                                mu=0.8)
+    return scheduler
+
+
+def denoise(kind, model, dtype, latents=None, prompts=None):
+    """4 steps as the pipeline runs them; the final latents."""
+    if latents is None:
+        latents, prompts = inputs(kind, dtype)
+    scheduler = scheduler_for(kind)
+    with torch.no_grad():
+        for t in scheduler.timesteps:
+            if kind == "sd3.5":
+                # CFG rows batched: [negative, positive].
+                both = {k: torch.cat([prompts[0][k], prompts[1][k]])
+                        for k in prompts[0]}
+                noise = model(hidden_states=torch.cat([latents] * 2),
+                              timestep=t.expand(2 * BATCH), **both,
+                              return_dict=False)[0]
+                negative, positive = noise.chunk(2)
+                noise = negative + 4.5 * (positive - negative)
+            else:
+                timestep = t.expand(BATCH).to(latents.dtype)
+                preds = [model(hidden_states=latents,
+                               timestep=timestep / 1000, **prompt,
+                               return_dict=False)[0] for prompt in prompts]
+                # Qwen-Image's true CFG: two calls, then combined.
+                noise = preds[0] if len(preds) == 1 else (
+                    preds[1] + 4.0 * (preds[0] - preds[1]))
+            latents = scheduler.step(noise, t, latents,
+                                     return_dict=False)[0]
+    return latents.float()
+
+
+def relative(a, b):
+    return ((a.double() - b.double()).norm() / b.double().norm()).item()
+
+
+def parameter_bytes(model):
+    return sum(p.numel() * p.element_size() for p in model.parameters())
+
+
+def conditioning_parameter_bytes(model, offload):
+    names = [n for n in offload.replaced if not n.endswith((".0", ".silu"))]
+    return sum(p.numel() * p.element_size()
+               for name in names
+               for p in model.get_submodule(name).parameters())
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_patched_transformer_denoises_to_the_same_latents(kind, client):
+    results = {}
+    for dtype in (torch.float32, torch.bfloat16):
+        if kind == "flux.1-schnell" and dtype == torch.bfloat16:
+            continue
+        plain = build(kind, dtype)
+        patched = copy.deepcopy(plain)
+        before = parameter_bytes(patched)
+        old_weights = [weakref.ref(m.weight) for m in
+                       temb.torch.conditioning_modules(patched).values()
+                       if hasattr(m, "weight")]
+        old_weights.append(weakref.ref(
+            patched.time_text_embed.timestep_embedder.linear_1.weight))
+        replaced_bytes = None
+        offload = temb.torch.offload_conditioning(
+            patched, client=client, model=served_name(kind, dtype))
+        # Exactly the replaced modules' bytes are gone.
+        replaced_bytes = conditioning_parameter_bytes(plain, offload)
+        assert before - parameter_bytes(patched) == replaced_bytes
+        assert offload.freed_bytes == replaced_bytes > 0
+        # And nothing keeps them: the patched copy's old weights are freed.
+        assert all(ref() is None for ref in old_weights)
+        calls = client.calls
+        results[dtype] = (denoise(kind, plain, dtype),
+                          denoise(kind, patched, dtype))
+        # One call per step: Qwen-Image's second (negative) call of a step
+        # has the same t and is taken from the cache.
+        assert client.calls - calls == STEPS
+    plain32, patched32 = results[torch.float32]
+    error32 = relative(patched32, plain32)
+    print(f"{kind} fp32: patched vs unpatched relative L2 {error32:.3g}")
+    assert error32 <= 1e-5
+    if torch.bfloat16 in results:
+        plain16, patched16 = results[torch.bfloat16]
+        error16 = relative(patched16, plain16)
+        budget = relative(plain16, plain32) / 10
+        print(f"{kind} bf16: {error16:.3g} (a tenth of bf16 vs fp32: "
+              f"{budget:.3g})")
+        assert error16 <= budget
+
+
+@pytest.mark.parametrize("kind", ("qwen-image", "sd3.5"))
+def test_a_schedule_costs_one_call_and_a_repeat_none(kind, client):
+    dtype = torch.bfloat16
+    plain = build(kind, dtype)
+    patched = copy.deepcopy(plain)
+    calls = client.calls
+    offload = temb.torch.offload_conditioning(
+        patched, client=client, model=served_name(kind, dtype),
+        schedule=scheduler_for(kind).timesteps)
+    if kind == "qwen-image":
+        # t alone: the schedule is fetched in the background at once.
+        offload.wait()
+        assert client.calls - calls == 1
+    first = denoise(kind, patched, dtype)
+    assert client.calls - calls == 1
+    assert offload.cache_info()["entries"] >= STEPS
+    again = denoise(kind, patched, dtype)
+    assert client.calls - calls == 1
+    assert torch.equal(first, again)
+    # The rows fetched for the whole schedule are those of one step at a
+    # time (the server's rows are batch-invariant).
+    stepwise = copy.deepcopy(plain)
+    temb.torch.offload_conditioning(stepwise, client=client,
+                                    model=served_name(kind, dtype))
+    assert torch.equal(first, denoise(kind, stepwise, dtype))
+    # With the cache off, every forward asks (Qwen-Image: twice a step).
+    uncached = copy.deepcopy(plain)
+    offload = temb.torch.offload_conditioning(
+        uncached, client=client, model=served_name(kind, dtype),
+        cache_bytes=0)
+    calls = client.calls
+    assert torch.equal(first, denoise(kind, uncached, dtype))
+    assert client.calls - calls == STEPS * (2 if kind == "qwen-image" else 1)
+    assert offload.cache_info()["entries"] == 0
+
+
+def test_copies_pickles_moves_and_workers(client):
+    kind, dtype = "flux.1-dev", torch.bfloat16
+    patched = build(kind, dtype)
+    temb.torch.offload_conditioning(patched, client=client,
+                                    model=served_name(kind, dtype))
+    expected = denoise(kind, patched, dtype)
+
+    clone = copy.deepcopy(patched)
+    assert torch.equal(denoise(kind, clone, dtype), expected)
+
+    # The pickle holds the client's target, not its channel.
+    restored = pickle.loads(pickle.dumps(patched))
+    restored.time_text_embed.state.clear_cache()
+    calls = restored.time_text_embed.state.calls
+    assert torch.equal(denoise(kind, restored, dtype), expected)
+    assert restored.time_text_embed.state.calls - calls == STEPS
+
+    assert restored.eval() is restored and not restored.training
+    moved = copy.deepcopy(patched).to("cpu", torch.float32)
+    assert moved.time_text_embed.dtype_marker.dtype == torch.float32
+    latents, prompts = inputs(kind, torch.float32)
+    # Its embedder now sees an fp32 pipeline's values; the rows are the
+    # served bf16 ones, cast.
+    answer = moved.time_text_embed(
+        torch.full([BATCH], 500.0), prompts[0]["guidance"] * 1000,
+        prompts[0]["pooled_projections"])
+    assert answer.dtype == torch.float32
+    assert torch.equal(answer, patched.time_text_embed(
+        torch.full([BATCH], 500.0, dtype=dtype),
+        prompts[0]["guidance"].to(dtype) * 1000,
+        prompts[0]["pooled_projections"].to(dtype)).float())
+
+    # Forked DataLoader workers reconnect and compute the same latents.
+    class Steps(torch.utils.data.Dataset):
+        def __len__(self):
+            return 2
+
+        def __getitem__(self, index):
+            patched.time_text_embed.state.clear_cache()
+            return denoise(kind, patched, dtype)
+
+    loader = torch.utils.data.DataLoader(
+        Steps(), batch_size=None, num_workers=2,
+        multiprocessing_context="fork")
+    for latents in loader:
+        assert torch.equal(latents, expected)
+
+
+def test_a_model_that_does_not_match_is_refused(client):
+    def refused(model, served):
+        with pytest.raises(ValueError) as error:
+            temb.torch.offload_conditioning(model, client=client,
+                                            model=served)
+        return str(error.value)
+
+    # Block count.
+    torch.manual_seed(0)
+    two = diffusers.QwenImageTransformer2DModel(
+        patch_size=2, in_channels=16, out_channels=4, num_layers=2,
+        attention_head_dim=64, num_attention_heads=4, joint_attention_dim=24,
+        axes_dims_rope=(16, 24, 24)).to(torch.bfloat16)
+    message = refused(two, "qwen-image-bf16")
+    assert "img_mod: 3 blocks served, 2 in the transformer" in message
+    # Width.
+    narrow = diffusers.QwenImageTransformer2DModel(
+        patch_size=2, in_channels=16, out_channels=4, num_layers=3,
+        attention_head_dim=32, num_attention_heads=4, joint_attention_dim=24,
+        axes_dims_rope=(8, 12, 12)).to(torch.bfloat16)
+    message = refused(narrow, "qwen-image-bf16")
+    assert "temb: width 256 served, 128 in the transformer" in message
+    # dtype.
+    message = refused(build("qwen-image", torch.float32), "qwen-image-bf16")
+    assert "dtype: served bf16, transformer fp32" in message
+    # Family.
+    message = refused(build("flux.1-dev", torch.bfloat16), "qwen-image-bf16")
+    assert "single_mod" in message and "family" in message
+    # Guidance embedder.
+    message = refused(build("flux.1-schnell", torch.float32),
+                      "flux.1-dev-fp32")
+    assert "guidance" in message
+    # A client that cannot list its models: the first answer is checked.
+    class ConditionOnly:
+        def __init__(self, inner):
+            self.inner = inner
+
+        def condition(self, *args, **kwargs):
+            return self.inner.condition(*args, **kwargs)
+
+    temb.torch.offload_conditioning(two, client=ConditionOnly(client),
+                                    model="qwen-image-bf16")
+    with pytest.raises(ValueError) as error:
+        denoise("qwen-image", two, torch.bfloat16)
+    assert "img_mod: 3 blocks served, 2 in the transformer" in str(
+        error.value)
+    # And one that is not there at all.
+    message = refused(build("qwen-image", torch.bfloat16), "no-such-model")
+    assert "no-such-model" in message

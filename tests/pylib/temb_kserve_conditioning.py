@@ -1,0 +1,89 @@
+"""A conditioning client over KServe v2 gRPC (tritonclient): the
+``condition()`` / ``models()`` interface temb.torch.offload_conditioning
+uses, for the tests and benchmarks that drive a temb-server's conditioning
+models through its KServe front door."""
+
+import os
+
+import torch
+import tritonclient.grpc as triton_grpc
+
+
+class KServeConditioning:
+    """``condition()`` and ``models()`` over tritonclient.grpc: outputs as
+    CPU torch tensors in the served dtype (tritonclient gives BF16 as
+    float32 holding the value).  It reconnects lazily, so it pickles and
+    survives fork(); `calls` counts the requests."""
+
+    _DTYPES = {"BF16": "bf16", "FP32": "fp32", "FP16": "fp16"}
+
+    def __init__(self, target, names):
+        self.target = target
+        self.names = list(names)
+        self.calls = 0
+        self._client = None
+        self._pid = None
+
+    def __getstate__(self):
+        state = self.__dict__.copy()
+        state["_client"] = None
+        return state
+
+    @property
+    def client(self):
+        if self._client is None or self._pid != os.getpid():
+            self._client = triton_grpc.InferenceServerClient(self.target)
+            self._pid = os.getpid()
+        return self._client
+
+    def condition(self, model, timesteps, guidance=None,
+                  pooled_projections=None, outputs=None, return_tensors=None):
+        self.calls += 1
+        inputs = []
+        for name, value in (("timesteps", timesteps), ("guidance", guidance),
+                            ("pooled_projections", pooled_projections)):
+            if value is None:
+                continue
+            array = torch.as_tensor(value).float().numpy()
+            inputs.append(triton_grpc.InferInput(name, list(array.shape),
+                                                 "FP32"))
+            inputs[-1].set_data_from_numpy(array)
+        requested = [triton_grpc.InferRequestedOutput(n) for n in outputs or ()]
+        result = self.client.infer(model, inputs, outputs=requested or None)
+        answer = {}
+        for output in result.get_response(as_json=True)["outputs"]:
+            value = torch.from_numpy(result.as_numpy(output["name"]).copy())
+            if output["datatype"] == "BF16":
+                value = value.to(torch.bfloat16)  # exact: it holds a bf16
+            answer[output["name"]] = value
+        return answer
+
+    def models(self):
+        found = []
+        for name in self.names:
+            metadata = self.client.get_model_metadata(name, as_json=True)
+            outputs = tuple(
+                _Output(o["name"], self._DTYPES.get(o["datatype"]),
+                        tuple(int(d) for d in o["shape"][1:]))
+                for o in metadata["outputs"])
+            inputs = tuple(_Input(i["name"]) for i in metadata["inputs"])
+            found.append(_Model(name, "ready", outputs[0].dtype, inputs,
+                                outputs))
+        return found
+
+
+class _Output:
+    def __init__(self, name, dtype, row_shape):
+        self.name, self.dtype, self.row_shape = name, dtype, row_shape
+
+
+class _Input:
+    def __init__(self, name):
+        self.name = name
+
+
+class _Model:
+    def __init__(self, name, state, dtype, inputs, outputs):
+        self.name, self.state, self.dtype = name, state, dtype
+        self.inputs, self.outputs = inputs, outputs
+        self.family, self.message = "", ""
