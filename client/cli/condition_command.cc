@@ -60,6 +60,10 @@ std::vector<FlagSpec> ConditionFlags() {
       {"out", FlagType::kString,
        "the file to write: .safetensors (every output), or .npy (exactly "
        "one output; bf16 as raw uint16 bits)"},
+      {"torch_dtype", FlagType::kString,
+       "with --model_dir: compute in this dtype, as from_pretrained("
+       "torch_dtype=...): fp32, bf16 or fp16 (default: the folder's "
+       "temb.json, else the stored dtype)"},
       {"threads", FlagType::kInt,
        "with --model_dir: CPU threads (default: all cores)"},
       {"repeat", FlagType::kInt,
@@ -327,6 +331,12 @@ int RunCondition(const std::vector<std::string>& argv) {
                       "process only, with --model_dir",
                       specs);
   }
+  if (remote && args->Has("torch_dtype")) {
+    return PrintUsage("condition",
+                      "--torch_dtype is for --model_dir; a server's model "
+                      "is computed in the dtype its folder's temb.json sets",
+                      specs);
+  }
   for (const char* required :
        {remote ? "model" : "model_dir", "timesteps", "out"}) {
     if (!args->Has(required)) {
@@ -390,6 +400,15 @@ int RunCondition(const std::vector<std::string>& argv) {
 
   models::ConditioningOptions options;
   options.threads = static_cast<int>(threads);
+  if (args->Has("torch_dtype")) {
+    absl::StatusOr<DType> dtype =
+        models::ParseTorchDType(*args->String("torch_dtype"));
+    if (!dtype.ok()) {
+      return PrintError(absl::InvalidArgumentError(
+          absl::StrCat("--torch_dtype: ", dtype.status().message())));
+    }
+    options.torch_dtype = *dtype;
+  }
   options.cache = std::make_shared<models::RowCache>(cache_mib << 20);
   const auto load_start = std::chrono::steady_clock::now();
   absl::StatusOr<std::unique_ptr<models::ConditioningModel>> model =

@@ -152,6 +152,111 @@ absl::StatusOr<double> ModelConfig::Number(const std::string& field,
   return value.get<double>();
 }
 
+absl::StatusOr<int64_t> ModelConfig::PositiveIntAt(const std::string& field,
+                                                   int64_t index) const {
+  const auto it = fields_.find(field);
+  if (it == fields_.end()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(file_, ": field ", field, ": missing"));
+  }
+  const json value = json::parse(it->second);
+  if (!value.is_array()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        file_, ": field ", field, ": must be a list, got ", it->second));
+  }
+  const int64_t size = static_cast<int64_t>(value.size());
+  const int64_t at = index < 0 ? size + index : index;
+  if (at < 0 || at >= size) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(file_, ": field ", field, ": needs an entry ", index,
+                     ", has ", size, " entries: ", it->second));
+  }
+  const json& item = value[static_cast<size_t>(at)];
+  if (!item.is_number_unsigned() || item.get<uint64_t>() == 0 ||
+      item.get<uint64_t>() > (uint64_t{1} << 31)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(file_, ": field ", field, ": entry ", at,
+                     " must be an integer in [1, 2^31], got ", it->second));
+  }
+  return static_cast<int64_t>(item.get<uint64_t>());
+}
+
+absl::Status ModelConfig::Require(const std::string& field,
+                                  const std::string& json_text) const {
+  const auto it = fields_.find(field);
+  const json value =
+      it == fields_.end() ? json(nullptr) : json::parse(it->second);
+  if (value != json::parse(json_text)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(file_, ": field ", field, ": ",
+                     it == fields_.end() ? std::string("absent") : it->second,
+                     " is not supported (supported: ", json_text, ")"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ModelConfig::RequireLength(const std::string& field,
+                                        int64_t length) const {
+  const auto it = fields_.find(field);
+  if (it == fields_.end()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(file_, ": field ", field, ": missing"));
+  }
+  const json value = json::parse(it->second);
+  if (!value.is_array() || static_cast<int64_t>(value.size()) != length) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(file_, ": field ", field, ": must be a list of ", length,
+                     " entries, got ", it->second));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<DType> ParseTorchDType(const std::string& name) {
+  absl::StatusOr<DType> dtype = ParseDType(name);
+  if (!dtype.ok() || *dtype == DType::kFloat64) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("must be one of float32, bfloat16, float16 (or fp32, "
+                     "bf16, fp16), got ",
+                     Quoted(name)));
+  }
+  return *dtype;
+}
+
+absl::StatusOr<FolderOptions> ReadFolderOptions(const std::string& dir) {
+  FolderOptions options;
+  const std::string path = JoinPath(dir, kFolderOptionsFile);
+  ASSIGN_OR_RETURN(const bool present, IsRegularFile(path));
+  if (!present) return options;
+  ASSIGN_OR_RETURN(const std::string text, ReadSmallFile(path));
+  const json parsed = json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (parsed.is_discarded() || !parsed.is_object()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, ": not a JSON object"));
+  }
+  for (const auto& item : parsed.items()) {
+    // An unknown field is refused: a misspelt option silently ignored would
+    // compute in a dtype nobody asked for.
+    if (item.key() != "torch_dtype") {
+      return absl::InvalidArgumentError(
+          absl::StrCat(path, ": field ", Quoted(item.key()),
+                       ": unknown (the known field is torch_dtype)"));
+    }
+    if (!item.value().is_string()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(path, ": field torch_dtype: must be a string, got ",
+                       item.value().dump()));
+    }
+    absl::StatusOr<DType> dtype =
+        ParseTorchDType(item.value().get<std::string>());
+    if (!dtype.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          path, ": field torch_dtype: ", dtype.status().message()));
+    }
+    options.torch_dtype = *dtype;
+  }
+  return options;
+}
+
 absl::StatusOr<std::unique_ptr<Checkpoint>> Checkpoint::Open(
     const std::string& dir) {
   std::unique_ptr<Checkpoint> checkpoint(new Checkpoint());

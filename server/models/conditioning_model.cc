@@ -1,6 +1,7 @@
 #include "temb/models/conditioning_model.h"
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <cstring>
 #include <optional>
@@ -34,8 +35,8 @@ struct ConditioningModel::PlannedOp {
   int64_t in_width = 0;
   int64_t out_width = 0;  // per block for a stacked linear
   int64_t blocks = 1;
-  std::vector<LoadedTensor> weights;  // one per block
-  std::vector<LoadedTensor> biases;
+  std::vector<LoadedTensor> weights;       // one per block
+  std::vector<LoadedTensor> biases;        // empty data for a Linear without
   DType weight_dtype = DType::kFloat32;    // of weights and biases
   int64_t groups = 1;                      // kLinear
   SinusoidParams sinusoid;                 // kSinusoid, config fields resolved
@@ -104,6 +105,106 @@ absl::StatusOr<std::vector<int64_t>> SelectBlocks(const ModelConfig& config,
   return indices;
 }
 
+// The value of a config expression (family.h): terms of field names, list
+// entries and integer literals, joined by + - *.  A malformed expression is
+// a bug in the family's description; a bad field names the config.
+class ConfigExpression {
+ public:
+  ConfigExpression(const ModelConfig& config, const std::string& text)
+      : config_(config), text_(text) {}
+
+  absl::StatusOr<int64_t> Evaluate() {
+    ASSIGN_OR_RETURN(int64_t value, Term());
+    while (Skip(), pos_ < text_.size()) {
+      const char op = text_[pos_];
+      if (op != '+' && op != '-') return Malformed();
+      ++pos_;
+      ASSIGN_OR_RETURN(const int64_t term, Term());
+      value = op == '+' ? value + term : value - term;
+    }
+    if (value < 1 || value > (int64_t{1} << 31)) return OutOfRange(value);
+    return value;
+  }
+
+ private:
+  void Skip() {
+    while (pos_ < text_.size() && text_[pos_] == ' ') ++pos_;
+  }
+
+  absl::Status OutOfRange(int64_t value) const {
+    return absl::InvalidArgumentError(
+        absl::StrCat(config_.file(), ": config expression ", text_, " is ",
+                     value, ", must be in [1, 2^31]"));
+  }
+
+  absl::Status Malformed() const {
+    return absl::InternalError(
+        absl::StrCat("malformed config expression ", Quoted(text_)));
+  }
+
+  absl::StatusOr<int64_t> Term() {
+    ASSIGN_OR_RETURN(int64_t value, Factor());
+    while (Skip(), pos_ < text_.size() && text_[pos_] == '*') {
+      ++pos_;
+      ASSIGN_OR_RETURN(const int64_t factor, Factor());
+      value *= factor;  // each factor is at most 2^31: no overflow here
+      if (value > (int64_t{1} << 31)) return OutOfRange(value);
+    }
+    return value;
+  }
+
+  // A literal below 2^20, or a field with an optional [index] (negative:
+  // from the end).
+  absl::StatusOr<int64_t> Factor() {
+    Skip();
+    const size_t start = pos_;
+    if (pos_ < text_.size() &&
+        std::isdigit(static_cast<unsigned char>(text_[pos_]))) {
+      int64_t literal = 0;
+      while (pos_ < text_.size() &&
+             std::isdigit(static_cast<unsigned char>(text_[pos_]))) {
+        literal = literal * 10 + (text_[pos_++] - '0');
+        if (literal >= (1 << 20)) return Malformed();
+      }
+      return literal;
+    }
+    while (pos_ < text_.size() &&
+           (std::isalnum(static_cast<unsigned char>(text_[pos_])) ||
+            text_[pos_] == '_')) {
+      ++pos_;
+    }
+    if (pos_ == start) return Malformed();
+    const std::string field = text_.substr(start, pos_ - start);
+    if (pos_ >= text_.size() || text_[pos_] != '[') {
+      return config_.PositiveInt(field);
+    }
+    ++pos_;
+    const bool negative = pos_ < text_.size() && text_[pos_] == '-';
+    if (negative) ++pos_;
+    int64_t index = 0;
+    const size_t digits = pos_;
+    while (pos_ < text_.size() &&
+           std::isdigit(static_cast<unsigned char>(text_[pos_])) &&
+           index < (1 << 20)) {
+      index = index * 10 + (text_[pos_++] - '0');
+    }
+    if (pos_ == digits || pos_ >= text_.size() || text_[pos_] != ']') {
+      return Malformed();
+    }
+    ++pos_;
+    return config_.PositiveIntAt(field, negative ? -index : index);
+  }
+
+  const ModelConfig& config_;
+  const std::string& text_;
+  size_t pos_ = 0;
+};
+
+absl::StatusOr<int64_t> EvaluateConfig(const ModelConfig& config,
+                                       const std::string& text) {
+  return ConfigExpression(config, text).Evaluate();
+}
+
 uint32_t InputBit(const std::vector<InputSpec>& inputs,
                   const std::string& name) {
   for (size_t i = 0; i < inputs.size(); ++i) {
@@ -155,22 +256,42 @@ void DecodeInto(const char* bytes, int64_t count, DType dtype, float* out) {
 }
 
 // Tensor `name` of `shape` as the op reads it: in the model's dtype
-// (`model`, which the stored dtype must be), or float32 from any stored
-// floating dtype.
+// (`model`, which the stored dtype must be unless `convert`), or float32
+// from any stored floating dtype.  With `convert`, any stored floating
+// dtype is converted to `dtype` as torch's .to(dtype) does: through the
+// exact float32 value, rounded to nearest even.
 absl::StatusOr<LoadedTensor> LoadAs(const Checkpoint& checkpoint,
                                     const std::string& name, DType dtype,
-                                    const std::vector<int64_t>& shape) {
-  if (dtype != DType::kFloat32) return checkpoint.Load(name, dtype, shape);
+                                    const std::vector<int64_t>& shape,
+                                    bool convert = false) {
+  if (dtype != DType::kFloat32 && !convert) {
+    return checkpoint.Load(name, dtype, shape);
+  }
   ASSIGN_OR_RETURN(const DType stored, checkpoint.StoredDType(name));
   ASSIGN_OR_RETURN(LoadedTensor tensor, checkpoint.Load(name, stored, shape));
-  if (stored == DType::kFloat32) return tensor;
+  if (stored == dtype) return tensor;
   const int64_t count =
       static_cast<int64_t>(tensor.data.size()) / DTypeSize(stored);
   std::vector<float> values(static_cast<size_t>(count));
   DecodeInto(reinterpret_cast<const char*>(tensor.data.data()), count, stored,
              values.data());
-  tensor.data.resize(values.size() * sizeof(float));
-  std::memcpy(tensor.data.data(), values.data(), tensor.data.size());
+  // A new buffer of the converted size: assigning into the stored one would
+  // keep its capacity, and an fp32 checkpoint run in bf16 would hold twice
+  // the bytes it uses.
+  std::vector<uint8_t> converted(static_cast<size_t>(count) * DTypeSize(dtype));
+  for (int64_t i = 0; i < count; ++i) {
+    if (dtype == DType::kFloat32) {
+      std::memcpy(&converted[i * 4], &values[i], 4);
+    } else {
+      const uint16_t bits = dtype == DType::kBFloat16
+                                ? FloatToBFloat16(values[i])
+                                : FloatToHalf(values[i]);
+      std::memcpy(&converted[i * 2], &bits, 2);
+    }
+  }
+  tensor.data = std::move(converted);
+  tensor.entry.dtype = dtype;
+  tensor.entry.dtype_name = std::string(SafetensorsDTypeName(dtype));
   return tensor;
 }
 
@@ -184,8 +305,13 @@ absl::StatusOr<std::unique_ptr<ConditioningModel>> ConditioningModel::Load(
     return absl::InvalidArgumentError(
         absl::StrCat("threads must be >= 1, got ", options.threads));
   }
+  if (options.torch_dtype == DType::kFloat64) {
+    return absl::InvalidArgumentError(
+        "torch_dtype: fp64 is not one of fp32, bf16, fp16");
+  }
   ASSIGN_OR_RETURN(std::unique_ptr<Checkpoint> checkpoint,
                    Checkpoint::Open(dir));
+  ASSIGN_OR_RETURN(const FolderOptions folder_options, ReadFolderOptions(dir));
   const FamilyDescription* family =
       FindFamily(checkpoint->config().class_name());
   if (family == nullptr) {
@@ -201,14 +327,23 @@ absl::StatusOr<std::unique_ptr<ConditioningModel>> ConditioningModel::Load(
   model->family_ = family;
   model->options_ = options;
   model->sinusoid_backend_ = CreateCpuBackend(options.threads);
+  // The option wins over the folder's file: a command line overrides what
+  // the folder says.
+  model->torch_dtype_ = options.torch_dtype.has_value()
+                            ? options.torch_dtype
+                            : folder_options.torch_dtype;
   RETURN_IF_ERROR(model->Plan(*checkpoint));
   if (options.linear_engine != nullptr) {
     RETURN_IF_ERROR(model->UploadLinears());
   }
-  // Rows summed by another engine may round differently: never shared.
+  // Rows summed by another engine may round differently: never shared.  The
+  // torch_dtype is part of the weights' identity: the same files converted
+  // are other weights than the same files as stored.
   model->cache_key_ = absl::StrCat(
-      family->name, "|", DTypeName(model->dtype_), "|",
-      checkpoint->weights_identity(), "|",
+      family->name, "|", DTypeName(model->dtype_), "|torch_dtype:",
+      model->torch_dtype_.has_value() ? DTypeName(*model->torch_dtype_)
+                                      : "stored",
+      "|", checkpoint->weights_identity(), "|",
       options.linear_engine != nullptr ? options.linear_engine->name() : "cpu");
   return model;
 }
@@ -236,8 +371,14 @@ absl::Status ConditioningModel::UploadLinears() {
 absl::Status ConditioningModel::Plan(const Checkpoint& checkpoint) {
   const ModelConfig& config = checkpoint.config();
   width_ = 1;
+  for (const ConfigRequirement& requirement : family_->requirements) {
+    RETURN_IF_ERROR(
+        requirement.length >= 0
+            ? config.RequireLength(requirement.field, requirement.length)
+            : config.Require(requirement.field, requirement.value));
+  }
   for (const std::string& field : family_->width_fields) {
-    ASSIGN_OR_RETURN(const int64_t factor, config.PositiveInt(field));
+    ASSIGN_OR_RETURN(const int64_t factor, EvaluateConfig(config, field));
     width_ *= factor;
   }
   for (const std::string& flag : family_->unsupported_flags) {
@@ -257,10 +398,7 @@ absl::Status ConditioningModel::Plan(const Checkpoint& checkpoint) {
     Value value;
     value.depends = InputBit(family_->inputs, input.name);
     if (!input.width_field.empty()) {
-      ASSIGN_OR_RETURN(value.cols, config.PositiveInt(input.width_field));
-      value.scalar = false;
-    } else if (input.width > 0) {
-      value.cols = input.width;
+      ASSIGN_OR_RETURN(value.cols, EvaluateConfig(config, input.width_field));
       value.scalar = false;
     }
     value_info_[input.name] = value;
@@ -269,8 +407,12 @@ absl::Status ConditioningModel::Plan(const Checkpoint& checkpoint) {
   // The model's dtype is the stored dtype of its first tensor read in the
   // model's dtype (a Linear's weight or a table); every other such tensor
   // must agree (Checkpoint::Load checks).  Tensors read as float32 (kept
-  // modules) may be stored in any floating dtype.
-  bool dtype_known = false;
+  // modules) may be stored in any floating dtype.  A torch_dtype sets the
+  // model's dtype instead, and then every tensor may be stored in any
+  // floating dtype: each is converted, as from_pretrained converts it.
+  bool dtype_known = torch_dtype_.has_value();
+  if (dtype_known) dtype_ = *torch_dtype_;
+  const bool convert = dtype_known;
   std::set<std::string> absent;  // values over an empty block selection
   for (const Op& op : family_->ops) {
     if (!FlagHolds(*family_, config, op.when, &flag_status)) {
@@ -308,7 +450,7 @@ absl::Status ConditioningModel::Plan(const Checkpoint& checkpoint) {
           params.dim = static_cast<int>(width_);
         } else if (!params.dim_field.empty()) {
           ASSIGN_OR_RETURN(const int64_t dim,
-                           config.PositiveInt(params.dim_field));
+                           EvaluateConfig(config, params.dim_field));
           params.dim = static_cast<int>(dim);
         }
         if (!params.flip_field.empty()) {
@@ -324,7 +466,7 @@ absl::Status ConditioningModel::Plan(const Checkpoint& checkpoint) {
         break;
       }
       case OpKind::kConcat:
-        out.cols = 0;
+        out.cols = 0;  // a scalar is one column (Value::cols is 1)
         for (const Value* value : in) {
           if (value->blocks > 0) {
             return absl::InternalError(
@@ -350,7 +492,8 @@ absl::Status ConditioningModel::Plan(const Checkpoint& checkpoint) {
         }
         std::vector<int64_t> indices = {0};
         if (!op.blocks.empty()) {
-          ASSIGN_OR_RETURN(const int64_t count, config.PositiveInt(op.blocks));
+          ASSIGN_OR_RETURN(const int64_t count,
+                           EvaluateConfig(config, op.blocks));
           ASSIGN_OR_RETURN(indices, SelectBlocks(config, op, count));
           if (op.select != BlockSelect::kLast) {
             out.blocks = static_cast<int64_t>(indices.size());
@@ -366,7 +509,7 @@ absl::Status ConditioningModel::Plan(const Checkpoint& checkpoint) {
           const DType dtype =
               op.weight_dtype == ValueDType::kModel ? dtype_ : DType::kFloat32;
           ASSIGN_OR_RETURN(LoadedTensor table,
-                           LoadAs(checkpoint, name, dtype, shape));
+                           LoadAs(checkpoint, name, dtype, shape, convert));
           weight_bytes_ += static_cast<int64_t>(table.data.size());
           std::vector<float> values(static_cast<size_t>(table_width));
           DecodeInto(reinterpret_cast<const char*>(table.data.data()),
@@ -397,12 +540,13 @@ absl::Status ConditioningModel::Plan(const Checkpoint& checkpoint) {
         planned.in_width = in[0]->cols / op.groups;
         int64_t unit = width_ / op.width_div;
         if (!op.width_field.empty()) {
-          ASSIGN_OR_RETURN(unit, config.PositiveInt(op.width_field));
+          ASSIGN_OR_RETURN(unit, EvaluateConfig(config, op.width_field));
         }
         planned.out_width = op.width_d * unit;
         std::vector<int64_t> indices = {0};  // unstacked: "{i}" is unused
         if (!op.blocks.empty()) {
-          ASSIGN_OR_RETURN(const int64_t count, config.PositiveInt(op.blocks));
+          ASSIGN_OR_RETURN(const int64_t count,
+                           EvaluateConfig(config, op.blocks));
           ASSIGN_OR_RETURN(indices, SelectBlocks(config, op, count));
           if (op.select != BlockSelect::kLast) {
             out.blocks = static_cast<int64_t>(indices.size());
@@ -423,10 +567,13 @@ absl::Status ConditioningModel::Plan(const Checkpoint& checkpoint) {
           ASSIGN_OR_RETURN(
               LoadedTensor weight,
               LoadAs(checkpoint, prefix + ".weight", planned.weight_dtype,
-                     {planned.out_width, planned.in_width}));
-          ASSIGN_OR_RETURN(LoadedTensor bias,
-                           LoadAs(checkpoint, prefix + ".bias",
-                                  planned.weight_dtype, {planned.out_width}));
+                     {planned.out_width, planned.in_width}, convert));
+          LoadedTensor bias;  // empty: the Linear has none
+          if (op.has_bias) {
+            ASSIGN_OR_RETURN(
+                bias, LoadAs(checkpoint, prefix + ".bias", planned.weight_dtype,
+                             {planned.out_width}, convert));
+          }
           weight_bytes_ +=
               static_cast<int64_t>(weight.data.size() + bias.data.size());
           planned.weights.push_back(std::move(weight));
@@ -495,6 +642,23 @@ absl::Status ConditioningModel::Run(
       }
       break;
     }
+    case OpKind::kConcat: {
+      // Row by row, each input's columns in turn; every element is rounded
+      // to dtype (a no-op for inputs already there).
+      int64_t offset = 0;
+      for (const std::string& name : op.in) {
+        const int64_t cols = value_info_.at(name).cols;
+        const std::vector<float>& data = values->at(name);
+        for (int64_t row = 0; row < rows; ++row) {
+          for (int64_t col = 0; col < cols; ++col) {
+            out[row * info.cols + offset + col] =
+                Rounded(data[row * cols + col], op.dtype, dtype_);
+          }
+        }
+        offset += cols;
+      }
+      break;
+    }
     case OpKind::kSinusoid: {
       EmbeddingSpec spec;
       spec.dim = planned.sinusoid.dim;
@@ -552,21 +716,6 @@ absl::Status ConditioningModel::Run(
                 Rounded(x[j % planned.in_width] + table[j], op.dtype, dtype_);
           }
         }
-      }
-      break;
-    }
-    case OpKind::kConcat: {
-      int64_t offset = 0;
-      for (const std::string& name : op.in) {
-        const std::vector<float>& part = values->at(name);
-        const int64_t cols = value_info_.at(name).cols;
-        for (int64_t row = 0; row < rows; ++row) {
-          for (int64_t j = 0; j < cols; ++j) {
-            out[row * info.cols + offset + j] =
-                Rounded(part[row * cols + j], op.dtype, dtype_);
-          }
-        }
-        offset += cols;
       }
       break;
     }
@@ -736,7 +885,7 @@ absl::StatusOr<std::vector<ConditioningOutput>> ConditioningModel::Compute(
   };
   uint32_t row_inputs = 0;  // inputs such as the pooled embedding
   for (const InputSpec& input : family_->inputs) {
-    if (!input.width_field.empty() || input.width > 0) {
+    if (!input.width_field.empty()) {
       row_inputs |= InputBit(family_->inputs, input.name);
     }
   }

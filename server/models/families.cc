@@ -100,8 +100,12 @@ Op TableAdd(std::string out, std::string in, std::string table,
   return op;
 }
 
-Op Concat(std::string out, std::vector<std::string> in) {
-  return MakeOp(OpKind::kConcat, std::move(out), std::move(in));
+// in[0], in[1], ... side by side, rounded to `dtype`.
+Op Concat(std::string out, std::vector<std::string> in,
+          ValueDType dtype = ValueDType::kModel) {
+  Op op = MakeOp(OpKind::kConcat, std::move(out), std::move(in));
+  op.dtype = dtype;
+  return op;
 }
 
 // TimestepEmbedding whose width is not D: `field`'s value, or D / div with
@@ -352,8 +356,8 @@ FamilyDescription PixArt() {
   family.flag_defaults = {{"use_additional_conditions", "sample_size", 128}};
   family.inputs = {
       {"t", "", "", "the scheduler's timesteps (0..1000)"},
-      {"resolution", "", "use_additional_conditions",
-       "the image's height and width in pixels (PixArt-alpha)", 2},
+      {"resolution", "2", "use_additional_conditions",
+       "the image's height and width in pixels (PixArt-alpha)"},
       {"aspect_ratio", "", "use_additional_conditions",
        "height / width (PixArt-alpha)"},
   };
@@ -405,6 +409,47 @@ FamilyDescription PixArt() {
        "gate_mlp",
        6},
       {"norm_out", "norm_out", "[N, 2, D]: shift, scale", 2},
+  };
+  return family;
+}
+
+FamilyDescription HunyuanVideo15() {
+  FamilyDescription family;
+  family.class_name = "HunyuanVideo15Transformer3DModel";
+  family.name = "hunyuanvideo-1.5";
+  family.width_fields = {"num_attention_heads", "attention_head_dim"};
+  // The super-resolution (MeanFlow) model adds an embedding of a second
+  // timestep, timestep_r, to temb.
+  family.unsupported_flags = {"use_meanflow"};
+  family.inputs = {{"t", "", "", "the scheduler's timesteps (0..1000)"}};
+  std::vector<Op>& ops = family.ops;
+  // Pipeline: t.expand(B).to(latents.dtype) at the 0..1000 scale, passed to
+  // the model as it is.
+  ops.push_back(Cast("t_model", "t", ValueDType::kModel));
+  // HunyuanVideo15TimeEmbedding: Timesteps(256, flip, shift 0), the float32
+  // sinusoid cast to timestep.dtype (the model's, as t was cast).
+  ops.push_back(Sinusoid("t_sinus", "t_model", 1));
+  ops.push_back(Cast("t_proj", "t_sinus", ValueDType::kModel));
+  AppendMlp(&ops, "temb", "t_proj", "time_embed.timestep_embedder");
+  ops.push_back(Silu("temb_silu", "temb"));
+  // Every HunyuanVideo15TransformerBlock: AdaLayerNormZero norm1 (image)
+  // and norm1_context (text), linear(SiLU(temb)).
+  ops.push_back(Linear("img_mod", "temb_silu",
+                       "transformer_blocks.{i}.norm1.linear", 6, "num_layers"));
+  ops.push_back(Linear("txt_mod", "temb_silu",
+                       "transformer_blocks.{i}.norm1_context.linear", 6,
+                       "num_layers"));
+  // AdaLayerNormContinuous: linear(SiLU(temb).to(x.dtype)), a no-op cast.
+  ops.push_back(Linear("norm_out", "temb_silu", "norm_out.linear", 2));
+  // The token refiner (context_embedder) is conditioned on t and the
+  // prompt's masked mean; it is not computed here.
+  family.outputs = {
+      {"temb", "temb", "[N, D]"},
+      {"img_mod", "img_mod",
+       "[N, L, 6D]: shift_msa, scale_msa, gate_msa, shift_mlp, scale_mlp, "
+       "gate_mlp"},
+      {"txt_mod", "txt_mod", "[N, L, 6D]: same order, text stream"},
+      {"norm_out", "norm_out", "[N, 2D]: scale, shift"},
   };
   return family;
 }
@@ -465,11 +510,196 @@ FamilyDescription CogVideoX() {
   return family;
 }
 
+// A Linear built with bias=False: only its weight is read.
+Op NoBias(Op op) {
+  op.has_bias = false;
+  return op;
+}
+
+FamilyDescription Flux2() {
+  FamilyDescription family;
+  family.class_name = "Flux2Transformer2DModel";
+  family.name = "flux.2";
+  family.width_fields = {"num_attention_heads", "attention_head_dim"};
+  family.inputs = {
+      {"t", "", "", "the scheduler's timesteps (0..1000)"},
+      {"guidance", "", "guidance_embeds", "the guidance scale (dev)"},
+  };
+  std::vector<Op>& ops = family.ops;
+  // Every Linear here is built with bias=False.
+  auto mlp = [&ops](const std::string& out, const std::string& in,
+                    const std::string& prefix, const std::string& when) {
+    ops.push_back(
+        When(when, NoBias(Linear(out + "_h", in, prefix + ".linear_1", 1))));
+    ops.push_back(When(when, Silu(out + "_a", out + "_h")));
+    ops.push_back(
+        When(when, NoBias(Linear(out, out + "_a", prefix + ".linear_2", 1))));
+  };
+  // Pipeline: t.expand(B).to(latents.dtype), passed as timestep / 1000;
+  // the model: timestep.to(hidden_states.dtype) * 1000, in that dtype.
+  ops.push_back(Cast("t_pipeline", "t", ValueDType::kModel));
+  ops.push_back(Divide("t_passed", "t_pipeline", 1000));
+  ops.push_back(Multiply("t_model", "t_passed", 1000));
+  // Flux2TimestepGuidanceEmbeddings: Timesteps(256, flip, shift 0), the
+  // float32 sinusoid cast to timestep.dtype (the model's).
+  ops.push_back(Sinusoid("t_sinus", "t_model", 1));
+  ops.push_back(Cast("t_proj", "t_sinus", ValueDType::kModel));
+  mlp("t_emb", "t_proj", "time_guidance_embed.timestep_embedder", "");
+  // dev: the pipeline's float32 guidance, guidance.to(hidden_states.dtype)
+  // * 1000 in the model, embedded by the same time_proj.
+  ops.push_back(When("guidance_embeds",
+                     Cast("g_model_dtype", "guidance", ValueDType::kModel)));
+  ops.push_back(
+      When("guidance_embeds", Multiply("g_model", "g_model_dtype", 1000)));
+  ops.push_back(When("guidance_embeds", Sinusoid("g_sinus", "g_model", 1)));
+  ops.push_back(
+      When("guidance_embeds", Cast("g_proj", "g_sinus", ValueDType::kModel)));
+  mlp("g_emb", "g_proj", "time_guidance_embed.guidance_embedder",
+      "guidance_embeds");
+  ops.push_back(When("guidance_embeds", Add("temb", "t_emb", "g_emb")));
+  ops.push_back(
+      When("!guidance_embeds", Cast("temb", "t_emb", ValueDType::kModel)));
+  ops.push_back(Silu("temb_silu", "temb"));
+  // Flux2Modulation: linear(SiLU(temb)), one Linear each, shared by every
+  // double block (image and text streams) and by every single block.
+  ops.push_back(NoBias(Linear("img_mod", "temb_silu",
+                              "double_stream_modulation_img.linear", 6)));
+  ops.push_back(NoBias(Linear("txt_mod", "temb_silu",
+                              "double_stream_modulation_txt.linear", 6)));
+  ops.push_back(NoBias(
+      Linear("single_mod", "temb_silu", "single_stream_modulation.linear", 3)));
+  // AdaLayerNormContinuous(bias=False): linear(SiLU(temb).to(x.dtype)).
+  ops.push_back(NoBias(Linear("norm_out", "temb_silu", "norm_out.linear", 2)));
+  family.outputs = {
+      {"temb", "temb", "[N, D]"},
+      {"img_mod", "img_mod",
+       "[N, 6D], shared by every double block: shift, scale, gate (attention), "
+       "shift, scale, gate (feed-forward)"},
+      {"txt_mod", "txt_mod", "[N, 6D]: same order, text stream"},
+      {"single_mod", "single_mod",
+       "[N, 3D], shared by every single block: shift, scale, gate"},
+      {"norm_out", "norm_out", "[N, 2D]: scale, shift"},
+  };
+  return family;
+}
+
+// A sinusoid whose size is a config expression.
+Op SinusoidOfSize(std::string out, std::string in, std::string dim) {
+  Op op = Sinusoid(std::move(out), std::move(in), 1);
+  op.sinusoid.dim_field = std::move(dim);
+  return op;
+}
+
+// A Linear whose output width is a config expression.
+Op LinearOfWidth(std::string out, std::string in, std::string weight,
+                 std::string width, std::string blocks) {
+  Op op = Linear(std::move(out), std::move(in), std::move(weight), 1,
+                 std::move(blocks));
+  op.width_field = std::move(width);
+  return op;
+}
+
+// SDXL's UNet: three down blocks, the mid block, three up blocks.  Other
+// UNet layouts (SD 1.x/2.x have no added embedding; the SDXL refiner has
+// four levels and five time ids) are refused by the requirements below.
+FamilyDescription SdxlUnet() {
+  FamilyDescription family;
+  family.class_name = "UNet2DConditionModel";
+  family.name = "sdxl-unet";
+  // D is time_embed_dim (time_embedding_dim is required to be null).
+  family.width_fields = {"block_out_channels[0] * 4"};
+  family.requirements = {
+      {"addition_embed_type", "\"text_time\""},
+      {"time_embedding_type", "\"positional\""},
+      {"time_embedding_dim", "null"},
+      {"time_embedding_act_fn", "null"},
+      {"timestep_post_act", "null"},
+      {"time_cond_proj_dim", "null"},  // LCM's timestep_cond
+      {"class_embed_type", "null"},
+      {"num_class_embeds", "null"},
+      {"act_fn", "\"silu\""},
+      {"flip_sin_to_cos", "true"},
+      {"freq_shift", "0"},
+      {"resnet_time_scale_shift", "\"default\""},
+      {"resnet_skip_time_act", "false"},
+      {"mid_block_type", "\"UNetMidBlock2DCrossAttn\""},
+      {"down_block_types",
+       R"(["DownBlock2D", "CrossAttnDownBlock2D", "CrossAttnDownBlock2D"])"},
+      {"up_block_types",
+       R"(["CrossAttnUpBlock2D", "CrossAttnUpBlock2D", "UpBlock2D"])"},
+      {"block_out_channels", "", 3},
+  };
+  family.inputs = {
+      {"t", "", "", "the scheduler's timesteps"},
+      {"pooled",
+       "projection_class_embeddings_input_dim - 6 * "
+       "addition_time_embed_dim",
+       "", "the pooled text embedding (added_cond_kwargs text_embeds)"},
+      {"time_ids", "6", "",
+       "the added time ids: original size, crop top-left, target size"},
+  };
+  std::vector<Op>& ops = family.ops;
+  // The pipeline passes the scheduler's float32 t as it is;
+  // get_time_embed: time_proj = Timesteps(block_out_channels[0], flip,
+  // shift 0), cast to sample.dtype.
+  ops.push_back(Cast("t_model", "t", ValueDType::kFloat32));
+  ops.push_back(SinusoidOfSize("t_sinus", "t_model", "block_out_channels[0]"));
+  ops.push_back(Cast("t_proj", "t_sinus", ValueDType::kModel));
+  AppendMlp(&ops, "t_emb", "t_proj", "time_embedding");
+  // get_aug_embed ("text_time"): the pipeline's time ids and pooled
+  // embedding are in the model's dtype; add_time_proj embeds each id in
+  // float32; concat with the pooled embedding promotes to float32, then
+  // .to(emb.dtype).
+  ops.push_back(Cast("time_ids_model", "time_ids", ValueDType::kModel));
+  ops.push_back(SinusoidOfSize("time_ids_sinus", "time_ids_model",
+                               "addition_time_embed_dim"));
+  ops.push_back(Cast("pooled_model", "pooled", ValueDType::kModel));
+  ops.push_back(Concat("add_in_float", {"pooled_model", "time_ids_sinus"},
+                       ValueDType::kFloat32));
+  ops.push_back(Cast("add_in", "add_in_float", ValueDType::kModel));
+  AppendMlp(&ops, "aug_emb", "add_in", "add_embedding");
+  // emb = emb + aug_emb; no time_embed_act.
+  ops.push_back(Add("temb", "t_emb", "aug_emb"));
+  // Every ResnetBlock2D: time_emb_proj(SiLU(emb)), out_channels wide.
+  ops.push_back(Silu("temb_silu", "temb"));
+  for (int b = 0; b < 3; ++b) {
+    const std::string down = "down_blocks." + std::to_string(b);
+    ops.push_back(LinearOfWidth(
+        down, "temb_silu", down + ".resnets.{i}.time_emb_proj",
+        "block_out_channels[" + std::to_string(b) + "]", "layers_per_block"));
+  }
+  // UNetMidBlock2DCrossAttn with one attention layer: two resnets.
+  ops.push_back(LinearOfWidth("mid_block", "temb_silu",
+                              "mid_block.resnets.{i}.time_emb_proj",
+                              "block_out_channels[-1]", "2"));
+  for (int b = 0; b < 3; ++b) {
+    const std::string up = "up_blocks." + std::to_string(b);
+    ops.push_back(
+        LinearOfWidth(up, "temb_silu", up + ".resnets.{i}.time_emb_proj",
+                      "block_out_channels[" + std::to_string(2 - b) + "]",
+                      "layers_per_block + 1"));
+  }
+  family.outputs = {{"temb", "temb", "[N, T]: time_embedding + add_embedding"}};
+  for (const char* level : {"down_blocks", "up_blocks"}) {
+    for (int b = 0; b < 3; ++b) {
+      const std::string name = std::string(level) + "." + std::to_string(b);
+      family.outputs.push_back(
+          {name, name, "[N, resnets, C]: resnets.{j}.time_emb_proj"});
+    }
+    if (std::string(level) == "down_blocks") {
+      family.outputs.push_back(
+          {"mid_block", "mid_block", "[N, 2, C]: resnets.{j}.time_emb_proj"});
+    }
+  }
+  return family;
+}
+
 }  // namespace
 
 const std::vector<FamilyDescription>& Families() {
   static const auto* families = new std::vector<FamilyDescription>{
-      QwenImage(), Flux1(), Sd3(), Wan(), PixArt(), CogVideoX()};
+      QwenImage(), Flux1(),          Sd3(),   Wan(),     PixArt(),
+      CogVideoX(), HunyuanVideo15(), Flux2(), SdxlUnet()};
   return *families;
 }
 

@@ -247,6 +247,35 @@ TEST_F(ConditioningServiceTest, CallbacksRunOnceEveryModelSettled) {
   EXPECT_TRUE(at_once);
 }
 
+// Each model folder's temb.json sets the dtype that model computes in; a
+// bad one fails that model alone, naming the file and the field.
+TEST(ConditioningServiceRepositoryTest, EachFolderSetsItsOwnTorchDType) {
+  TempDir repository;
+  for (const char* name : {"as_stored", "in_bf16", "misspelt"}) {
+    ASSERT_EQ(mkdir(repository.File(name).c_str(), 0755), 0);
+    models::WriteQwenCheckpoint(repository.File(name));
+  }
+  models::WriteText(repository.File("in_bf16/temb.json"),
+                    R"({"torch_dtype": "bfloat16"})");
+  models::WriteText(repository.File("misspelt/temb.json"),
+                    R"({"torch_type": "bfloat16"})");
+  ConditioningService service({});
+  ASSERT_TRUE(service.OpenRepository(repository.path(), {}).ok());
+  ASSERT_TRUE(service.WaitUntilLoaded(absl::Seconds(30)));
+  const auto models = service.Models();
+  ASSERT_EQ(models.size(), 3u);
+  EXPECT_EQ(models[0].name, "as_stored");
+  EXPECT_EQ(models[0].dtype, DType::kFloat32);
+  EXPECT_EQ(models[1].name, "in_bf16");
+  EXPECT_EQ(models[1].state, ModelState::kReady);
+  EXPECT_EQ(models[1].dtype, DType::kBFloat16);
+  EXPECT_EQ(models[1].weight_bytes * 2, models[0].weight_bytes);
+  EXPECT_EQ(models[1].outputs[0].row_bytes, 8 * 2);
+  EXPECT_EQ(models[2].state, ModelState::kFailed);
+  EXPECT_THAT(models[2].message, AllOf(HasSubstr("misspelt/temb.json"),
+                                       HasSubstr("field \"torch_type\"")));
+}
+
 TEST(ConditioningServiceRepositoryTest, RefusesAMissingRepository) {
   ConditioningService service({});
   EXPECT_EQ(service.OpenRepository("/nonexistent/models", {}).code(),

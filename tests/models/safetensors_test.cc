@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
@@ -14,6 +15,7 @@
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "temb/base/file_reader.h"
 #include "temb/models/checkpoint.h"
 #include "temb/models/conditioning_model.h"
 #include "test_checkpoints.h"
@@ -644,6 +646,397 @@ TEST(ConditioningModelTest, CogVideoXOfsFollowsItsWidthField) {
   EXPECT_THAT(Message(ConditioningModel::Load(dir.path(), {}).status()),
               AllOf(HasSubstr("config.json"),
                     HasSubstr("field flip_sin_to_cos: must be true or false")));
+}
+
+// A small HunyuanVideo-1.5-shaped float32 checkpoint: D = 8, two blocks,
+// every Linear with a bias; the tensor named `drop` is left out.
+void WriteHunyuanVideo15Checkpoint(const TempDir& dir,
+                                   const std::string& drop = "") {
+  WriteText(dir.File("config.json"),
+            R"({"_class_name": "HunyuanVideo15Transformer3DModel",
+                "num_layers": 2, "num_attention_heads": 2,
+                "attention_head_dim": 4, "use_meanflow": false})");
+  std::vector<TensorToWrite> tensors;
+  uint32_t state = 5;
+  auto add = [&](const std::string& name, std::vector<int64_t> shape) {
+    if (name != drop) {
+      tensors.push_back(RandomFloat32(name, std::move(shape), &state));
+    }
+  };
+  auto linear = [&](const std::string& prefix, int64_t out, int64_t in) {
+    add(prefix + ".weight", {out, in});
+    add(prefix + ".bias", {out});
+  };
+  linear("time_embed.timestep_embedder.linear_1", 8, 256);
+  linear("time_embed.timestep_embedder.linear_2", 8, 8);
+  for (int i = 0; i < 2; ++i) {
+    const std::string block = absl::StrCat("transformer_blocks.", i);
+    linear(block + ".norm1.linear", 48, 8);
+    linear(block + ".norm1_context.linear", 48, 8);
+  }
+  linear("norm_out.linear", 16, 8);
+  ASSERT_TRUE(
+      WriteSafetensors(dir.File("diffusion_pytorch_model.safetensors"), tensors)
+          .ok());
+}
+
+TEST(CheckpointTest, RefusesMissingBiasOfALinearThatHasOne) {
+  TempDir dir;
+  WriteHunyuanVideo15Checkpoint(dir);
+  auto model = ConditioningModel::Load(dir.path(), {});
+  ASSERT_TRUE(model.ok()) << model.status();
+  EXPECT_EQ((*model)->family().name, "hunyuanvideo-1.5");
+  WriteHunyuanVideo15Checkpoint(
+      dir, "transformer_blocks.1.norm1_context.linear.bias");
+  model = ConditioningModel::Load(dir.path(), {});
+  EXPECT_EQ(model.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(Message(model.status()),
+              AllOf(HasSubstr("tensor \"transformer_blocks.1.norm1_context."
+                              "linear.bias\""),
+                    HasSubstr("missing")));
+  // The super-resolution model's second timestep is not computed.
+  WriteText(dir.File("config.json"),
+            R"({"_class_name": "HunyuanVideo15Transformer3DModel",
+                "num_layers": 2, "num_attention_heads": 2,
+                "attention_head_dim": 4, "use_meanflow": true})");
+  EXPECT_THAT(Message(ConditioningModel::Load(dir.path(), {}).status()),
+              AllOf(HasSubstr("field use_meanflow"),
+                    HasSubstr("not supported for hunyuanvideo-1.5")));
+}
+
+// A small FLUX.2-shaped float32 checkpoint: D = 8, no Linear with a bias,
+// the guidance embedder when `guidance`.
+void WriteFlux2Checkpoint(const TempDir& dir, bool guidance) {
+  WriteText(dir.File("config.json"),
+            absl::StrCat(R"({"_class_name": "Flux2Transformer2DModel",
+                "num_layers": 2, "num_single_layers": 3,
+                "num_attention_heads": 2, "attention_head_dim": 4,
+                "guidance_embeds": )",
+                         guidance ? "true" : "false", "}"));
+  std::vector<TensorToWrite> tensors;
+  uint32_t state = 7;
+  auto add = [&](const std::string& name, std::vector<int64_t> shape) {
+    tensors.push_back(RandomFloat32(name, std::move(shape), &state));
+  };
+  add("time_guidance_embed.timestep_embedder.linear_1.weight", {8, 256});
+  add("time_guidance_embed.timestep_embedder.linear_2.weight", {8, 8});
+  if (guidance) {
+    add("time_guidance_embed.guidance_embedder.linear_1.weight", {8, 256});
+    add("time_guidance_embed.guidance_embedder.linear_2.weight", {8, 8});
+  }
+  add("double_stream_modulation_img.linear.weight", {48, 8});
+  add("double_stream_modulation_txt.linear.weight", {48, 8});
+  add("single_stream_modulation.linear.weight", {24, 8});
+  add("norm_out.linear.weight", {16, 8});
+  ASSERT_TRUE(
+      WriteSafetensors(dir.File("diffusion_pytorch_model.safetensors"), tensors)
+          .ok());
+}
+
+TEST(ConditioningModelTest, Flux2LinearsWithoutBiasAndSharedModulations) {
+  for (const bool guidance : {true, false}) {
+    TempDir dir;
+    WriteFlux2Checkpoint(dir, guidance);
+    auto model = ConditioningModel::Load(dir.path(), {});
+    ASSERT_TRUE(model.ok()) << model.status();
+    // Weights only: (2 or 4) MLP Linears, four modulation Linears.
+    const int64_t weights =
+        (guidance ? 2 : 1) * (8 * 256 + 8 * 8) + 48 * 8 * 2 + 24 * 8 + 16 * 8;
+    EXPECT_EQ((*model)->weight_bytes(), 4 * weights);
+    ConditioningInputs inputs;
+    inputs.values["t"] = {999.0f, 1.5f};
+    if (guidance) inputs.values["guidance"] = {3.5f};
+    auto outputs = (*model)->Compute(inputs, {});
+    ASSERT_TRUE(outputs.ok()) << outputs.status();
+    std::vector<std::string> names;
+    std::vector<std::vector<int64_t>> shapes;
+    for (const ConditioningOutput& output : *outputs) {
+      names.push_back(output.name);
+      shapes.push_back(output.shape);
+    }
+    // One [N, W] row per modulation, whatever the block counts.
+    EXPECT_EQ(names, (std::vector<std::string>{"temb", "img_mod", "txt_mod",
+                                               "single_mod", "norm_out"}));
+    EXPECT_EQ(shapes, (std::vector<std::vector<int64_t>>{
+                          {2, 8}, {2, 48}, {2, 48}, {2, 24}, {2, 16}}));
+  }
+}
+
+// A small SDXL-UNet-shaped float32 checkpoint: block_out_channels [4, 6, 8]
+// (time embedding 16 wide), one resnet per down block, added time ids
+// embedded 4 wide beside a pooled embedding of 3.  `config` replaces
+// fields of config.json ("key": value pairs appended last win).
+void WriteSdxlUnetCheckpoint(const TempDir& dir,
+                             const std::string& config = "") {
+  WriteText(dir.File("config.json"),
+            absl::StrCat(R"({"_class_name": "UNet2DConditionModel",
+                "addition_embed_type": "text_time",
+                "time_embedding_type": "positional", "act_fn": "silu",
+                "flip_sin_to_cos": true, "freq_shift": 0,
+                "resnet_time_scale_shift": "default",
+                "resnet_skip_time_act": false, "time_cond_proj_dim": null,
+                "mid_block_type": "UNetMidBlock2DCrossAttn",
+                "down_block_types": ["DownBlock2D", "CrossAttnDownBlock2D",
+                                     "CrossAttnDownBlock2D"],
+                "up_block_types": ["CrossAttnUpBlock2D", "CrossAttnUpBlock2D",
+                                   "UpBlock2D"],
+                "block_out_channels": [4, 6, 8], "layers_per_block": 1,
+                "addition_time_embed_dim": 4,
+                "projection_class_embeddings_input_dim": 27)",
+                         config, "}"));
+  std::vector<TensorToWrite> tensors;
+  uint32_t state = 9;
+  auto linear = [&](const std::string& prefix, int64_t out, int64_t in) {
+    tensors.push_back(RandomFloat32(prefix + ".weight", {out, in}, &state));
+    tensors.push_back(RandomFloat32(prefix + ".bias", {out}, &state));
+  };
+  linear("time_embedding.linear_1", 16, 4);
+  linear("time_embedding.linear_2", 16, 16);
+  linear("add_embedding.linear_1", 16, 27);
+  linear("add_embedding.linear_2", 16, 16);
+  const int64_t widths[] = {4, 6, 8};
+  for (int b = 0; b < 3; ++b) {
+    linear(absl::StrCat("down_blocks.", b, ".resnets.0.time_emb_proj"),
+           widths[b], 16);
+    for (int j = 0; j < 2; ++j) {
+      linear(absl::StrCat("up_blocks.", b, ".resnets.", j, ".time_emb_proj"),
+             widths[2 - b], 16);
+    }
+  }
+  linear("mid_block.resnets.0.time_emb_proj", 8, 16);
+  linear("mid_block.resnets.1.time_emb_proj", 8, 16);
+  ASSERT_TRUE(
+      WriteSafetensors(dir.File("diffusion_pytorch_model.safetensors"), tensors)
+          .ok());
+}
+
+TEST(ConditioningModelTest, SdxlUnetResnetsGroupedByBlockWithTheirWidths) {
+  TempDir dir;
+  WriteSdxlUnetCheckpoint(dir);
+  auto model = ConditioningModel::Load(dir.path(), {});
+  ASSERT_TRUE(model.ok()) << model.status();
+  EXPECT_EQ((*model)->width(), 16);  // block_out_channels[0] * 4
+  ConditioningInputs inputs;
+  inputs.values["t"] = {999.0f, 1.5f};
+  inputs.values["pooled"] = {0.5f, -1.0f, 2.0f};
+  inputs.values["time_ids"] = {0, 0, 0, 0, 0, 1000};
+  auto outputs = (*model)->Compute(inputs, {});
+  ASSERT_TRUE(outputs.ok()) << outputs.status();
+  std::vector<std::string> names;
+  std::vector<std::vector<int64_t>> shapes;
+  for (const ConditioningOutput& output : *outputs) {
+    names.push_back(output.name);
+    shapes.push_back(output.shape);
+  }
+  EXPECT_EQ(names,
+            (std::vector<std::string>{
+                "temb", "down_blocks.0", "down_blocks.1", "down_blocks.2",
+                "mid_block", "up_blocks.0", "up_blocks.1", "up_blocks.2"}));
+  EXPECT_EQ(shapes, (std::vector<std::vector<int64_t>>{{2, 16},
+                                                       {2, 1, 4},
+                                                       {2, 1, 6},
+                                                       {2, 1, 8},
+                                                       {2, 2, 8},
+                                                       {2, 2, 8},
+                                                       {2, 2, 6},
+                                                       {2, 2, 4}}));
+  // The add embedding's input: the pooled embedding, then each time id's
+  // 4-wide sinusoid (cos first) in order; an id of 0 embeds as 1, 1, 0, 0.
+  outputs = (*model)->Compute(inputs, {"add_in_float"});
+  ASSERT_TRUE(outputs.ok()) << outputs.status();
+  const ConditioningOutput& add_in = (*outputs)[0];
+  ASSERT_EQ(add_in.shape, (std::vector<int64_t>{2, 27}));
+  std::vector<float> row(27);
+  std::memcpy(row.data(), add_in.data.data() + 27 * 4, 27 * 4);  // row 1
+  EXPECT_EQ(std::vector<float>(row.begin(), row.begin() + 3),
+            (std::vector<float>{0.5f, -1.0f, 2.0f}));
+  for (int id = 0; id < 5; ++id) {
+    EXPECT_EQ(
+        std::vector<float>(row.begin() + 3 + 4 * id, row.begin() + 7 + 4 * id),
+        (std::vector<float>{1, 1, 0, 0}))
+        << id;
+  }
+  // Frequencies exp(-ln(10000) * k / 2), k = 0, 1: 1 and 0.01.
+  EXPECT_NEAR(row[23], std::cos(1000.0), 1e-4);
+  EXPECT_NEAR(row[24], std::cos(10.0), 1e-5);
+  EXPECT_NEAR(row[25], std::sin(1000.0), 1e-4);
+  EXPECT_NEAR(row[26], std::sin(10.0), 1e-5);
+  inputs.values["time_ids"].clear();
+  EXPECT_THAT(Message((*model)->Compute(inputs, {}).status()),
+              HasSubstr("time_ids: required by this sdxl-unet model"));
+}
+
+TEST(CheckpointTest, RefusesUnetConfigsTheSdxlDescriptionDoesNotFollow) {
+  TempDir dir;
+  const std::pair<const char*, std::vector<const char*>> cases[] = {
+      {R"(, "addition_embed_type": "text")",
+       {"field addition_embed_type: \"text\" is not supported",
+        "supported: \"text_time\""}},
+      {R"(, "time_cond_proj_dim": 256)",
+       {"field time_cond_proj_dim: 256 is not supported"}},
+      {R"(, "block_out_channels": [4, 6, 8, 8])",
+       {"field block_out_channels: must be a list of 3 entries"}},
+      {R"(, "block_out_channels": [4, 6, 0])",
+       {"field block_out_channels: entry 2 must be an integer"}},
+      {R"(, "layers_per_block": [1, 1, 1])",
+       {"field layers_per_block: must be an integer"}},
+      {R"(, "projection_class_embeddings_input_dim": 24)",
+       {"config expression", "addition_time_embed_dim", "is 0"}},
+  };
+  for (const auto& [config, expected] : cases) {
+    WriteSdxlUnetCheckpoint(dir, config);
+    const std::string message =
+        Message(ConditioningModel::Load(dir.path(), {}).status());
+    EXPECT_THAT(message, HasSubstr("config.json")) << config;
+    for (const char* part : expected) {
+      EXPECT_THAT(message, HasSubstr(part)) << config;
+    }
+  }
+}
+
+// The folder's temb.json: an unknown field or value is refused, naming the
+// file and the field, rather than computed in a dtype nobody asked for.
+TEST(CheckpointTest, RefusesBadFolderOptionsNamingTheFileAndField) {
+  TempDir dir;
+  WriteQwenCheckpoint(dir.path());
+  const std::string file = dir.File("temb.json");
+  WriteText(file, R"({"torch_dtyp": "bfloat16"})");
+  auto model = ConditioningModel::Load(dir.path(), {});
+  EXPECT_EQ(model.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(Message(model.status()),
+              AllOf(HasSubstr(file), HasSubstr("field \"torch_dtyp\""),
+                    HasSubstr("unknown")));
+  WriteText(file, R"({"torch_dtype": "float64"})");
+  model = ConditioningModel::Load(dir.path(), {});
+  EXPECT_EQ(model.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(Message(model.status()),
+              AllOf(HasSubstr(file), HasSubstr("field torch_dtype"),
+                    HasSubstr("got \"float64\""), HasSubstr("bfloat16")));
+  WriteText(file, R"({"torch_dtype": 16})");
+  EXPECT_THAT(Message(ConditioningModel::Load(dir.path(), {}).status()),
+              AllOf(HasSubstr(file), HasSubstr("field torch_dtype"),
+                    HasSubstr("must be a string, got 16")));
+  WriteText(file, R"(["bfloat16"])");
+  EXPECT_THAT(Message(ConditioningModel::Load(dir.path(), {}).status()),
+              AllOf(HasSubstr(file), HasSubstr("not a JSON object")));
+  EXPECT_THAT(Message(ParseTorchDType("bf17").status()),
+              HasSubstr("got \"bf17\""));
+  ConditioningOptions options;
+  options.torch_dtype = DType::kFloat64;
+  EXPECT_THAT(Message(ConditioningModel::Load(dir.path(), options).status()),
+              HasSubstr("torch_dtype: fp64 is not one of fp32, bf16, fp16"));
+}
+
+// Every tensor of `from`'s single file rounded to bf16 into `to`, with its
+// config.json: the folder a bf16 save_pretrained of the same model writes.
+void WriteBFloat16Copy(const TempDir& from, const TempDir& to) {
+  auto file = SafetensorsFile::Open(from.File(kSingleWeightsFile));
+  ASSERT_TRUE(file.ok()) << file.status();
+  std::vector<TensorToWrite> tensors;
+  for (const auto& [name, entry] : (*file)->tensors()) {
+    auto bytes = (*file)->Read(entry);
+    ASSERT_TRUE(bytes.ok()) << bytes.status();
+    TensorToWrite tensor{name, DType::kBFloat16, entry.shape, {}};
+    tensor.data.resize(bytes->size() / 2);
+    for (size_t i = 0; i < tensor.data.size() / 2; ++i) {
+      float value;
+      std::memcpy(&value, bytes->data() + i * 4, 4);
+      const uint16_t bits = FloatToBFloat16(value);
+      std::memcpy(&tensor.data[i * 2], &bits, 2);
+    }
+    tensors.push_back(std::move(tensor));
+  }
+  ASSERT_TRUE(WriteSafetensors(to.File(kSingleWeightsFile), tensors).ok());
+  auto config = ReadFile(from.File(kConfigFile), "config");
+  ASSERT_TRUE(config.ok()) << config.status();
+  WriteText(to.File(kConfigFile), *config);
+}
+
+// An fp32 folder loaded with torch_dtype bf16 holds half the bytes, computes
+// in bf16, and gives the bits of the same model saved in bf16; the override
+// is part of the cache key.
+TEST(ConditioningModelTest, TorchDTypeKeepsOnlyTheConvertedWeights) {
+  TempDir dir;
+  WriteQwenCheckpoint(dir.path());
+  auto stored = ConditioningModel::Load(dir.path(), {});
+  ASSERT_TRUE(stored.ok()) << stored.status();
+  EXPECT_EQ((*stored)->dtype(), DType::kFloat32);
+  ConditioningOptions options;
+  options.torch_dtype = DType::kBFloat16;
+  auto converted = ConditioningModel::Load(dir.path(), options);
+  ASSERT_TRUE(converted.ok()) << converted.status();
+  EXPECT_EQ((*converted)->dtype(), DType::kBFloat16);
+  EXPECT_EQ((*converted)->weight_bytes() * 2, (*stored)->weight_bytes());
+  EXPECT_NE((*converted)->cache_key(), (*stored)->cache_key());
+
+  TempDir bf16;
+  WriteBFloat16Copy(dir, bf16);
+  auto saved_bf16 = ConditioningModel::Load(bf16.path(), {});
+  ASSERT_TRUE(saved_bf16.ok()) << saved_bf16.status();
+  EXPECT_EQ((*saved_bf16)->weight_bytes(), (*converted)->weight_bytes());
+  ConditioningInputs inputs;
+  inputs.values["t"] = {1000.0f, 992.3125f, 0.5f};
+  auto got = (*converted)->Compute(inputs, {});
+  auto expected = (*saved_bf16)->Compute(inputs, {});
+  ASSERT_TRUE(got.ok()) << got.status();
+  ASSERT_TRUE(expected.ok()) << expected.status();
+  ASSERT_EQ(got->size(), expected->size());
+  for (size_t i = 0; i < got->size(); ++i) {
+    EXPECT_EQ((*got)[i].dtype, DType::kBFloat16) << (*got)[i].name;
+    EXPECT_EQ((*got)[i].data, (*expected)[i].data) << (*got)[i].name;
+  }
+}
+
+// temb.json sets the dtype the server and the CLI load a folder in; the
+// option, set, overrides it.
+TEST(ConditioningModelTest, TorchDTypeOptionOverridesTheFolderFile) {
+  TempDir dir;
+  WriteQwenCheckpoint(dir.path());
+  auto stored = ConditioningModel::Load(dir.path(), {});
+  ASSERT_TRUE(stored.ok()) << stored.status();
+  WriteText(dir.File("temb.json"), R"({"torch_dtype": "bfloat16"})");
+  auto from_file = ConditioningModel::Load(dir.path(), {});
+  ASSERT_TRUE(from_file.ok()) << from_file.status();
+  EXPECT_EQ((*from_file)->dtype(), DType::kBFloat16);
+  EXPECT_EQ((*from_file)->weight_bytes() * 2, (*stored)->weight_bytes());
+  ConditioningOptions options;
+  options.torch_dtype = DType::kFloat32;
+  auto overridden = ConditioningModel::Load(dir.path(), options);
+  ASSERT_TRUE(overridden.ok()) << overridden.status();
+  EXPECT_EQ((*overridden)->dtype(), DType::kFloat32);
+  EXPECT_EQ((*overridden)->weight_bytes(), (*stored)->weight_bytes());
+}
+
+// Wan under a torch_dtype: the kept modules (time_embedder, the tables)
+// stay float32 whatever it is; time_proj alone follows it.
+TEST(ConditioningModelTest, TorchDTypeLeavesTheKeptModulesInFloat32) {
+  TempDir dir;
+  WriteWanCheckpoint(dir);
+  auto stored = ConditioningModel::Load(dir.path(), {});
+  ASSERT_TRUE(stored.ok()) << stored.status();
+  ConditioningOptions options;
+  options.torch_dtype = DType::kFloat32;
+  auto fp32 = ConditioningModel::Load(dir.path(), options);
+  ASSERT_TRUE(fp32.ok()) << fp32.status();
+  EXPECT_EQ((*fp32)->dtype(), DType::kFloat32);
+  // time_proj (48 x 8 and 48, stored bf16) is the one tensor upcast.
+  EXPECT_EQ((*fp32)->weight_bytes() - (*stored)->weight_bytes(),
+            (48 * 8 + 48) * 2);
+  options.torch_dtype = DType::kFloat16;
+  auto fp16 = ConditioningModel::Load(dir.path(), options);
+  ASSERT_TRUE(fp16.ok()) << fp16.status();
+  EXPECT_EQ((*fp16)->dtype(), DType::kFloat16);
+  EXPECT_EQ((*fp16)->weight_bytes(), (*stored)->weight_bytes());
+  ConditioningInputs inputs;
+  inputs.values["t"] = {999.0f};
+  auto outputs = (*fp16)->Compute(inputs, {});
+  ASSERT_TRUE(outputs.ok()) << outputs.status();
+  std::vector<DType> dtypes;
+  for (const ConditioningOutput& output : *outputs) {
+    dtypes.push_back(output.dtype);
+  }
+  EXPECT_EQ(dtypes, (std::vector<DType>{DType::kFloat16, DType::kFloat16,
+                                        DType::kFloat32, DType::kFloat32}));
 }
 
 }  // namespace

@@ -29,6 +29,25 @@ inline constexpr char kWeightsIndexFile[] =
     "diffusion_pytorch_model.safetensors.index.json";
 // config.json and the index are small; a larger one is refused unread.
 inline constexpr uint64_t kMaxJsonFileBytes = uint64_t{16} << 20;
+// temb's own optional file in a model folder: how to load the model, where
+// a pipeline passes arguments to from_pretrained.  A JSON object; its one
+// field is "torch_dtype".
+inline constexpr char kFolderOptionsFile[] = "temb.json";
+
+// The dtype a model computes in when loaded as from_pretrained(torch_dtype=
+// ...) loads it: "float32", "bfloat16" or "float16" (or fp32, bf16, fp16).
+// INVALID_ARGUMENT naming the accepted values otherwise (float64 included:
+// no family computes in it).
+absl::StatusOr<DType> ParseTorchDType(const std::string& name);
+
+// What temb.json says; every field unset when the folder has no such file.
+struct FolderOptions {
+  std::optional<DType> torch_dtype;  // unset: the stored dtype
+};
+
+// Reads `dir`/temb.json.  INVALID_ARGUMENT naming the file and the field for
+// malformed JSON, an unknown field or a value that is not accepted.
+absl::StatusOr<FolderOptions> ReadFolderOptions(const std::string& dir);
 
 // config.json, read once.  Getters name the file and the field in errors:
 // `config.json: field num_layers: missing`.
@@ -40,6 +59,7 @@ class ModelConfig {
                                            const std::string& text);
 
   const std::string& class_name() const { return class_name_; }
+  const std::string& file() const { return file_; }
   // A positive integer field.
   absl::StatusOr<int64_t> PositiveInt(const std::string& field) const;
   // A boolean field, `fallback` when absent (diffusers omits nothing it
@@ -56,6 +76,17 @@ class ModelConfig {
   // A finite number field, `fallback` when absent.
   absl::StatusOr<double> Number(const std::string& field,
                                 double fallback) const;
+  // Entry `index` of a list of positive integers (negative: from the end,
+  // -1 is the last): the UNet's block_out_channels.
+  absl::StatusOr<int64_t> PositiveIntAt(const std::string& field,
+                                        int64_t index) const;
+  // OK when the field equals the JSON value `json_text` (an absent field
+  // counts as null); otherwise INVALID_ARGUMENT naming the field, what it
+  // holds and what is supported.
+  absl::Status Require(const std::string& field,
+                       const std::string& json_text) const;
+  // OK when the field is a list of `length` entries.
+  absl::Status RequireLength(const std::string& field, int64_t length) const;
 
  private:
   std::string file_;

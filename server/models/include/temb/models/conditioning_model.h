@@ -5,7 +5,9 @@
 // docs/conditioning.md for the measured agreement).
 //
 // Loading reads config.json, picks the family by `_class_name`, and reads
-// the tensors the family needs, and only those, in their stored dtype.
+// the tensors the family needs, and only those, in their stored dtype or,
+// with a torch_dtype (the option, else the folder's temb.json), converted
+// once to it.
 // Compute() evaluates the requested outputs for N rows.  Rows whose
 // values depend on the timestep (and guidance) alone are computed once per
 // distinct input and, with a RowCache, once per process.
@@ -15,6 +17,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -40,6 +43,14 @@ struct ConditioningOptions {
   // host memory; else the engine, which takes a copy of every Linear's
   // parameters at load (the host copy is then released).
   std::shared_ptr<LinearEngine> linear_engine;
+  // The dtype the model computes in, as diffusers' from_pretrained(
+  // torch_dtype=...) sets it: every tensor the family reads is converted
+  // once at load (rounded to nearest even, as torch's .to(dtype)) and only
+  // the converted copy is kept, except those of the modules the family
+  // keeps in float32, which stay float32.  Overrides the folder's
+  // temb.json (checkpoint.h); unset there too: the stored dtype.  fp32,
+  // bf16 or fp16.
+  std::optional<DType> torch_dtype;
 };
 
 // The inputs, as float32 values, by their InputSpec name ("t", "guidance",
@@ -126,6 +137,8 @@ class ConditioningModel {
   const FamilyDescription* family_ = nullptr;
   ConditioningOptions options_;
   DType dtype_ = DType::kFloat32;
+  // Set: every tensor read in the model's dtype is converted to it.
+  std::optional<DType> torch_dtype_;
   int64_t width_ = 0;
   int64_t weight_bytes_ = 0;
   std::string cache_key_;

@@ -11,6 +11,16 @@
 // its result to its `dtype`: the model's dtype (the stored dtype of its
 // weights) or float32; arithmetic on a bf16 value is computed in float32
 // and rounded once, as PyTorch does on the CPU.
+//
+// Widths and block counts are read from config.json through small integer
+// expressions: a field name ("num_layers"), a list entry
+// ("block_out_channels[0]", "block_out_channels[-1]" for the last), an
+// integer literal, and + - * over those ("layers_per_block + 1",
+// "projection_class_embeddings_input_dim - 6 * addition_time_embed_dim").
+// Every value must come out positive.
+//
+// A sinusoid of an [N, W] value embeds each of its W values and flattens
+// the result to [N, W * dim] (SDXL's add_time_proj over the six time ids).
 #ifndef TEMB_MODELS_FAMILY_H_
 #define TEMB_MODELS_FAMILY_H_
 
@@ -23,8 +33,8 @@ enum class OpKind {
   kCast,      // in[0] rounded to dtype
   kDivide,    // in[0] / constant
   kMultiply,  // in[0] * constant
-  kSinusoid,  // diffusers' get_timestep_embedding of the [N] value in[0]
-  kLinear,    // in[0] W^T + b, W and b from the checkpoint
+  kSinusoid,  // diffusers' get_timestep_embedding of in[0] (see above)
+  kLinear,    // in[0] W^T (+ b), W and b from the checkpoint
   kSilu,      // in[0] * sigmoid(in[0])
   kAdd,       // in[0] + in[1]
   // in[0] + a checkpoint tensor (`weight`, the full name) of shape
@@ -32,7 +42,9 @@ enum class OpKind {
   // table is wider (Wan's and PixArt's scale_shift_table + temb).  Stacked
   // over `blocks` like a linear.
   kTableAdd,
-  kConcat,  // in[0], in[1], ... side by side along the row
+  // in[0], in[1], ... side by side in each row ([N, W0 + W1 + ...]; a
+  // scalar input is one column), rounded to dtype.
+  kConcat,
 };
 
 // Where an op's result is rounded to.
@@ -56,8 +68,9 @@ struct SinusoidParams {
   double downscale_freq_shift = 0;
   double scale = 1;
   double max_period = 10000;
-  // Taken from config.json when set: the width (`dim_field`, or D itself
-  // with `dim_is_width`), flip_sin_to_cos and downscale_freq_shift.
+  // Taken from config.json when set: the width (`dim_field`, a config
+  // expression such as SDXL's "block_out_channels[0]", or D itself with
+  // `dim_is_width`), flip_sin_to_cos and downscale_freq_shift.
   std::string dim_field;
   bool dim_is_width = false;
   std::string flip_field;
@@ -89,25 +102,39 @@ struct Op {
   ValueDType weight_dtype = ValueDType::kModel;
   std::vector<int64_t> table_shape;  // kTableAdd: dimensions before D
   // kLinear output width, when not width_d * D: width_d times the config
-  // field `width_field` (CogVideoX's time_embed_dim), or width_d * (D /
-  // width_div), rounded down (PixArt-alpha's size embedders: D // 3).
+  // expression `width_field` (CogVideoX's time_embed_dim, the UNet's
+  // resnets' "block_out_channels[1]"), or width_d * (D / width_div),
+  // rounded down (PixArt-alpha's size embedders: D // 3).
   std::string width_field;
   int width_div = 1;
   // kLinear: in[0]'s row is `groups` equal rows, each through the same
   // Linear, results side by side (diffusers' flatten -> Linear -> reshape
   // of PixArt-alpha's [N, 2] resolution).
   int groups = 1;
+  // kLinear: false for a Linear built without a bias (FLUX.2): only
+  // <prefix>.weight is read.  When true a missing <prefix>.bias refuses the
+  // checkpoint.
+  bool has_bias = true;
+};
+
+// A config.json field the family's description assumes: `value` is the JSON
+// it must equal (an absent field counts as null), or, with `length` >= 0,
+// the field must be a list of that many entries.  A model that differs is
+// refused naming the field, rather than computed wrong.
+struct ConfigRequirement {
+  std::string field;
+  std::string value;
+  int length = -1;
 };
 
 // A model input: [N] when `width_field` is empty, else [N, W] with W the
-// config field's value.
+// value of that config expression (a field name, or a literal: SDXL's "6"
+// time ids, PixArt-alpha's "2" for height and width).
 struct InputSpec {
   std::string name;
   std::string width_field;
   std::string when;  // as Op::when: required exactly when the flag holds
   std::string help;
-  // [N, width] when width_field is empty and width > 0.
-  int64_t width = 0;
 };
 
 // One output, laid out as the model consumes it: [N, W] or, for a stacked
@@ -135,7 +162,7 @@ struct FlagDefault {
 struct FamilyDescription {
   std::string class_name;  // config.json's _class_name
   std::string name;        // short name for messages and docs
-  // config.json fields whose product is the transformer width D.
+  // config.json fields (or expressions) whose product is the width D.
   std::vector<std::string> width_fields;
   // Boolean config.json fields that change the computation in ways this
   // description does not follow: a model with one of them true is refused
@@ -145,6 +172,7 @@ struct FamilyDescription {
   std::vector<Op> ops;
   std::vector<OutputSpec> outputs;
   std::vector<FlagDefault> flag_defaults;
+  std::vector<ConfigRequirement> requirements;
 };
 
 // Every family temb knows.
