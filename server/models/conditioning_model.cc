@@ -770,8 +770,10 @@ const std::vector<float>& ConditioningInputs::Get(
 absl::StatusOr<std::vector<ConditioningOutput>> ConditioningModel::Compute(
     const ConditioningInputs& inputs,
     const std::vector<std::string>& names) const {
-  for (const auto& [name, given] : inputs.values) {
-    if (!given.empty() &&
+  // (Not a structured binding: C++17 lambdas cannot capture one.)
+  for (const auto& entry : inputs.values) {
+    const std::string& name = entry.first;
+    if (!entry.second.empty() &&
         !std::any_of(
             family_->inputs.begin(), family_->inputs.end(),
             [&](const InputSpec& spec) { return spec.name == name; })) {
