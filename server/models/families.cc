@@ -132,11 +132,13 @@ FamilyDescription QwenImage() {
   family.class_name = "QwenImageTransformer2DModel";
   family.name = "qwen-image";
   family.width_fields = {"num_attention_heads", "attention_head_dim"};
-  // Layered adds an embedding of an extra index; Edit-2511 computes a
-  // second row at t = 0 that tokens select; the guidance branch raises in
-  // diffusers 0.42.1 itself.
-  family.unsupported_flags = {"use_additional_t_cond", "zero_cond_t",
-                              "guidance_embeds"};
+  // Layered adds an embedding of an extra index; the guidance branch
+  // raises in diffusers 0.42.1 itself.  Edit-2511's zero_cond_t needs
+  // nothing here: the model stacks the rows of t and of t * 0 (0 after
+  // the bf16 rounding, as t >= 0) through the same ops, and its reference
+  // image's tokens read img_mod's second half.  Rows are batch-invariant,
+  // so the row a caller asks for at timestep 0 is that half, bit for bit.
+  family.unsupported_flags = {"use_additional_t_cond", "guidance_embeds"};
   family.inputs = {{"t", "", "", "the scheduler's timesteps (0..1000)"}};
   std::vector<Op>& ops = family.ops;
   // Pipeline: t.expand(B).to(latents.dtype), then timestep / 1000 in that

@@ -75,12 +75,15 @@ ROPE = (16, 24, 24)
 POOLED = 768
 
 
-def qwen_model(dtype):
-    torch.manual_seed(0)
+def qwen_model(dtype, zero_cond_t=False):
+    """Qwen-Image, or with zero_cond_t Qwen-Image-Edit-2511's variant: the
+    model stacks the rows of t and of t * 0, and the reference image's
+    tokens read the second half of img_mod."""
+    torch.manual_seed(5 if zero_cond_t else 0)
     model = diffusers.QwenImageTransformer2DModel(
         patch_size=2, in_channels=16, out_channels=4, num_layers=3,
         attention_head_dim=WIDTH // 4, num_attention_heads=4,
-        joint_attention_dim=24, axes_dims_rope=ROPE)
+        joint_attention_dim=24, axes_dims_rope=ROPE, zero_cond_t=zero_cond_t)
     return model.to(dtype).eval()
 
 
@@ -186,8 +189,8 @@ def build(kind, dtype):
         return sdxl_unet(dtype)
     if kind.startswith("flux.2"):
         return flux2_model(dtype, guidance_embeds=(kind == "flux.2-dev"))
-    if kind == "qwen-image":
-        return qwen_model(dtype)
+    if kind.startswith("qwen-image"):
+        return qwen_model(dtype, zero_cond_t=(kind == "qwen-image-edit"))
     if kind == "hunyuanvideo-1.5":
         return hunyuan_video15_model(dtype)
     if kind.startswith("sd3"):
@@ -229,6 +232,15 @@ def conditioning_modules(kind, model):
             for j, resnet in enumerate(block.resnets):
                 found.append((name, j, resnet.time_emb_proj))
         return found
+    if kind == "qwen-image-edit":
+        # temb and img_mod have the rows of t, then those of t * 0 (see
+        # test_zero_cond_t_reference_rows_are_the_rows_at_zero): the first
+        # half is what the timesteps' rows are compared with.
+        found = [("temb", None, time_embedding(kind, model), first_half)]
+        for i, block in enumerate(model.transformer_blocks):
+            found.append(("img_mod", i, block.img_mod[1], first_half))
+            found.append(("txt_mod", i, block.txt_mod[1]))
+        return found + [("norm_out", None, model.norm_out.linear)]
     found = [("temb", None, time_embedding(kind, model))]
     if kind.startswith("flux.2"):
         # One modulation each, shared by every double (single) block.
@@ -261,6 +273,10 @@ def conditioning_modules(kind, model):
             found.append(("single_mod", i, block.norm.linear))
     found.append(("norm_out", None, model.norm_out.linear))
     return found
+
+
+def first_half(rows):
+    return rows[:rows.shape[0] // 2]
 
 
 def model_inputs(kind, dtype, pooled):
@@ -316,13 +332,17 @@ def model_inputs(kind, dtype, pooled):
             args["guidance"] = torch.full([batch], GUIDANCE,
                                           dtype=torch.float32)
         return args
-    if kind == "qwen-image":
+    if kind.startswith("qwen-image"):
+        # The edit model's sample: the target image's 4 tokens, then a
+        # reference image's 4, which read the rows at t * 0.
+        images = [(1, 2, 2)] * (2 if kind == "qwen-image-edit" else 1)
         return dict(
-            hidden_states=torch.randn(batch, 4, 16, generator=generator).to(dtype),
+            hidden_states=torch.randn(batch, 4 * len(images), 16,
+                                      generator=generator).to(dtype),
             encoder_hidden_states=torch.randn(
                 batch, TEXT_TOKENS, 24, generator=generator).to(dtype),
             encoder_hidden_states_mask=torch.ones(batch, TEXT_TOKENS),
-            timestep=timestep, img_shapes=[[(1, 2, 2)]] * batch)
+            timestep=timestep, img_shapes=[images] * batch)
     args = dict(
         hidden_states=torch.randn(batch, 4, 4, generator=generator).to(dtype),
         encoder_hidden_states=torch.randn(
@@ -413,7 +433,7 @@ def float64_reference(kind, model32, args32):
     if kind in FAMILIES:
         return float64_reference_of(kind, model32, args32)
     embedded = time_proj_inputs(kind, model32, args32)
-    scale = 1000.0 if kind == "qwen-image" else 1.0
+    scale = 1000.0 if kind.startswith("qwen-image") else 1.0
     model64 = copy.deepcopy(model32).to(torch.float64)
     calls = iter(embedded)
 
@@ -1006,7 +1026,7 @@ FAMILIES = {
     "cogvideox-1.5-i2v": CogVideoX(ofs=True),
 }
 
-KINDS = ["qwen-image", "flux.1-dev", "flux.1-schnell", "sd3", "sd3.5",
+KINDS = ["qwen-image", "qwen-image-edit", "flux.1-dev", "flux.1-schnell", "sd3", "sd3.5",
          "hunyuanvideo-1.5", "flux.2-dev", "flux.2-klein", "sdxl-unet"] + \
     list(FAMILIES)
 FP32_KINDS = [kind for kind in KINDS
@@ -1482,7 +1502,7 @@ def op_checks(kind, model):
     # AdaLayerNormContinuous: linear(silu(temb).to(x.dtype)); temb_silu is
     # checked against the block's own SiLU just before.
     norm_out = ("norm_out", Linear([model.norm_out.linear], "temb_silu"))
-    if kind == "qwen-image":
+    if kind.startswith("qwen-image"):
         return ([("t_proj", Sinusoid(embed.time_proj, "t_model"))] +
                 mlp("temb", embed.timestep_embedder, "t_proj", "act") + [
                     ("temb_silu",
@@ -1589,6 +1609,12 @@ def test_bf16_each_op_matches_its_diffusers_module(kind, saved, temb_cli,
     # What the model's time_proj receives: the pipeline's and the model's
     # rounding of t (and guidance) must be reproduced bit for bit.
     embedded = time_proj_inputs(kind, model, args)
+    if kind == "qwen-image-edit":
+        # t, then t * 0: the second half is +0 bit for bit, the timestep
+        # 0 that a caller asks temb for.
+        stacked = embedded[0]
+        assert not bool(stacked[len(TIMESTEPS):].view(torch.int16).any())
+        embedded = [first_half(stacked)]
     scalars = ["t_model"] + (["g_model"] if kind in GUIDED_KINDS else [])
     names = scalars + [value for value, _ in checks]
     if kind.startswith("flux.1"):
@@ -1640,6 +1666,60 @@ def test_fp32_error_within_twice_pytorch(kind, saved, temb_cli, tmp_path,
             f"{name}: temb's error {temb_error:.3g} against float64 is above "
             f"twice PyTorch's {torch_error:.3g}")
     measure("fp32 max error vs float64, temb/pytorch", ", ".join(summary))
+
+
+def full_img_mod(model, args):
+    """Every block's img_mod output as the forward computed it: [rows, L,
+    6D], all the rows the block saw."""
+    outputs = {}
+    handles = [block.img_mod[1].register_forward_hook(
+        lambda _m, _i, output, i=i: outputs.__setitem__(i, output.detach()))
+        for i, block in enumerate(model.transformer_blocks)]
+    try:
+        with torch.no_grad():
+            model(**args)
+    finally:
+        for handle in handles:
+            handle.remove()
+    return torch.stack([outputs[i] for i in sorted(outputs)], dim=1)
+
+
+def test_zero_cond_t_reference_rows_are_the_rows_at_zero(saved, temb_cli,
+                                                          tmp_path, measure):
+    """Qwen-Image-Edit-2511 (zero_cond_t): the second half of every block's
+    img_mod, which the reference image's tokens read, is the row temb
+    serves for timestep 0.  bf16: within one ulp of it (the fraction equal
+    recorded); fp32: within twice PyTorch's own error against the float64
+    model, whose input at t = 0 (cos 0 = 1, sin 0 = 0) is exact."""
+    batch = len(TIMESTEPS)
+    summary = []
+    for dtype_name, dtype in DTYPES.items():
+        model, folder, _ = saved[("qwen-image-edit", dtype_name)]
+        args = model_inputs("qwen-image-edit", dtype, None)
+        rows = full_img_mod(model, args)
+        assert rows.shape[0] == 2 * batch
+        theirs = rows[batch:]
+        served = run_temb(temb_cli, folder, tmp_path / f"zero-{dtype_name}"
+                          ".safetensors", [0.0], "qwen-image-edit",
+                          outputs=["img_mod"])["img_mod"]
+        ours = served.expand_as(theirs)
+        if dtype == torch.bfloat16:
+            distance = bf16_ulp_distance(ours, theirs)
+            assert int(distance.max()) <= 1, int(distance.max())
+            equal = int((distance == 0).sum())
+            summary.append(f"bf16 {equal} of {distance.numel()} bit-equal")
+            continue
+        model64 = copy.deepcopy(model).to(torch.float64)
+        args64 = {k: v.to(torch.float64) if torch.is_tensor(v) and
+                  v.is_floating_point() else v for k, v in args.items()}
+        reference = full_img_mod(model64, args64)[batch:]
+        torch_error = float((theirs.double() - reference).abs().max())
+        temb_error = float((ours.double() - reference).abs().max())
+        assert temb_error <= 2 * torch_error, (temb_error, torch_error)
+        summary.append(f"fp32 error {temb_error:.3g}, PyTorch's "
+                       f"{torch_error:.3g}")
+    measure("zero_cond_t: reference rows against the row at 0",
+            "; ".join(summary))
 
 
 @pytest.mark.parametrize("kind", ["qwen-image", "flux.1-dev", "sd3.5", "wan",
