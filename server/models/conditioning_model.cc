@@ -278,7 +278,7 @@ absl::StatusOr<LoadedTensor> LoadAs(const Checkpoint& checkpoint,
   // A new buffer of the converted size: assigning into the stored one would
   // keep its capacity, and an fp32 checkpoint run in bf16 would hold twice
   // the bytes it uses.
-  std::vector<uint8_t> converted(static_cast<size_t>(count) * DTypeSize(dtype));
+  WeightBytes converted(static_cast<size_t>(count) * DTypeSize(dtype));
   for (int64_t i = 0; i < count; ++i) {
     if (dtype == DType::kFloat32) {
       std::memcpy(&converted[i * 4], &values[i], 4);
@@ -361,8 +361,8 @@ absl::Status ConditioningModel::UploadLinears() {
       ASSIGN_OR_RETURN(const int id, options_.linear_engine->Upload(weights));
       planned.engine_ids.push_back(id);
       // The device holds them now.
-      std::vector<uint8_t>().swap(planned.weights[block].data);
-      std::vector<uint8_t>().swap(planned.biases[block].data);
+      WeightBytes().swap(planned.weights[block].data);
+      WeightBytes().swap(planned.biases[block].data);
     }
   }
   return absl::OkStatus();

@@ -284,9 +284,9 @@ const TensorEntry* SafetensorsFile::Find(const std::string& name) const {
   return it == tensors_.end() ? nullptr : &it->second;
 }
 
-absl::StatusOr<std::vector<uint8_t>> SafetensorsFile::Read(
+absl::StatusOr<WeightBytes> SafetensorsFile::Read(
     const TensorEntry& entry) const {
-  std::vector<uint8_t> data(entry.end - entry.begin);
+  WeightBytes data(entry.end - entry.begin);
   uint64_t done = 0;
   while (done < data.size()) {
     const ssize_t n =

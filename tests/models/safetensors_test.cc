@@ -44,7 +44,36 @@ TEST(SafetensorsTest, ReadsWhatTheWriterWrote) {
   EXPECT_EQ(a->shape, (std::vector<int64_t>{2, 3}));
   auto data = (*file)->Read(*(*file)->Find("b"));
   ASSERT_TRUE(data.ok());
-  EXPECT_EQ(*data, (std::vector<uint8_t>{0, 0, 128, 63}));
+  EXPECT_EQ(std::vector<uint8_t>(data->begin(), data->end()),
+            (std::vector<uint8_t>{0, 0, 128, 63}));
+}
+
+// A weight of 2 MiB or more lands in huge-page-aligned memory (the Linear
+// streams it whole every step); a smaller one in plain memory.  Both hold
+// exactly the stored bytes.
+TEST(SafetensorsTest, LargeTensorsAreReadIntoHugePageAlignedBuffers) {
+  TempDir dir;
+  std::vector<uint8_t> large(3 * kHugePageBytes / 2);
+  for (size_t i = 0; i < large.size(); ++i) {
+    large[i] = static_cast<uint8_t>(i * 131 + 7);
+  }
+  std::vector<TensorToWrite> tensors = {
+      {"large",
+       DType::kBFloat16,
+       {static_cast<int64_t>(large.size() / 2)},
+       large},
+      {"small", DType::kFloat32, {2}, {1, 2, 3, 4, 5, 6, 7, 8}}};
+  ASSERT_TRUE(WriteSafetensors(dir.File("x.safetensors"), tensors).ok());
+  auto file = SafetensorsFile::Open(dir.File("x.safetensors"));
+  ASSERT_TRUE(file.ok()) << file.status();
+  auto big = (*file)->Read(*(*file)->Find("large"));
+  ASSERT_TRUE(big.ok()) << big.status();
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(big->data()) % kHugePageBytes, 0u);
+  EXPECT_TRUE(std::equal(big->begin(), big->end(), large.begin(), large.end()));
+  auto little = (*file)->Read(*(*file)->Find("small"));
+  ASSERT_TRUE(little.ok()) << little.status();
+  EXPECT_EQ(std::vector<uint8_t>(little->begin(), little->end()),
+            (std::vector<uint8_t>{1, 2, 3, 4, 5, 6, 7, 8}));
 }
 
 TEST(SafetensorsTest, RefusesTruncatedFile) {

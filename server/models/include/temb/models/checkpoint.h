@@ -97,7 +97,7 @@ class ModelConfig {
 // A tensor read from the checkpoint: its checked description and bytes.
 struct LoadedTensor {
   TensorEntry entry;
-  std::vector<uint8_t> data;
+  WeightBytes data;
 };
 
 class Checkpoint {

@@ -32,6 +32,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
 #include "temb/kernels/dtype.h"
+#include "temb/models/weight_bytes.h"
 
 namespace temb::models {
 
@@ -76,7 +77,7 @@ class SafetensorsFile {
 
   // The tensor's bytes, exactly as stored (little-endian).  DATA_LOSS when
   // the file shrank or the read fails.
-  absl::StatusOr<std::vector<uint8_t>> Read(const TensorEntry& entry) const;
+  absl::StatusOr<WeightBytes> Read(const TensorEntry& entry) const;
 
  private:
   SafetensorsFile() = default;
