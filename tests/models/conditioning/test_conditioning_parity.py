@@ -354,6 +354,19 @@ def model_inputs(kind, dtype, pooled):
     return args
 
 
+def run_hooked(model, args, handles, restores=()):
+    """model(**args) without gradients, then the hooks removed and the
+    patched modules restored, whatever happened."""
+    try:
+        with torch.no_grad():
+            return model(**args)
+    finally:
+        for handle in handles:
+            handle.remove()
+        for restore in restores:
+            restore()
+
+
 def capture(kind, model, args, time_proj_override=None,
             sinusoid_overrides=()):
     """Runs the model's own forward; returns {output: [N, (L,) W] tensor}.
@@ -387,14 +400,7 @@ def capture(kind, model, args, time_proj_override=None,
                 time_proj_override))
     for module, override in sinusoid_overrides:
         handles.append(module.register_forward_hook(override))
-    try:
-        with torch.no_grad():
-            model(**args)
-    finally:
-        for handle in handles:
-            handle.remove()
-        for restore in restores:
-            restore()
+    run_hooked(model, args, handles, restores)
     result = {}
     for name, by_block in captured.items():
         if list(by_block) == [None]:
@@ -410,11 +416,7 @@ def time_proj_inputs(kind, model, args):
     seen = []
     handle = time_embedding(kind, model).time_proj.register_forward_hook(
         lambda _m, inputs, _o: seen.append(inputs[0].detach().clone()))
-    try:
-        with torch.no_grad():
-            model(**args)
-    finally:
-        handle.remove()
+    run_hooked(model, args, [handle])
     return seen
 
 
@@ -567,12 +569,7 @@ def summation_bounds(kind, model, args):
             found.setdefault(name, {})[block] = 2 * x.shape[-1] * 2.0 ** -24 \
                 * torch.nn.functional.linear(x, mod.weight.double().abs())
         handles.append(linear.register_forward_hook(hook))
-    try:
-        with torch.no_grad():
-            model(**args)
-    finally:
-        for handle in handles:
-            handle.remove()
+    run_hooked(model, args, handles)
     return {name: by_block[None] if list(by_block) == [None] else
             torch.stack([by_block[i] for i in sorted(by_block)], dim=1)
             for name, by_block in found.items()}
@@ -666,12 +663,7 @@ def sinusoid_calls(kind, model, args):
         lambda _m, inputs, _o, name=name:
             seen[name].append(inputs[0].detach().clone()))
         for name in names]
-    try:
-        with torch.no_grad():
-            model(**args)
-    finally:
-        for handle in handles:
-            handle.remove()
+    run_hooked(model, args, handles)
     return seen
 
 
@@ -1675,12 +1667,7 @@ def full_img_mod(model, args):
     handles = [block.img_mod[1].register_forward_hook(
         lambda _m, _i, output, i=i: outputs.__setitem__(i, output.detach()))
         for i, block in enumerate(model.transformer_blocks)]
-    try:
-        with torch.no_grad():
-            model(**args)
-    finally:
-        for handle in handles:
-            handle.remove()
+    run_hooked(model, args, handles)
     return torch.stack([outputs[i] for i in sorted(outputs)], dim=1)
 
 
