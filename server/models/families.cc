@@ -127,6 +127,26 @@ void AppendMlpOf(std::vector<Op>* ops, const std::string& out,
   ops->push_back(std::move(second));
 }
 
+// A dual-stream block's modulation: block i's image and text Linears
+// (`img_key`, `txt_key` with "{i}"), each 6D wide on SiLU(temb), stacked
+// over num_layers as outputs img_mod and txt_mod with `chunks` in order.
+void AppendDualStreamModulation(FamilyDescription* family,
+                                const std::string& img_key,
+                                const std::string& txt_key,
+                                const std::string& chunks) {
+  family->ops.push_back(
+      Linear("img_mod", "temb_silu", img_key, 6, "num_layers"));
+  family->ops.push_back(
+      Linear("txt_mod", "temb_silu", txt_key, 6, "num_layers"));
+  family->outputs.push_back({"img_mod", "img_mod", "[N, L, 6D]: " + chunks});
+  family->outputs.push_back(
+      {"txt_mod", "txt_mod", "[N, L, 6D]: same order, text stream"});
+}
+
+// diffusers' AdaLayerNormZero order, FLUX.1's and HunyuanVideo-1.5's.
+constexpr char kAdaLayerNormZeroChunks[] =
+    "shift_msa, scale_msa, gate_msa, shift_mlp, scale_mlp, gate_mlp";
+
 FamilyDescription QwenImage() {
   FamilyDescription family;
   family.class_name = "QwenImageTransformer2DModel";
@@ -151,22 +171,15 @@ FamilyDescription QwenImage() {
   ops.push_back(Cast("t_proj", "t_sinus", ValueDType::kModel));
   AppendMlp(&ops, "temb", "t_proj", "time_text_embed.timestep_embedder");
   ops.push_back(Silu("temb_silu", "temb"));
+  family.outputs = {{"temb", "temb", "[N, D]"}};
   // img_mod / txt_mod = Sequential(SiLU, Linear(D, 6D)): key ".1".
-  ops.push_back(Linear("img_mod", "temb_silu",
-                       "transformer_blocks.{i}.img_mod.1", 6, "num_layers"));
-  ops.push_back(Linear("txt_mod", "temb_silu",
-                       "transformer_blocks.{i}.txt_mod.1", 6, "num_layers"));
+  AppendDualStreamModulation(&family, "transformer_blocks.{i}.img_mod.1",
+                             "transformer_blocks.{i}.txt_mod.1",
+                             "shift1, scale1, gate1, shift2, scale2, gate2");
   // AdaLayerNormContinuous: linear(SiLU(temb).to(x.dtype)); temb is already
   // in the model's dtype.
   ops.push_back(Linear("norm_out", "temb_silu", "norm_out.linear", 2));
-  family.outputs = {
-      {"temb", "temb", "[N, D]"},
-      {"img_mod", "img_mod",
-       "[N, L, 6D]: shift1, scale1, gate1, shift2, scale2, gate2"},
-      {"txt_mod", "txt_mod",
-       "[N, L, 6D]: shift1, scale1, gate1, shift2, scale2, gate2"},
-      {"norm_out", "norm_out", "[N, 2D]: scale, shift"},
-  };
+  family.outputs.push_back({"norm_out", "norm_out", "[N, 2D]: scale, shift"});
   return family;
 }
 
@@ -211,25 +224,18 @@ FamilyDescription Flux1() {
   AppendMlp(&ops, "p_emb", "pooled_model", "time_text_embed.text_embedder");
   ops.push_back(Add("temb", "tg_emb", "p_emb"));
   ops.push_back(Silu("temb_silu", "temb"));
+  family.outputs = {{"temb", "temb", "[N, D]"}};
   // AdaLayerNormZero (norm1, norm1_context) and AdaLayerNormZeroSingle.
-  ops.push_back(Linear("img_mod", "temb_silu",
-                       "transformer_blocks.{i}.norm1.linear", 6, "num_layers"));
-  ops.push_back(Linear("txt_mod", "temb_silu",
-                       "transformer_blocks.{i}.norm1_context.linear", 6,
-                       "num_layers"));
+  AppendDualStreamModulation(&family, "transformer_blocks.{i}.norm1.linear",
+                             "transformer_blocks.{i}.norm1_context.linear",
+                             kAdaLayerNormZeroChunks);
   ops.push_back(Linear("single_mod", "temb_silu",
                        "single_transformer_blocks.{i}.norm.linear", 3,
                        "num_single_layers"));
   ops.push_back(Linear("norm_out", "temb_silu", "norm_out.linear", 2));
-  family.outputs = {
-      {"temb", "temb", "[N, D]"},
-      {"img_mod", "img_mod",
-       "[N, L, 6D]: shift_msa, scale_msa, gate_msa, shift_mlp, scale_mlp, "
-       "gate_mlp"},
-      {"txt_mod", "txt_mod", "[N, L, 6D]: same order, text stream"},
-      {"single_mod", "single_mod", "[N, L_single, 3D]: shift, scale, gate"},
-      {"norm_out", "norm_out", "[N, 2D]: scale, shift"},
-  };
+  family.outputs.push_back(
+      {"single_mod", "single_mod", "[N, L_single, 3D]: shift, scale, gate"});
+  family.outputs.push_back({"norm_out", "norm_out", "[N, 2D]: scale, shift"});
   return family;
 }
 
@@ -434,25 +440,17 @@ FamilyDescription HunyuanVideo15() {
   ops.push_back(Cast("t_proj", "t_sinus", ValueDType::kModel));
   AppendMlp(&ops, "temb", "t_proj", "time_embed.timestep_embedder");
   ops.push_back(Silu("temb_silu", "temb"));
+  family.outputs = {{"temb", "temb", "[N, D]"}};
   // Every HunyuanVideo15TransformerBlock: AdaLayerNormZero norm1 (image)
   // and norm1_context (text), linear(SiLU(temb)).
-  ops.push_back(Linear("img_mod", "temb_silu",
-                       "transformer_blocks.{i}.norm1.linear", 6, "num_layers"));
-  ops.push_back(Linear("txt_mod", "temb_silu",
-                       "transformer_blocks.{i}.norm1_context.linear", 6,
-                       "num_layers"));
+  AppendDualStreamModulation(&family, "transformer_blocks.{i}.norm1.linear",
+                             "transformer_blocks.{i}.norm1_context.linear",
+                             kAdaLayerNormZeroChunks);
   // AdaLayerNormContinuous: linear(SiLU(temb).to(x.dtype)), a no-op cast.
   ops.push_back(Linear("norm_out", "temb_silu", "norm_out.linear", 2));
+  family.outputs.push_back({"norm_out", "norm_out", "[N, 2D]: scale, shift"});
   // The token refiner (context_embedder) is conditioned on t and the
   // prompt's masked mean; it is not computed here.
-  family.outputs = {
-      {"temb", "temb", "[N, D]"},
-      {"img_mod", "img_mod",
-       "[N, L, 6D]: shift_msa, scale_msa, gate_msa, shift_mlp, scale_mlp, "
-       "gate_mlp"},
-      {"txt_mod", "txt_mod", "[N, L, 6D]: same order, text stream"},
-      {"norm_out", "norm_out", "[N, 2D]: scale, shift"},
-  };
   return family;
 }
 
