@@ -442,7 +442,9 @@ int RunCondition(const std::vector<std::string>& argv) {
     std::cout << output.name << " [" << absl::StrJoin(output.shape, ", ")
               << "] " << DTypeName(output.dtype) << "\n";
     tensors.push_back(
-        {output.name, output.dtype, output.shape, std::move(output.data)});
+        {output.name, output.dtype, output.shape,
+         std::vector<uint8_t>(output.data.begin(), output.data.end())});
+    std::string().swap(output.data);
   }
   const absl::Status written = WriteOutputs(*args->String("out"), tensors);
   if (!written.ok()) return PrintError(written);

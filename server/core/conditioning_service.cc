@@ -459,8 +459,7 @@ absl::StatusOr<ConditionResponse> ConditioningService::Serve(
     out.name = std::move(output.name);
     out.shape = std::move(output.shape);
     out.dtype = output.dtype;
-    out.data.assign(output.data.begin(), output.data.end());
-    std::vector<uint8_t>().swap(output.data);
+    out.data = std::move(output.data);
     response.outputs.push_back(std::move(out));
   }
   if (per_token) {

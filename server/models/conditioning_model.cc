@@ -1011,11 +1011,9 @@ absl::StatusOr<std::vector<ConditioningOutput>> ConditioningModel::Compute(
       output.shape.back() /= spec.chunks;
       output.shape.insert(output.shape.end() - 1, spec.chunks);
     }
-    std::string bytes;
     const std::vector<float>& data = values.at(spec.value);
     AppendEncoded(data.data(), static_cast<int64_t>(data.size()), output.dtype,
-                  &bytes);
-    output.data.assign(bytes.begin(), bytes.end());
+                  &output.data);
     outputs.push_back(std::move(output));
   }
   return outputs;

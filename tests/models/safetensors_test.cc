@@ -298,7 +298,7 @@ TEST(ConditioningModelTest, CacheHitsGiveTheComputedBits) {
   // Two distinct timesteps: two misses, and the repeat computed once.
   EXPECT_EQ(options.cache->stats().misses, 2);
   EXPECT_EQ(options.cache->stats().entries, 2);
-  const std::vector<uint8_t>& temb = (*first)[0].data;
+  const std::string& temb = (*first)[0].data;
   EXPECT_TRUE(std::equal(temb.begin(), temb.begin() + 32, temb.begin() + 64));
 
   auto second = (*model)->Compute(inputs, {});

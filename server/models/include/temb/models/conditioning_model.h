@@ -85,7 +85,9 @@ struct ConditioningOutput {
   std::string name;
   std::vector<int64_t> shape;
   DType dtype = DType::kFloat32;
-  std::vector<uint8_t> data;  // little-endian elements of dtype
+  // Little-endian elements of dtype, in the string the frontends pass on
+  // (moved, not copied, into an answer).
+  std::string data;
 };
 
 class ConditioningModel {
