@@ -385,7 +385,8 @@ def test_patched_transformer_denoises_to_the_same_latents(kind, client):
         assert error16 <= budget
 
 
-@pytest.mark.parametrize("kind", ("qwen-image", "sd3.5"))
+@pytest.mark.parametrize("kind", ("qwen-image", "sd3.5", "flux.2-klein",
+                                  "sdxl-unet"))
 def test_a_schedule_costs_one_call_and_a_repeat_none(kind, client):
     dtype = torch.bfloat16
     plain = build(kind, dtype)
@@ -394,7 +395,7 @@ def test_a_schedule_costs_one_call_and_a_repeat_none(kind, client):
     offload = temb.torch.offload_conditioning(
         patched, client=client, model=served_name(kind, dtype),
         schedule=scheduler_for(kind).timesteps)
-    if kind == "qwen-image":
+    if kind in ("qwen-image", "flux.2-klein"):
         # t alone: the schedule is fetched in the background at once.
         offload.wait()
         assert client.calls - calls == 1
@@ -410,14 +411,16 @@ def test_a_schedule_costs_one_call_and_a_repeat_none(kind, client):
     temb.torch.offload_conditioning(stepwise, client=client,
                                     model=served_name(kind, dtype))
     assert torch.equal(first, denoise(kind, stepwise, dtype))
-    # With the cache off, every forward asks (Qwen-Image: twice a step).
+    # With the cache off, every forward asks (Qwen-Image and klein's CFG:
+    # twice a step).
     uncached = copy.deepcopy(plain)
     offload = temb.torch.offload_conditioning(
         uncached, client=client, model=served_name(kind, dtype),
         cache_bytes=0)
     calls = client.calls
     assert torch.equal(first, denoise(kind, uncached, dtype))
-    assert client.calls - calls == STEPS * (2 if kind == "qwen-image" else 1)
+    assert client.calls - calls == STEPS * (
+        2 if kind in ("qwen-image", "flux.2-klein") else 1)
     assert offload.cache_info()["entries"] == 0
 
 
@@ -518,3 +521,53 @@ def test_a_model_that_does_not_match_is_refused(client):
     # And one that is not there at all.
     message = refused(build("qwen-image", torch.bfloat16), "no-such-model")
     assert "no-such-model" in message
+
+
+# --- FLUX.2, HunyuanVideo-1.5 and SDXL's UNet: refusals, the meta device ------
+
+def test_unserved_variants_and_inexact_time_ids_are_refused(client):
+    def refused(model, served="sdxl-unet-bf16"):
+        with pytest.raises(ValueError) as error:
+            temb.torch.offload_conditioning(model, client=client,
+                                            model=served)
+        return str(error.value)
+
+    # An LCM-style UNet (timestep_cond) and the MeanFlow HunyuanVideo-1.5
+    # change temb in ways the conditioning models do not compute.
+    with torch.device("meta"):
+        lcm = diffusers.UNet2DConditionModel.from_config(
+            sdxl_unet(torch.float32).config, time_cond_proj_dim=32)
+        meanflow = diffusers.HunyuanVideo15Transformer3DModel.from_config(
+            hunyuan_video15_model(torch.float32).config, use_meanflow=True)
+    assert "time_cond_proj_dim=32" in refused(lcm)
+    assert "use_meanflow=True" in refused(meanflow)
+    # Served FLUX.2-dev rows for a klein transformer: no guidance embedder.
+    message = refused(build("flux.2-klein", torch.float32), "flux.2-dev-fp32")
+    assert "guidance" in message
+    # Time ids that the served bf16 model would round: the pipeline makes
+    # them in the model's dtype, so float32 ones that bf16 cannot hold are
+    # refused rather than answered with other rows.
+    unet = build("sdxl-unet", torch.bfloat16)
+    temb.torch.offload_conditioning(unet, client=client,
+                                    model="sdxl-unet-bf16")
+    latents, prompts = inputs("sdxl-unet", torch.bfloat16)
+    prompts = [dict(prompt, time_ids=torch.tensor([TIME_IDS[5]]))
+               for prompt in prompts]
+    with pytest.raises(ValueError) as error:
+        denoise("sdxl-unet", unet, torch.bfloat16, latents, prompts)
+    assert "time_ids" in str(error.value)
+
+
+@pytest.mark.parametrize("kind", MORE_KINDS)
+def test_conditioning_modules_on_the_meta_device(kind):
+    """The same modules, with the same shapes, as on the CPU: what the
+    released-config table in docs/offload.md counts."""
+    real = temb.torch.conditioning_modules(build(kind, torch.float32))
+    with torch.device("meta"):
+        model = build(kind, torch.float32)
+    meta = temb.torch.conditioning_modules(model)
+    assert list(meta) == list(real)
+    for name, module in meta.items():
+        shapes = [p.shape for p in module.parameters()]
+        assert all(p.is_meta for p in module.parameters())
+        assert shapes == [p.shape for p in real[name].parameters()], name
