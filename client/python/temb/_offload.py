@@ -9,7 +9,8 @@
 
 Every timestep-dependent module of the transformer (the time, guidance and
 pooled-text embedders, each block's modulation Linear, the output norm's
-Linear) is replaced, and their parameters are released.  The replaced
+Linear; for SDXL's UNet its time and added embeddings and every resnet's
+time_emb_proj) is replaced, and their parameters are released.  The replaced
 embedder asks temb's conditioning model for the step's rows (at most one
 call per forward; with a schedule, one call for all of its steps) and
 returns the ``temb`` row with the whole answer attached to it; the SiLU
@@ -18,7 +19,9 @@ replacement receives that very tensor and reads its block's slice.
 
 A family is a table (_FAMILIES): how its pipeline turns the scheduler's t
 (and the guidance scale) into what the embedder receives, and which module
-reads which output at which block position.
+reads which output at which block position.  Where the inputs do not all
+reach one module (SDXL's UNet), the table also names parameterless modules
+tapped for them and embedders folded into the served temb.
 
 This module is imported by temb.torch (it needs PyTorch).
 """
@@ -860,8 +863,8 @@ class ConditioningEmbedder(torch.nn.Module):
                           ) -> Dict[str, torch.Tensor]:
         """Completes `given` with what the family's taps recorded since the
         last answer and cuts the pooled row out of a wider argument; returns
-        the inputs beyond t, guidance and pooled, one row each per row of
-        the embedder's argument (a tap may have seen them flattened)."""
+        the tapped inputs beyond t, guidance and pooled, one row each per
+        pooled row (add_time_proj sees the time ids flattened)."""
         state = self.state
         tapped, state.tapped = state.tapped, {}
         for module, name in state.family.taps:
@@ -908,15 +911,16 @@ class ModulationLookup(torch.nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         answer = getattr(x, _ANSWER, None)
         if answer is None:
-            # The tensor was rebuilt on the way (a dtype cast): the step's
-            # answer is still the embedder's latest one.
+            # The tensor was rebuilt on the way (a dtype cast; in the UNet,
+            # the resnet's SiLU of its sum emb): the step's answer is still
+            # the embedder's latest one.
             answer = getattr(self.state, "current", None)
             if answer is None or answer["temb"].shape[0] != x.shape[0]:
                 raise RuntimeError(
                     f"offload_conditioning: {self.output}"
                     f"{'' if self.index is None else f'[{self.index}]'} was "
                     "called with a tensor that is not the replaced "
-                    "time_text_embed's output")
+                    f"{self.state.family.embedder}'s output")
         value = answer[self.output]
         if self.index is not None:
             value = value[:, self.index]

@@ -571,3 +571,24 @@ def test_conditioning_modules_on_the_meta_device(kind):
         shapes = [p.shape for p in module.parameters()]
         assert all(p.is_meta for p in module.parameters())
         assert shapes == [p.shape for p in real[name].parameters()], name
+
+
+def test_a_patched_unet_copies_and_pickles(client):
+    """The UNet's taps and folded time_embedding travel with the model:
+    a deepcopy and an unpickled copy (which reconnects and asks again)
+    denoise to the same latents."""
+    kind, dtype = "sdxl-unet", torch.bfloat16
+    patched = build(kind, dtype)
+    temb.torch.offload_conditioning(patched, client=client,
+                                    model=served_name(kind, dtype))
+    expected = denoise(kind, patched, dtype)
+    assert torch.equal(denoise(kind, copy.deepcopy(patched), dtype),
+                       expected)
+    restored = pickle.loads(pickle.dumps(patched))
+    state = restored.add_embedding.state
+    state.clear_cache()
+    calls = state.calls
+    assert torch.equal(denoise(kind, restored, dtype), expected)
+    assert state.calls - calls == STEPS
+    assert restored.time_proj.state is state
+    assert restored.time_embedding.dtype_marker.dtype == dtype
