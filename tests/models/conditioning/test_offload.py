@@ -364,6 +364,8 @@ def test_patched_transformer_denoises_to_the_same_latents(kind, client):
         replaced_bytes = conditioning_parameter_bytes(plain, offload)
         assert before - parameter_bytes(patched) == replaced_bytes
         assert offload.freed_bytes == replaced_bytes > 0
+        print(f"{kind} {served_name(kind, dtype)}: {replaced_bytes} of "
+              f"{before} parameter bytes freed")
         # And nothing keeps them: the patched copy's old weights are freed.
         assert all(ref() is None for ref in old_weights)
         calls = client.calls
