@@ -874,9 +874,9 @@ class ConditioningEmbedder(torch.nn.Module):
                     f"{state.family.name} model's embedder; is the model "
                     "called the way its pipeline calls it?")
             given.setdefault(name, tapped[name])
-        if state.pooled_columns is not None and given.get("pooled") is not None:
-            given["pooled"] = given["pooled"][..., :state.pooled_columns]
         pooled = given.get("pooled")
+        if state.pooled_columns is not None and pooled is not None:
+            pooled = given["pooled"] = pooled[..., :state.pooled_columns]
         extras = {}
         for _, name in state.family.taps:
             if name not in ("timestep", "guidance", "pooled"):
