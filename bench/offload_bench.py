@@ -79,6 +79,37 @@ RELEASED = {
         joint_attention_dim=4096, caption_projection_dim=2432,
         pooled_projection_dim=2048, out_channels=16,
         pos_embed_max_size=192, qk_norm="rms_norm")),
+    # FLUX.2-dev: the class defaults; klein: the released config.json.
+    "FLUX.2-dev": (diffusers.Flux2Transformer2DModel, dict(
+        patch_size=1, in_channels=128, num_layers=8, num_single_layers=48,
+        attention_head_dim=128, num_attention_heads=48,
+        joint_attention_dim=15360, guidance_embeds=True)),
+    "FLUX.2-klein-4B": (diffusers.Flux2Transformer2DModel, dict(
+        patch_size=1, in_channels=128, num_layers=5, num_single_layers=20,
+        attention_head_dim=128, num_attention_heads=24,
+        joint_attention_dim=7680, guidance_embeds=False)),
+    "FLUX.2-klein-9B": (diffusers.Flux2Transformer2DModel, dict(
+        patch_size=1, in_channels=128, num_layers=8, num_single_layers=24,
+        attention_head_dim=128, num_attention_heads=32,
+        joint_attention_dim=12288, guidance_embeds=False)),
+    # HunyuanVideo-1.5 480p/720p: the class defaults.
+    "HunyuanVideo-1.5": (diffusers.HunyuanVideo15Transformer3DModel, dict(
+        in_channels=65, out_channels=32, num_attention_heads=16,
+        attention_head_dim=128, num_layers=54, num_refiner_layers=2,
+        text_embed_dim=3584, text_embed_2_dim=1472, image_embed_dim=1152)),
+    # SDXL base 1.0's unet/config.json.
+    "SDXL base UNet": (diffusers.UNet2DConditionModel, dict(
+        sample_size=128, in_channels=4, out_channels=4, layers_per_block=2,
+        block_out_channels=(320, 640, 1280),
+        down_block_types=("DownBlock2D", "CrossAttnDownBlock2D",
+                          "CrossAttnDownBlock2D"),
+        up_block_types=("CrossAttnUpBlock2D", "CrossAttnUpBlock2D",
+                        "UpBlock2D"),
+        transformer_layers_per_block=(1, 2, 10),
+        attention_head_dim=(5, 10, 20), cross_attention_dim=2048,
+        use_linear_projection=True, addition_embed_type="text_time",
+        addition_time_embed_dim=256,
+        projection_class_embeddings_input_dim=2816)),
 }
 
 GIB = float(1 << 30)
@@ -97,7 +128,9 @@ def table(_args):
             model = cls(**config)
         total = count([model])
         freed = count(temb.torch.conditioning_modules(model).values())
-        width = config["attention_head_dim"] * config["num_attention_heads"]
+        # A UNet has no single width: "-".
+        width = (config["attention_head_dim"] * config["num_attention_heads"]
+                 if "num_attention_heads" in config else "-")
         print(f"| {name} | {width} | {total / 1e9:.3f} B | {freed / 1e6:.1f} M "
               f"| {2 * freed / GIB:.2f} GiB | {100 * freed / total:.1f}% |")
 

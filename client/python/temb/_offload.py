@@ -9,7 +9,8 @@
 
 Every timestep-dependent module of the transformer (the time, guidance and
 pooled-text embedders, each block's modulation Linear, the output norm's
-Linear) is replaced, and their parameters are released.  The replaced
+Linear; for SDXL's UNet its time and added embeddings and every resnet's
+time_emb_proj) is replaced, and their parameters are released.  The replaced
 embedder asks temb's conditioning model for the step's rows (at most one
 call per forward; with a schedule, one call for all of its steps) and
 returns the ``temb`` row with the whole answer attached to it; the SiLU
@@ -18,7 +19,9 @@ replacement receives that very tensor and reads its block's slice.
 
 A family is a table (_FAMILIES): how its pipeline turns the scheduler's t
 (and the guidance scale) into what the embedder receives, and which module
-reads which output at which block position.
+reads which output at which block position.  Where the inputs do not all
+reach one module (SDXL's UNet), the table also names parameterless modules
+tapped for them and embedders folded into the served temb.
 
 This module is imported by temb.torch (it needs PyTorch).
 """
@@ -51,9 +54,12 @@ _DTYPE_NAMES = {torch.float32: "fp32", torch.bfloat16: "bf16",
 class _Slot:
     """A modulation Linear replaced by a lookup: `linear` reads output
     `output` at block position `index` (None: an [N, W] output), and the
-    SiLU `silu` before it becomes a pass-through."""
+    SiLU `silu` before it becomes a pass-through.  `silu` is None where
+    that SiLU is shared with other inputs (a UNet resnet's nonlinearity
+    also acts on its hidden states): it stays, and the lookup reads the
+    embedder's latest answer."""
     linear: str
-    silu: str
+    silu: Optional[str]
     output: str
     index: Optional[int]
 
@@ -150,6 +156,22 @@ class _Family:
     guidance: Optional[Callable[[torch.Tensor, torch.dtype],
                                 torch.Tensor]] = None
     guidance_factor: float = 1.0
+    # The module replaced by the embedder (FLUX.2: time_guidance_embed,
+    # HunyuanVideo-1.5: time_embed, the UNet: add_embedding).
+    embedder: str = "time_text_embed"
+    # Parameterless modules that receive one of the served inputs before
+    # the embedder runs, where the embedder's own arguments lack it (the
+    # UNet's time_proj gets t, its add_time_proj the flattened time ids):
+    # each is wrapped to record that input for the embedder.
+    taps: Tuple[Tuple[str, str], ...] = ()
+    # Modules with weights whose output the model adds to the embedder's
+    # (the UNet's time_embedding): the served temb already holds it, so they
+    # return zeros.
+    folded: Tuple[str, ...] = ()
+    # The embedder's "pooled" argument holds the pooled row in its first
+    # pooled_width(model) columns (the UNet's add_embedding receives
+    # [text_embeds, sinusoids of the time ids]); None: all of it.
+    pooled_width: Optional[Callable[[torch.nn.Module], int]] = None
 
 
 _QWEN = _Family("qwen-image", ("timestep", "-", "-"), _t_over_1000, 1e-3,
@@ -159,6 +181,95 @@ _FLUX_DEV = _Family("flux.1-dev", ("timestep", "guidance", "pooled"),
 _FLUX_SCHNELL = _Family("flux.1-schnell", ("timestep", "pooled"), _t_flux,
                         1.0, _flux_slots)
 _SD3 = _Family("sd3", ("timestep", "pooled"), _t_as_is, 1.0, _sd3_slots)
+
+
+# FLUX.2, HunyuanVideo-1.5 and SDXL's UNet.
+
+def _flux2_slots(model: torch.nn.Module) -> List[_Slot]:
+    # One Flux2Modulation per stream, shared by every block of its kind:
+    # its output has no block axis.  Flux2Modulation names its SiLU act_fn.
+    slots = [_Slot(f"{prefix}.linear", f"{prefix}.act_fn", output, None)
+             for prefix, output in (
+                 ("double_stream_modulation_img", "img_mod"),
+                 ("double_stream_modulation_txt", "txt_mod"),
+                 ("single_stream_modulation", "single_mod"))]
+    slots.append(_adanorm("norm_out", "norm_out", None))
+    return slots
+
+
+def _hunyuan_video15_slots(model: torch.nn.Module) -> List[_Slot]:
+    # The main path only: the token refiner (context_embedder) embeds t
+    # with the prompt's masked mean, which the conditioning model does not
+    # serve, so it keeps its own time embedding and modulations.
+    slots = []
+    for i in range(len(model.transformer_blocks)):
+        slots.append(_adanorm(f"transformer_blocks.{i}.norm1", "img_mod", i))
+        slots.append(_adanorm(f"transformer_blocks.{i}.norm1_context",
+                              "txt_mod", i))
+    slots.append(_adanorm("norm_out", "norm_out", None))
+    return slots
+
+
+def _unet_slots(model: torch.nn.Module) -> List[_Slot]:
+    # Every ResnetBlock2D's time_emb_proj, one output per down/up block and
+    # the mid block, [N, resnets, C].  The resnet's nonlinearity also acts
+    # on its hidden states, so it stays (silu None).
+    levels = [f"down_blocks.{b}" for b in range(len(model.down_blocks))]
+    levels.append("mid_block")
+    levels += [f"up_blocks.{b}" for b in range(len(model.up_blocks))]
+    slots = []
+    for level in levels:
+        for j in range(len(model.get_submodule(level).resnets)):
+            slots.append(_Slot(f"{level}.resnets.{j}.time_emb_proj", None,
+                               level, j))
+    return slots
+
+
+def _t_hunyuan_video15(t: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    # HunyuanVideo-1.5's pipeline: t.to(latents' dtype), at the 0..1000
+    # scale, and the model embeds it as it comes.
+    return t.to(dtype)
+
+
+def _unet_pooled_width(model: torch.nn.Module) -> int:
+    # add_embedding's input: the pooled text embedding, then one sinusoid
+    # of addition_time_embed_dim per time id (6 for SDXL, as served).
+    return (model.add_embedding.linear_1.in_features
+            - 6 * model.config.addition_time_embed_dim)
+
+
+# FLUX.2's pipelines pass t and the guidance as FLUX.1's do; klein passes
+# guidance=None.
+_FLUX2_DEV = _Family("flux.2-dev", ("timestep", "guidance"), _t_flux, 1.0,
+                     _flux2_slots, _guidance_flux, 1000.0,
+                     embedder="time_guidance_embed")
+_FLUX2_KLEIN = _Family("flux.2-klein", ("timestep", "-"), _t_flux, 1.0,
+                       _flux2_slots, embedder="time_guidance_embed")
+# time_embed(timestep, timestep_r): timestep_r only with use_meanflow,
+# which is refused.
+_HUNYUAN_VIDEO15 = _Family("hunyuanvideo-1.5", ("timestep", "-"),
+                           _t_hunyuan_video15, 1.0, _hunyuan_video15_slots,
+                           embedder="time_embed")
+# The UNet computes emb = time_embedding(time_proj(t)) + add_embedding(
+# [text_embeds, add_time_proj(time_ids)]) inline in its forward.  The
+# embedder is add_embedding, the last of them: it receives the pooled row,
+# and taps on the two parameterless projections give it t and the time ids;
+# time_embedding returns zeros, so the sum is the served temb.  The
+# pipeline passes the scheduler's t as it is (float32 in the sinusoid).
+_SDXL_UNET = _Family("sdxl-unet", ("pooled",), _t_as_is, 1.0, _unet_slots,
+                     embedder="add_embedding",
+                     taps=(("time_proj", "timestep"),
+                           ("add_time_proj", "time_ids")),
+                     folded=("time_embedding",),
+                     pooled_width=_unet_pooled_width)
+
+# The UNet config values whose other settings change emb and that the
+# conditioning model refuses (server/models/families.cc).
+_UNET_REQUIRED = {"addition_embed_type": "text_time",
+                  "time_embedding_type": "positional",
+                  "time_cond_proj_dim": None, "class_embed_type": None,
+                  "num_class_embeds": None, "time_embedding_act_fn": None,
+                  "timestep_post_act": None, "resnet_skip_time_act": False}
 
 
 def _family_of(model: torch.nn.Module) -> _Family:
@@ -176,10 +287,29 @@ def _family_of(model: torch.nn.Module) -> _Family:
         return _FLUX_DEV if config.get("guidance_embeds") else _FLUX_SCHNELL
     if name == "SD3Transformer2DModel":
         return _SD3
+    if name == "Flux2Transformer2DModel":
+        return _FLUX2_DEV if config.get("guidance_embeds") else _FLUX2_KLEIN
+    if name == "HunyuanVideo15Transformer3DModel":
+        if config.get("use_meanflow"):
+            raise ValueError(
+                "offload_conditioning: HunyuanVideo15Transformer3DModel with "
+                "use_meanflow=True is not served by temb's conditioning "
+                "models")
+        return _HUNYUAN_VIDEO15
+    if name == "UNet2DConditionModel":
+        for key, value in _UNET_REQUIRED.items():
+            if config.get(key, value) != value:
+                raise ValueError(
+                    f"offload_conditioning: UNet2DConditionModel with "
+                    f"{key}={config.get(key)!r} is not served by temb's "
+                    f"conditioning models (SDXL's UNet has {value!r})")
+        return _SDXL_UNET
     raise ValueError(
         f"offload_conditioning: {type(model).__module__}.{name} is not a "
         "family temb serves (QwenImageTransformer2DModel, "
-        "FluxTransformer2DModel, SD3Transformer2DModel)")
+        "FluxTransformer2DModel, SD3Transformer2DModel, "
+        "Flux2Transformer2DModel, HunyuanVideo15Transformer3DModel, "
+        "UNet2DConditionModel)")
 
 
 # --- going back from what the embedder receives to the scheduler's t ---------
@@ -215,6 +345,26 @@ def _scheduler_values(seen: torch.Tensor, forward: Callable, factor: float,
             "its pipeline calls it?")
     first = match.to(torch.int8).argmax(0)
     return candidates.gather(0, first[None])[0]
+
+
+def _extra_rows(extras: Optional[Dict[str, torch.Tensor]],
+                dtype: torch.dtype) -> Dict[str, torch.Tensor]:
+    """Each extra input as [rows, K] in the served dtype, on the CPU.  The
+    conditioning model rounds these inputs to its dtype, as the pipeline
+    does (SDXL's time ids are made in the prompt's dtype); a value that
+    dtype cannot hold would give other rows than the model computes."""
+    rows = {}
+    for name, value in (extras or {}).items():
+        value = value.detach().to("cpu")
+        rounded = value.to(dtype)
+        if not torch.equal(rounded.to(value.dtype), value):
+            raise ValueError(
+                f"offload_conditioning: {name} holds values that {dtype} "
+                "cannot hold exactly, which the served model would round; "
+                "does the pipeline make them in the model's dtype?")
+        rows[name] = rounded.reshape(-1, value.shape[-1]) if value.dim() \
+            else rounded.reshape(1, 1)
+    return rows
 
 
 # --- the client, its reconnection after pickle and fork -----------------------
@@ -280,6 +430,11 @@ class OffloadedConditioning:
         self._lock = threading.Lock()
         self._checked = False
         self.current: Optional[Dict[str, torch.Tensor]] = None
+        # What the family's taps recorded for the coming embedder call, and
+        # how many leading columns of its "pooled" argument are the pooled
+        # row (_Family.taps, _Family.pooled_width).
+        self.tapped: Dict[str, torch.Tensor] = {}
+        self.pooled_columns: Optional[int] = None
         self._prefetch: Optional[threading.Thread] = None
         self._prefetch_error: Optional[BaseException] = None
         self._recipe = _recipe_of(client)
@@ -441,9 +596,11 @@ class OffloadedConditioning:
 
     def _request(self, timesteps: torch.Tensor,
                  guidance: Optional[torch.Tensor],
-                 pooled: Optional[torch.Tensor]) -> Dict[str, torch.Tensor]:
+                 pooled: Optional[torch.Tensor],
+                 extras: Optional[Dict[str, torch.Tensor]] = None
+                 ) -> Dict[str, torch.Tensor]:
         self.calls += 1
-        kwargs: Dict[str, Any] = {}
+        kwargs: Dict[str, Any] = dict(extras or {})
         if guidance is not None:
             kwargs["guidance"] = guidance
         if pooled is not None:
@@ -490,11 +647,16 @@ class OffloadedConditioning:
 
     def answer(self, timestep: torch.Tensor, guidance: Optional[torch.Tensor],
                pooled: Optional[torch.Tensor],
-               dtype: Optional[torch.dtype] = None) -> Dict[str, torch.Tensor]:
+               dtype: Optional[torch.dtype] = None,
+               extras: Optional[Dict[str, torch.Tensor]] = None
+               ) -> Dict[str, torch.Tensor]:
         """{output: [N, ...]} for the rows the embedder received, in the
         served dtype, on the CPU.  `dtype`: the one the transformer runs in
         now (the served one unless it was moved with .to(dtype)): its
-        pipeline's arithmetic is the one undone to find the scheduler's t."""
+        pipeline's arithmetic is the one undone to find the scheduler's t.
+        `extras`: the family's other row inputs by their served name
+        ([N, K] or one row; SDXL's time_ids), which travel with the pooled
+        row and are keyed with it."""
         dtype = dtype or self.dtype
         if self._pid != os.getpid():
             # A forked child: the parent's threads did not come along, and
@@ -508,10 +670,12 @@ class OffloadedConditioning:
                   else guidance.detach().reshape(-1).to("cpu"))
         p_rows = (None if pooled is None else pooled.detach().to(
             "cpu", self.dtype).reshape(-1, pooled.shape[-1]))
+        x_rows = _extra_rows(extras, self.dtype)
         # One timestep, guidance or pooled row may stand for every row.
-        n = max(x.shape[0] for x in (t_seen, g_seen, p_rows) if x is not None)
+        n = max(x.shape[0] for x in (t_seen, g_seen, p_rows,
+                                     *x_rows.values()) if x is not None)
         for name, x in (("timestep", t_seen), ("guidance", g_seen),
-                        ("pooled_projections", p_rows)):
+                        ("pooled_projections", p_rows), *x_rows.items()):
             if x is not None and x.shape[0] not in (1, n):
                 raise ValueError(f"offload_conditioning: {name} has "
                                  f"{x.shape[0]} rows, the batch {n}")
@@ -528,6 +692,16 @@ class OffloadedConditioning:
                 p_rows = p_rows.expand(n, -1)
             raw = p_rows.contiguous().view(torch.uint8).numpy()
             p_keys = [raw[i].tobytes() for i in range(n)]
+        if x_rows:
+            # The extra inputs are keyed with the pooled row: both are
+            # per-prompt rows that travel together.
+            x_rows = {name: x.expand(n, -1) if x.shape[0] == 1 else x
+                      for name, x in x_rows.items()}
+            raws = [x.contiguous().view(torch.uint8).numpy()
+                    for x in x_rows.values()]
+            p_keys = [(None if p_keys is None else p_keys[i],
+                       tuple(raw[i].tobytes() for raw in raws))
+                      for i in range(n)]
         keys = [(t_bits[i], None if g_bits is None else g_bits[i],
                  None if p_keys is None else p_keys[i]) for i in range(n)]
         with self._lock:
@@ -535,7 +709,7 @@ class OffloadedConditioning:
             fetched = {}
             if missing:
                 fetched = self._fetch(keys, missing, t_seen, g_seen, p_rows,
-                                      dtype)
+                                      dtype, x_rows)
             rows = []
             for k in keys:
                 row = fetched.get(k)
@@ -546,8 +720,8 @@ class OffloadedConditioning:
         return {name: torch.stack([row[name] for row in rows])
                 for name in self.expected}
 
-    def _fetch(self, keys, missing, t_seen, g_seen, p_rows, dtype
-               ) -> Dict[Tuple, Dict[str, torch.Tensor]]:
+    def _fetch(self, keys, missing, t_seen, g_seen, p_rows, dtype,
+               x_rows=None) -> Dict[Tuple, Dict[str, torch.Tensor]]:
         family = self.family
         # The rows to ask for: the missing ones, and with a schedule every
         # step's row for each distinct (guidance, pooled) of this batch.
@@ -596,7 +770,9 @@ class OffloadedConditioning:
         guidance = (torch.tensor(g_values, dtype=torch.float32)
                     if g_seen is not None else None)
         pooled = p_rows[p_index].contiguous() if p_rows is not None else None
-        result = self._request(timesteps, guidance, pooled)
+        extras = {name: x[p_index].contiguous()
+                  for name, x in (x_rows or {}).items()}
+        result = self._request(timesteps, guidance, pooled, extras)
         fetched = {}
         for j, key in enumerate(wanted):
             row = {name: result[name][j].to(self.dtype).clone()
@@ -627,6 +803,7 @@ class OffloadedConditioning:
         state["_client"] = None
         state["_lock"] = None
         state["current"] = None
+        state["tapped"] = {}
         try:
             pickle.dumps(self._recipe)
         except Exception as e:
@@ -665,12 +842,14 @@ class ConditioningEmbedder(torch.nn.Module):
                    "pooled_projections": "pooled"}
         for name, value in kwargs.items():
             given[aliases.get(name, name)] = value
+        given.pop("-", None)
+        extras = self._tapped_and_extra(given)
         timestep = given["timestep"]
         if not isinstance(timestep, torch.Tensor):
             timestep = torch.as_tensor(timestep)
         dtype = self.dtype_marker.dtype
         answer = self.state.answer(timestep, given.get("guidance"),
-                                   given.get("pooled"), dtype)
+                                   given.get("pooled"), dtype, extras)
         device = timestep.device
         answer = {name: value.to(device=device, dtype=dtype,
                                  non_blocking=True)
@@ -679,6 +858,32 @@ class ConditioningEmbedder(torch.nn.Module):
         setattr(temb, _ANSWER, answer)
         self.state.current = answer
         return temb
+
+    def _tapped_and_extra(self, given: Dict[str, Any]
+                          ) -> Dict[str, torch.Tensor]:
+        """Completes `given` with what the family's taps recorded since the
+        last answer and cuts the pooled row out of a wider argument; returns
+        the tapped inputs beyond t, guidance and pooled, one row each per
+        pooled row (add_time_proj sees the time ids flattened)."""
+        state = self.state
+        tapped, state.tapped = state.tapped, {}
+        for module, name in state.family.taps:
+            if name not in tapped:
+                raise RuntimeError(
+                    f"offload_conditioning: {module} did not run before the "
+                    f"{state.family.name} model's embedder; is the model "
+                    "called the way its pipeline calls it?")
+            given.setdefault(name, tapped[name])
+        pooled = given.get("pooled")
+        if state.pooled_columns is not None and pooled is not None:
+            pooled = given["pooled"] = pooled[..., :state.pooled_columns]
+        extras = {}
+        for _, name in state.family.taps:
+            if name not in ("timestep", "guidance", "pooled"):
+                value = torch.as_tensor(given.pop(name))
+                extras[name] = (value if pooled is None
+                                else value.reshape(pooled.shape[0], -1))
+        return extras
 
     def extra_repr(self) -> str:
         return f"model={self.state.model!r}, family={self.state.family.name}"
@@ -706,15 +911,16 @@ class ModulationLookup(torch.nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         answer = getattr(x, _ANSWER, None)
         if answer is None:
-            # The tensor was rebuilt on the way (a dtype cast): the step's
-            # answer is still the embedder's latest one.
+            # The tensor was rebuilt on the way (a dtype cast; in the UNet,
+            # the resnet's SiLU of its sum emb): the step's answer is still
+            # the embedder's latest one.
             answer = getattr(self.state, "current", None)
             if answer is None or answer["temb"].shape[0] != x.shape[0]:
                 raise RuntimeError(
                     f"offload_conditioning: {self.output}"
                     f"{'' if self.index is None else f'[{self.index}]'} was "
                     "called with a tensor that is not the replaced "
-                    "time_text_embed's output")
+                    f"{self.state.family.embedder}'s output")
         value = answer[self.output]
         if self.index is not None:
             value = value[:, self.index]
@@ -722,6 +928,47 @@ class ModulationLookup(torch.nn.Module):
 
     def extra_repr(self) -> str:
         return f"output={self.output!r}, index={self.index}"
+
+
+class InputTap(torch.nn.Module):
+    """Wraps a parameterless module that receives one of the served inputs
+    before the embedder runs (the UNet's time_proj and add_time_proj):
+    records that input for the embedder, then runs the module as before."""
+
+    def __init__(self, state: OffloadedConditioning, name: str,
+                 inner: torch.nn.Module) -> None:
+        super().__init__()
+        self.state = state
+        self.name = name
+        self.inner = inner
+
+    def forward(self, x: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
+        self.state.tapped[self.name] = x
+        return self.inner(x, *args, **kwargs)
+
+    def extra_repr(self) -> str:
+        return f"records={self.name!r}"
+
+
+class FoldedEmbedding(torch.nn.Module):
+    """Stands in for an embedder whose output the model adds to the
+    replaced embedder's (the UNet's time_embedding): the served temb holds
+    both, so this returns zeros of its width, and the sum is the served
+    temb exactly.  A zero-size buffer follows ``.to(dtype)``."""
+
+    def __init__(self, width: int, dtype: torch.dtype) -> None:
+        super().__init__()
+        self.width = width
+        self.register_buffer("dtype_marker", torch.empty(0, dtype=dtype),
+                             persistent=False)
+
+    def forward(self, x: torch.Tensor, *args: Any, **kwargs: Any
+                ) -> torch.Tensor:
+        return torch.zeros(x.shape[0], self.width, device=x.device,
+                           dtype=self.dtype_marker.dtype)
+
+    def extra_repr(self) -> str:
+        return f"width={self.width}"
 
 
 # --- patching --------------------------------------------------------------------
@@ -750,11 +997,13 @@ def _set(model: torch.nn.Module, path: str, module: torch.nn.Module) -> None:
 def conditioning_modules(transformer: torch.nn.Module
                          ) -> Dict[str, torch.nn.Module]:
     """The modules with weights that offload_conditioning replaces, by
-    qualified name: the time (guidance, pooled) embedder and every
-    modulation Linear.  Works on the meta device, so the bytes a released
+    qualified name: the time (guidance, pooled) embedder, the UNet's
+    time_embedding, and every modulation Linear (a UNet resnet's
+    time_emb_proj).  Works on the meta device, so the bytes a released
     config frees can be counted without its weights."""
     family = _family_of(transformer)
-    found = {"time_text_embed": transformer.time_text_embed}
+    found = {name: transformer.get_submodule(name)
+             for name in (family.embedder,) + family.folded}
     for slot in family.slots(transformer):
         found[slot.linear] = transformer.get_submodule(slot.linear)
     return found
@@ -767,8 +1016,10 @@ def offload_conditioning(transformer: torch.nn.Module, *, client: Any,
                          ) -> OffloadedConditioning:
     """Replaces, in place, the time conditioning of a diffusers
     transformer (QwenImageTransformer2DModel, FluxTransformer2DModel dev or
-    schnell, SD3Transformer2DModel) with temb's answers from the
-    conditioning model `model`, and releases its weights.
+    schnell, SD3Transformer2DModel, Flux2Transformer2DModel dev or klein,
+    HunyuanVideo15Transformer3DModel) or of SDXL's UNet2DConditionModel
+    with temb's answers from the conditioning model `model`, and releases
+    its weights.
 
     Args:
       transformer: the model, called afterwards as its pipeline calls it.
@@ -796,13 +1047,14 @@ def offload_conditioning(transformer: torch.nn.Module, *, client: Any,
         raise TypeError("offload_conditioning needs a client with a "
                         "condition() method (temb.Client, temb.local), got "
                         f"{type(client).__name__}")
-    if isinstance(getattr(transformer, "time_text_embed", None),
+    family = _family_of(transformer)
+    if isinstance(transformer.get_submodule(family.embedder),
                   ConditioningEmbedder):
         raise ValueError("offload_conditioning: this transformer is already "
                          "offloaded")
-    family = _family_of(transformer)
     slots = family.slots(transformer)
-    dtype = next(p.dtype for p in transformer.time_text_embed.parameters())
+    original = transformer.get_submodule(family.embedder)
+    dtype = next(p.dtype for p in original.parameters())
     expected: Dict[str, Tuple[int, ...]] = {}
     counts: Dict[str, int] = collections.Counter()
     for slot in slots:
@@ -820,20 +1072,32 @@ def offload_conditioning(transformer: torch.nn.Module, *, client: Any,
         slots[-1].linear).in_features,)
     state = OffloadedConditioning(family, client, model, expected, dtype,
                                   cache_bytes, timeout)
+    if family.pooled_width is not None:
+        state.pooled_columns = family.pooled_width(transformer)
     state.check_served_model()
     state.set_schedule(schedule)
 
-    old = [transformer.time_text_embed] + [
+    device = next(original.parameters()).device
+    old = [original] + [transformer.get_submodule(name)
+                        for name in family.folded] + [
         transformer.get_submodule(slot.linear) for slot in slots]
     state.freed_bytes = _owned_bytes(old)
-    del old
-    embedder = ConditioningEmbedder(state).to(
-        next(transformer.time_text_embed.parameters()).device)
-    transformer.time_text_embed = embedder
-    state.replaced.append("time_text_embed")
+    del old, original
+    _set(transformer, family.embedder, ConditioningEmbedder(state).to(device))
+    state.replaced.append(family.embedder)
+    for name in family.folded:
+        width = transformer.get_submodule(name).linear_2.out_features
+        _set(transformer, name, FoldedEmbedding(width, dtype).to(device))
+        state.replaced.append(name)
+    for name, input_name in family.taps:
+        _set(transformer, name,
+             InputTap(state, input_name, transformer.get_submodule(name)))
+        state.replaced.append(name)
     for slot in slots:
-        _set(transformer, slot.silu, PassThrough())
+        if slot.silu is not None:
+            _set(transformer, slot.silu, PassThrough())
+            state.replaced.append(slot.silu)
         _set(transformer, slot.linear,
              ModulationLookup(state, slot.output, slot.index))
-        state.replaced += [slot.silu, slot.linear]
+        state.replaced.append(slot.linear)
     return state

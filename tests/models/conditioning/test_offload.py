@@ -50,13 +50,21 @@ import temb.torch  # noqa: E402
 
 from test_conditioning_parity import (POOLED, TEXT_TOKENS,  # noqa: E402
                                       flux_model, qwen_model, sd3_model)
+from test_conditioning_parity import (TIME_IDS, flux2_model,  # noqa: E402
+                                      hunyuan_video15_model, sdxl_unet)
 
 STEPS = 4
 BATCH = 2
 KINDS = ("qwen-image", "flux.1-dev", "flux.1-schnell", "sd3.5")
+# FLUX.2, HunyuanVideo-1.5 and SDXL's UNet: built, fed, scheduled and
+# stepped by the functions of their block below.
+MORE_KINDS = ("flux.2-dev", "flux.2-klein", "hunyuanvideo-1.5", "sdxl-unet")
+KINDS += MORE_KINDS
 
 
 def build(kind, dtype):
+    if kind in MORE_KINDS:
+        return build_more(kind, dtype)
     if kind == "qwen-image":
         return qwen_model(dtype)
     if kind == "sd3.5":
@@ -138,6 +146,8 @@ def client(server, repository):
 
 def inputs(kind, dtype):
     """The pipeline's inputs to the transformer, but the timestep."""
+    if kind in MORE_KINDS:
+        return inputs_more(kind, dtype)
     generator = torch.Generator().manual_seed(11)
 
     def randn(*shape):
@@ -167,6 +177,8 @@ def inputs(kind, dtype):
 
 def scheduler_for(kind):
     """The pipeline's scheduler and its 4-step schedule."""
+    if kind in ("hunyuanvideo-1.5", "sdxl-unet"):
+        return scheduler_more(kind)
     if kind == "sd3.5":
         scheduler = diffusers.FlowMatchEulerDiscreteScheduler(shift=3.0)
         scheduler.set_timesteps(STEPS)
@@ -182,6 +194,8 @@ def denoise(kind, model, dtype, latents=None, prompts=None):
     """4 steps as the pipeline runs them; the final latents."""
     if latents is None:
         latents, prompts = inputs(kind, dtype)
+    if kind in ("hunyuanvideo-1.5", "sdxl-unet"):
+        return denoise_more(kind, model, latents, prompts)
     scheduler = scheduler_for(kind)
     with torch.no_grad():
         for t in scheduler.timesteps:
@@ -204,6 +218,115 @@ def denoise(kind, model, dtype, latents=None, prompts=None):
                     preds[1] + 4.0 * (preds[0] - preds[1]))
             latents = scheduler.step(noise, t, latents,
                                      return_dict=False)[0]
+    return latents.float()
+
+
+# --- FLUX.2, HunyuanVideo-1.5 and SDXL's UNet ---------------------------------
+
+def build_more(kind, dtype):
+    if kind == "sdxl-unet":
+        return sdxl_unet(dtype)
+    if kind == "hunyuanvideo-1.5":
+        return hunyuan_video15_model(dtype)
+    return flux2_model(dtype, kind == "flux.2-dev")
+
+
+def inputs_more(kind, dtype):
+    """As inputs(): the latents, and one set of the model's other arguments
+    per call of a step (CFG: [positive, negative] for the separate calls of
+    FLUX.2-klein and HunyuanVideo-1.5; SDXL's [negative, positive] are
+    batched by denoise_more)."""
+    generator = torch.Generator().manual_seed(11)
+
+    def randn(*shape):
+        return torch.randn(*shape, generator=generator).to(dtype)
+
+    if kind == "sdxl-unet":
+        # The pipeline's time ids, made in the prompt's dtype; the negative
+        # prompt's differ (negative_original_size and friends).
+        latents = randn(BATCH, 4, 8, 8)
+        prompts = [dict(encoder_hidden_states=randn(BATCH, TEXT_TOKENS, 24),
+                        text_embeds=randn(BATCH, POOLED),
+                        time_ids=torch.tensor([ids], dtype=dtype))
+                   for ids in (TIME_IDS[2], TIME_IDS[1])]
+        return latents, prompts
+    if kind == "hunyuanvideo-1.5":
+        # The tiny model takes the latents alone: the pipeline's image
+        # condition and mask channels are not part of it.
+        latents = randn(BATCH, 4, 1, 2, 2)
+        prompts = [dict(encoder_hidden_states=randn(BATCH, TEXT_TOKENS, 24),
+                        encoder_attention_mask=torch.ones(BATCH, TEXT_TOKENS),
+                        encoder_hidden_states_2=randn(BATCH, 3, 24),
+                        encoder_attention_mask_2=torch.ones(BATCH, 3),
+                        image_embeds=torch.zeros(BATCH, 2, 24, dtype=dtype))
+                   for _ in range(2)]
+        return latents, prompts
+    latents = randn(BATCH, 4, 4)
+    prompts = [dict(encoder_hidden_states=randn(BATCH, TEXT_TOKENS, 24),
+                    img_ids=torch.zeros(4, 4),
+                    txt_ids=torch.zeros(TEXT_TOKENS, 4))
+               for _ in range(1 if kind == "flux.2-dev" else 2)]
+    if kind == "flux.2-dev":
+        # Flux2Pipeline: a float32 scale, expanded; klein passes None.
+        prompts[0]["guidance"] = torch.full([1], 4.0).expand(BATCH)
+    else:
+        for prompt in prompts:
+            prompt["guidance"] = None
+    return latents, prompts
+
+
+def scheduler_more(kind):
+    if kind == "sdxl-unet":
+        # SDXL base's scheduler config.
+        scheduler = diffusers.EulerDiscreteScheduler(
+            beta_start=0.00085, beta_end=0.012,
+            beta_schedule="scaled_linear", timestep_spacing="leading",
+            steps_offset=1)
+        scheduler.set_timesteps(STEPS)
+        return scheduler
+    # HunyuanVideo-1.5's pipeline: sigmas 1 .. 1/N, the config's shift.
+    scheduler = diffusers.FlowMatchEulerDiscreteScheduler(shift=5.0)
+    scheduler.set_timesteps(sigmas=np.linspace(1.0, 0.0, STEPS + 1)[:-1])
+    return scheduler
+
+
+def denoise_more(kind, model, latents, prompts):
+    """denoise() for HunyuanVideo-1.5 and SDXL's UNet."""
+    scheduler = scheduler_more(kind)
+    with torch.no_grad():
+        if kind == "sdxl-unet":
+            latents = latents * scheduler.init_noise_sigma
+        for t in scheduler.timesteps:
+            if kind == "sdxl-unet":
+                # CFG rows batched, [negative, positive]; the pipeline
+                # repeats the [negative, positive] time ids per image.
+                negative, positive = prompts
+                sample = scheduler.scale_model_input(
+                    torch.cat([latents] * 2), t)
+                noise = model(
+                    sample, t,
+                    encoder_hidden_states=torch.cat(
+                        [negative["encoder_hidden_states"],
+                         positive["encoder_hidden_states"]]),
+                    added_cond_kwargs={
+                        "text_embeds": torch.cat([negative["text_embeds"],
+                                                  positive["text_embeds"]]),
+                        "time_ids": torch.cat(
+                            [negative["time_ids"],
+                             positive["time_ids"]]).repeat(BATCH, 1)},
+                    return_dict=False)[0]
+                uncond, text = noise.chunk(2)
+                noise = uncond + 5.0 * (text - uncond)
+            else:
+                # The guider's CFG: one call per prompt, the same t at the
+                # 0..1000 scale in the latents' dtype.
+                timestep = t.expand(BATCH).to(latents.dtype)
+                cond, uncond = [model(hidden_states=latents,
+                                      timestep=timestep, **prompt,
+                                      return_dict=False)[0]
+                                for prompt in prompts]
+                noise = uncond + 6.0 * (cond - uncond)
+            latents = scheduler.step(noise, t, latents, return_dict=False)[0]
     return latents.float()
 
 
@@ -231,11 +354,9 @@ def test_patched_transformer_denoises_to_the_same_latents(kind, client):
         plain = build(kind, dtype)
         patched = copy.deepcopy(plain)
         before = parameter_bytes(patched)
-        old_weights = [weakref.ref(m.weight) for m in
+        old_weights = [weakref.ref(p) for m in
                        temb.torch.conditioning_modules(patched).values()
-                       if hasattr(m, "weight")]
-        old_weights.append(weakref.ref(
-            patched.time_text_embed.timestep_embedder.linear_1.weight))
+                       for p in m.parameters()]
         replaced_bytes = None
         offload = temb.torch.offload_conditioning(
             patched, client=client, model=served_name(kind, dtype))
@@ -243,6 +364,8 @@ def test_patched_transformer_denoises_to_the_same_latents(kind, client):
         replaced_bytes = conditioning_parameter_bytes(plain, offload)
         assert before - parameter_bytes(patched) == replaced_bytes
         assert offload.freed_bytes == replaced_bytes > 0
+        print(f"{kind} {served_name(kind, dtype)}: {replaced_bytes} of "
+              f"{before} parameter bytes freed")
         # And nothing keeps them: the patched copy's old weights are freed.
         assert all(ref() is None for ref in old_weights)
         calls = client.calls
@@ -264,7 +387,8 @@ def test_patched_transformer_denoises_to_the_same_latents(kind, client):
         assert error16 <= budget
 
 
-@pytest.mark.parametrize("kind", ("qwen-image", "sd3.5"))
+@pytest.mark.parametrize("kind", ("qwen-image", "sd3.5", "flux.2-klein",
+                                  "sdxl-unet"))
 def test_a_schedule_costs_one_call_and_a_repeat_none(kind, client):
     dtype = torch.bfloat16
     plain = build(kind, dtype)
@@ -273,7 +397,7 @@ def test_a_schedule_costs_one_call_and_a_repeat_none(kind, client):
     offload = temb.torch.offload_conditioning(
         patched, client=client, model=served_name(kind, dtype),
         schedule=scheduler_for(kind).timesteps)
-    if kind == "qwen-image":
+    if kind in ("qwen-image", "flux.2-klein"):
         # t alone: the schedule is fetched in the background at once.
         offload.wait()
         assert client.calls - calls == 1
@@ -289,14 +413,16 @@ def test_a_schedule_costs_one_call_and_a_repeat_none(kind, client):
     temb.torch.offload_conditioning(stepwise, client=client,
                                     model=served_name(kind, dtype))
     assert torch.equal(first, denoise(kind, stepwise, dtype))
-    # With the cache off, every forward asks (Qwen-Image: twice a step).
+    # With the cache off, every forward asks (Qwen-Image and klein's CFG:
+    # twice a step).
     uncached = copy.deepcopy(plain)
     offload = temb.torch.offload_conditioning(
         uncached, client=client, model=served_name(kind, dtype),
         cache_bytes=0)
     calls = client.calls
     assert torch.equal(first, denoise(kind, uncached, dtype))
-    assert client.calls - calls == STEPS * (2 if kind == "qwen-image" else 1)
+    assert client.calls - calls == STEPS * (
+        2 if kind in ("qwen-image", "flux.2-klein") else 1)
     assert offload.cache_info()["entries"] == 0
 
 
@@ -397,3 +523,74 @@ def test_a_model_that_does_not_match_is_refused(client):
     # And one that is not there at all.
     message = refused(build("qwen-image", torch.bfloat16), "no-such-model")
     assert "no-such-model" in message
+
+
+# --- FLUX.2, HunyuanVideo-1.5 and SDXL's UNet: refusals, the meta device ------
+
+def test_unserved_variants_and_inexact_time_ids_are_refused(client):
+    def refused(model, served="sdxl-unet-bf16"):
+        with pytest.raises(ValueError) as error:
+            temb.torch.offload_conditioning(model, client=client,
+                                            model=served)
+        return str(error.value)
+
+    # An LCM-style UNet (timestep_cond) and the MeanFlow HunyuanVideo-1.5
+    # change temb in ways the conditioning models do not compute.
+    with torch.device("meta"):
+        lcm = diffusers.UNet2DConditionModel.from_config(
+            sdxl_unet(torch.float32).config, time_cond_proj_dim=32)
+        meanflow = diffusers.HunyuanVideo15Transformer3DModel.from_config(
+            hunyuan_video15_model(torch.float32).config, use_meanflow=True)
+    assert "time_cond_proj_dim=32" in refused(lcm)
+    assert "use_meanflow=True" in refused(meanflow)
+    # Served FLUX.2-dev rows for a klein transformer: no guidance embedder.
+    message = refused(build("flux.2-klein", torch.float32), "flux.2-dev-fp32")
+    assert "guidance" in message
+    # Time ids that the served bf16 model would round: the pipeline makes
+    # them in the model's dtype, so float32 ones that bf16 cannot hold are
+    # refused rather than answered with other rows.
+    unet = build("sdxl-unet", torch.bfloat16)
+    temb.torch.offload_conditioning(unet, client=client,
+                                    model="sdxl-unet-bf16")
+    latents, prompts = inputs("sdxl-unet", torch.bfloat16)
+    prompts = [dict(prompt, time_ids=torch.tensor([TIME_IDS[5]]))
+               for prompt in prompts]
+    with pytest.raises(ValueError) as error:
+        denoise("sdxl-unet", unet, torch.bfloat16, latents, prompts)
+    assert "time_ids" in str(error.value)
+
+
+@pytest.mark.parametrize("kind", MORE_KINDS)
+def test_conditioning_modules_on_the_meta_device(kind):
+    """The same modules, with the same shapes, as on the CPU: what the
+    released-config table in docs/offload.md counts."""
+    real = temb.torch.conditioning_modules(build(kind, torch.float32))
+    with torch.device("meta"):
+        model = build(kind, torch.float32)
+    meta = temb.torch.conditioning_modules(model)
+    assert list(meta) == list(real)
+    for name, module in meta.items():
+        shapes = [p.shape for p in module.parameters()]
+        assert all(p.is_meta for p in module.parameters())
+        assert shapes == [p.shape for p in real[name].parameters()], name
+
+
+def test_a_patched_unet_copies_and_pickles(client):
+    """The UNet's taps and folded time_embedding travel with the model:
+    a deepcopy and an unpickled copy (which reconnects and asks again)
+    denoise to the same latents."""
+    kind, dtype = "sdxl-unet", torch.bfloat16
+    patched = build(kind, dtype)
+    temb.torch.offload_conditioning(patched, client=client,
+                                    model=served_name(kind, dtype))
+    expected = denoise(kind, patched, dtype)
+    assert torch.equal(denoise(kind, copy.deepcopy(patched), dtype),
+                       expected)
+    restored = pickle.loads(pickle.dumps(patched))
+    state = restored.add_embedding.state
+    state.clear_cache()
+    calls = state.calls
+    assert torch.equal(denoise(kind, restored, dtype), expected)
+    assert state.calls - calls == STEPS
+    assert restored.time_proj.state is state
+    assert restored.time_embedding.dtype_marker.dtype == dtype
