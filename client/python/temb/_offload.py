@@ -28,6 +28,8 @@ from __future__ import annotations
 import collections
 import copy
 import dataclasses
+import inspect
+import math
 import os
 import pickle
 import threading
@@ -114,6 +116,93 @@ def _sd3_slots(model: torch.nn.Module) -> List[_Slot]:
     return slots
 
 
+# --- table and video families: Wan, PixArt, CogVideoX ------------------------
+#
+# These end in sums with a checkpoint table (Wan, PixArt) or read the time
+# embedding through modules that are not one embedder (Wan's time MLP sits
+# beside the text and image embedders; CogVideoX adds an ofs embedding to it
+# in the model's forward).  Besides _Slot, their rows in the table use:
+
+
+@dataclasses.dataclass(frozen=True)
+class _Table:
+    """An additive scale_shift_table replaced by a parameter-free stand-in:
+    where the model adds the table to its modulation, the stand-in returns
+    output `output` at block position `index`, which is that very sum."""
+    table: str
+    output: str
+    index: Optional[int]
+
+
+@dataclasses.dataclass(frozen=True)
+class _StandIn:
+    """A module with weights on the time path that is not a modulation
+    Linear.  kind "pass": its result is already the served temb, so it
+    returns its input; "pass-typed": the same, holding a zero-size parameter
+    because its caller reads its parameters' dtype; "zero": its
+    contribution is already inside the served temb, so it adds -0.0 (x +
+    -0.0 == x for every x, -0.0 included)."""
+    path: str
+    kind: str
+
+
+def _wan_slots(model: torch.nn.Module) -> List[Any]:
+    # WanTimeTextImageEmbedding: timesteps_proj (the embedder) -> the time
+    # MLP -> .type_as(text) -> time_proj(act_fn(temb)), one Linear shared by
+    # every block; text_embedder and image_embedder do not depend on t and
+    # stay.  Each block adds its table to time_proj's output, the output
+    # norm adds its table to temb.
+    slots: List[Any] = [
+        _StandIn("condition_embedder.time_embedder", "pass-typed"),
+        _Slot("condition_embedder.time_proj", "condition_embedder.act_fn",
+              "timestep_proj", None)]
+    slots += [_Table(f"blocks.{i}.scale_shift_table", "block_mod", i)
+              for i in range(len(model.blocks))]
+    slots.append(_Table("scale_shift_table", "norm_out", None))
+    return slots
+
+
+def _pixart_slots(model: torch.nn.Module) -> List[Any]:
+    # AdaLayerNormSingle: emb (the embedder) -> linear(silu(.)), one Linear
+    # shared by every block, each of which adds its own table; the output
+    # adds its table to the embedder's result.
+    slots: List[Any] = [_Slot("adaln_single.linear", "adaln_single.silu",
+                              "timestep", None)]
+    slots += [_Table(f"transformer_blocks.{i}.scale_shift_table",
+                     "block_mod", i)
+              for i in range(len(model.transformer_blocks))]
+    slots.append(_Table("scale_shift_table", "norm_out", None))
+    return slots
+
+
+def _cogvideox_slots(model: torch.nn.Module) -> List[Any]:
+    # time_proj (the embedder) -> .to(dtype) -> time_embedding, [+ the ofs
+    # embedding], then CogVideoXLayerNormZero norm1 and norm2 in every block
+    # and the AdaLayerNorm output norm, each linear(silu(temb)).
+    slots: List[Any] = [_StandIn("time_embedding", "pass")]
+    if model.ofs_embedding is not None:
+        slots.append(_StandIn("ofs_embedding", "zero"))
+    for i in range(len(model.transformer_blocks)):
+        slots.append(_adanorm(f"transformer_blocks.{i}.norm1", "norm1", i))
+        slots.append(_adanorm(f"transformer_blocks.{i}.norm2", "norm2", i))
+    slots.append(_adanorm("norm_out", "norm_out", None))
+    return slots
+
+
+def _pixart_inputs(model: torch.nn.Module) -> Tuple[str, ...]:
+    # PixArt-alpha's micro-conditions, passed to the embedder by name.
+    return (("resolution", "aspect_ratio")
+            if model.adaln_single.emb.use_additional_conditions else ())
+
+
+def _cogvideox_inputs(model: torch.nn.Module) -> Tuple[str, ...]:
+    # CogVideoX 1.5 I2V: the forward's `ofs` (its pipeline passes 2.0).
+    return ("ofs",) if model.ofs_embedding is not None else ()
+
+
+# --- end of the table and video families' slots -------------------------------
+
+
 def _t_over_1000(t: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     # Qwen-Image's pipeline: t.to(dtype) / 1000, passed as `timestep`; the
     # model's .to(hidden_states.dtype) is then a no-op.
@@ -150,6 +239,22 @@ class _Family:
     guidance: Optional[Callable[[torch.Tensor, torch.dtype],
                                 torch.Tensor]] = None
     guidance_factor: float = 1.0
+    # The module replaced by the embedder (the one that receives the
+    # timestep), and the output it returns.
+    embedder: str = "time_text_embed"
+    temb_output: str = "temb"
+    # The module whose parameters' dtype is the model's compute dtype
+    # (default: the embedder).
+    dtype_module: Optional[str] = None
+    # Outputs served in float32 whatever the model's dtype.
+    float32_outputs: Tuple[str, ...] = ()
+    # The model's other inputs of the conditioning (the served model's
+    # inputs beside timesteps, guidance and pooled_projections), per row;
+    # those in forward_inputs are read from the transformer's forward
+    # arguments, the others from the embedder's.
+    extra_inputs: Optional[Callable[[torch.nn.Module],
+                                    Tuple[str, ...]]] = None
+    forward_inputs: Tuple[str, ...] = ()
 
 
 _QWEN = _Family("qwen-image", ("timestep", "-", "-"), _t_over_1000, 1e-3,
@@ -159,6 +264,22 @@ _FLUX_DEV = _Family("flux.1-dev", ("timestep", "guidance", "pooled"),
 _FLUX_SCHNELL = _Family("flux.1-schnell", ("timestep", "pooled"), _t_flux,
                         1.0, _flux_slots)
 _SD3 = _Family("sd3", ("timestep", "pooled"), _t_as_is, 1.0, _sd3_slots)
+
+# Wan, PixArt and CogVideoX pipelines pass the scheduler's t as it is (Wan
+# 2.2 TI2V: per token, [B, seq], flattened by the model before the
+# embedder); PixArt and CogVideoX batch their CFG rows.
+_WAN = _Family("wan", ("timestep",), _t_as_is, 1.0, _wan_slots,
+               embedder="condition_embedder.timesteps_proj",
+               dtype_module="condition_embedder.time_proj",
+               float32_outputs=("block_mod", "norm_out"))
+_PIXART = _Family("pixart", ("timestep", "resolution", "aspect_ratio"),
+                  _t_as_is, 1.0, _pixart_slots, embedder="adaln_single.emb",
+                  temb_output="embedded_timestep",
+                  extra_inputs=_pixart_inputs)
+_COGVIDEOX = _Family("cogvideox", ("timestep",), _t_as_is, 1.0,
+                     _cogvideox_slots, embedder="time_proj",
+                     dtype_module="time_embedding",
+                     extra_inputs=_cogvideox_inputs, forward_inputs=("ofs",))
 
 
 def _family_of(model: torch.nn.Module) -> _Family:
@@ -176,10 +297,25 @@ def _family_of(model: torch.nn.Module) -> _Family:
         return _FLUX_DEV if config.get("guidance_embeds") else _FLUX_SCHNELL
     if name == "SD3Transformer2DModel":
         return _SD3
+    # Wan 2.1/2.2, PixArt-Sigma/alpha, CogVideoX (1.5).
+    if name == "WanTransformer3DModel":
+        return _WAN
+    if name == "PixArtTransformer2DModel":
+        return _PIXART
+    if name == "CogVideoXTransformer3DModel":
+        activation = config.get("timestep_activation_fn", "silu")
+        if activation != "silu":
+            raise ValueError(
+                "offload_conditioning: CogVideoXTransformer3DModel with "
+                f"timestep_activation_fn={activation!r} is not served by "
+                "temb's conditioning models (SiLU only)")
+        return _COGVIDEOX
     raise ValueError(
         f"offload_conditioning: {type(model).__module__}.{name} is not a "
         "family temb serves (QwenImageTransformer2DModel, "
-        "FluxTransformer2DModel, SD3Transformer2DModel)")
+        "FluxTransformer2DModel, SD3Transformer2DModel, "
+        "WanTransformer3DModel, PixArtTransformer2DModel, "
+        "CogVideoXTransformer3DModel)")
 
 
 # --- going back from what the embedder receives to the scheduler's t ---------
@@ -262,8 +398,14 @@ class OffloadedConditioning:
 
     def __init__(self, family: _Family, client: Any, model: str,
                  expected: Dict[str, Tuple[int, ...]], dtype: torch.dtype,
-                 cache_bytes: int, timeout: Optional[float]) -> None:
+                 cache_bytes: int, timeout: Optional[float],
+                 extra_inputs: Tuple[str, ...] = ()) -> None:
         self.family = family
+        # The served model's inputs besides timesteps, guidance and pooled
+        # projections (PixArt-alpha's resolution, CogVideoX 1.5's ofs), and
+        # the values of those read from the transformer's forward.
+        self.extra_inputs = tuple(extra_inputs)
+        self.forward_values: Dict[str, Any] = {}
         self.model = model
         self.expected = expected
         self.dtype = dtype
@@ -279,7 +421,7 @@ class OffloadedConditioning:
         self._cached_bytes = 0
         self._lock = threading.Lock()
         self._checked = False
-        self.current: Optional[Dict[str, torch.Tensor]] = None
+        self.current: Optional["_Answer"] = None
         self._prefetch: Optional[threading.Thread] = None
         self._prefetch_error: Optional[BaseException] = None
         self._recipe = _recipe_of(client)
@@ -309,9 +451,9 @@ class OffloadedConditioning:
             self._schedule = torch.as_tensor(schedule).detach().to(
                 "cpu", torch.float32).reshape(-1)
         self._scheduled = set()
-        if (self._schedule is not None
+        if (self._schedule is not None and not self.extra_inputs
                 and set(self.family.arguments) <= {"timestep", "-"}):
-            self._scheduled.add((None, None))
+            self._scheduled.add((None, None, None))
             self._prefetch = threading.Thread(
                 target=self._prefetch_schedule,
                 args=(self._schedule, self.dtype), daemon=True,
@@ -329,7 +471,7 @@ class OffloadedConditioning:
         self._prefetch = None
         if self._prefetch_error is not None:
             self._prefetch_error = None
-            self._scheduled.discard((None, None))
+            self._scheduled.discard((None, None, None))
 
     def _prefetch_schedule(self, schedule: torch.Tensor,
                            dtype: torch.dtype) -> None:
@@ -338,7 +480,7 @@ class OffloadedConditioning:
                 seen = self.family.timestep(schedule, dtype).to(torch.float32)
                 wanted: Dict[Tuple, int] = {}
                 for s, bits in enumerate(seen.view(torch.int32).tolist()):
-                    key = (bits, None, None)
+                    key = (bits, None, None, None)
                     if key not in self._cache:
                         wanted.setdefault(key, s)
                 if not wanted:
@@ -347,7 +489,8 @@ class OffloadedConditioning:
                                        None, None)
                 for j, key in enumerate(wanted):
                     self._store(key, {name: result[name][j].to(
-                        self.dtype).clone() for name in self.expected})
+                        self.row_dtype(name)).clone()
+                        for name in self.expected})
         except Exception as e:  # the steps will ask again
             self._prefetch_error = e
 
@@ -379,6 +522,13 @@ class OffloadedConditioning:
                 f"{self.family.name} transformer")
         for name in sorted(set(self.expected) & set(served)):
             here, there = tuple(self.expected[name]), tuple(served[name])
+            # Rows as [blocks, width] or [width]: a table family's answer
+            # keeps the chunks the model splits ([L, 6, D]), its metadata
+            # writes them flat ([L, 6D]).
+            if len(here) == 2 and len(there) > 2:
+                there = (there[0], _product(there[1:]))
+            elif len(here) == 1 and len(there) > 1:
+                there = (_product(there),)
             if here == there:
                 continue
             if len(here) == 2 and len(there) == 2 and here[0] != there[0]:
@@ -419,7 +569,8 @@ class OffloadedConditioning:
                 + (f": {served.message}" if getattr(served, "message", "")
                    else ""))
         outputs = {o.name: tuple(o.row_shape) for o in served.outputs}
-        dtypes = {o.dtype for o in served.outputs if o.name in self.expected}
+        dtypes = {o.dtype for o in served.outputs if o.name in self.expected
+                  and o.name not in self.family.float32_outputs}
         problems = self._mismatch(outputs, served.dtype if getattr(
             served, "dtype", None) else (dtypes.pop() if len(dtypes) == 1
                                          else None),
@@ -433,6 +584,13 @@ class OffloadedConditioning:
                 + " a guidance input, the transformer "
                 + ("has" if wants_guidance else "has no")
                 + " guidance embedder")
+        served_extras = inputs - {"timesteps", "guidance",
+                                  "pooled_projections"}
+        if inputs and served_extras != set(self.extra_inputs):
+            problems.append(
+                f"inputs: the served model takes {sorted(served_extras)} "
+                f"besides the timesteps, the transformer "
+                f"{sorted(self.extra_inputs)}")
         self._raise_if_mismatched(problems)
         self._checked = True
         return True
@@ -441,9 +599,11 @@ class OffloadedConditioning:
 
     def _request(self, timesteps: torch.Tensor,
                  guidance: Optional[torch.Tensor],
-                 pooled: Optional[torch.Tensor]) -> Dict[str, torch.Tensor]:
+                 pooled: Optional[torch.Tensor],
+                 extras: Optional[Dict[str, torch.Tensor]] = None
+                 ) -> Dict[str, torch.Tensor]:
         self.calls += 1
-        kwargs: Dict[str, Any] = {}
+        kwargs: Dict[str, Any] = dict(extras or {})
         if guidance is not None:
             kwargs["guidance"] = guidance
         if pooled is not None:
@@ -462,7 +622,8 @@ class OffloadedConditioning:
             result[name] = torch.as_tensor(answer[name])
         if not self._checked:
             served_dtypes = {_DTYPE_NAMES.get(v.dtype, str(v.dtype))
-                             for v in result.values()}
+                             for k, v in result.items()
+                             if k not in self.family.float32_outputs}
             # A client may widen bf16 to float32 holding the same value;
             # only a served dtype that is not float32 is known for sure.
             served_dtype = (served_dtypes.pop() if len(served_dtypes) == 1
@@ -490,11 +651,27 @@ class OffloadedConditioning:
 
     def answer(self, timestep: torch.Tensor, guidance: Optional[torch.Tensor],
                pooled: Optional[torch.Tensor],
-               dtype: Optional[torch.dtype] = None) -> Dict[str, torch.Tensor]:
+               dtype: Optional[torch.dtype] = None,
+               extras: Optional[Dict[str, torch.Tensor]] = None
+               ) -> Dict[str, torch.Tensor]:
         """{output: [N, ...]} for the rows the embedder received, in the
         served dtype, on the CPU.  `dtype`: the one the transformer runs in
         now (the served one unless it was moved with .to(dtype)): its
-        pipeline's arithmetic is the one undone to find the scheduler's t."""
+        pipeline's arithmetic is the one undone to find the scheduler's t.
+        `extras`: the family's other inputs by name (PixArt-alpha's
+        resolution and aspect_ratio, CogVideoX 1.5's ofs)."""
+        found = self.rows(timestep, guidance, pooled, dtype, extras)
+        return {name: found.take(name, None, (found.index.numel(),))
+                for name in self.expected}
+
+    def rows(self, timestep: torch.Tensor, guidance: Optional[torch.Tensor],
+             pooled: Optional[torch.Tensor],
+             dtype: Optional[torch.dtype] = None,
+             extras: Optional[Dict[str, torch.Tensor]] = None) -> "_Answer":
+        """As :meth:`answer`, but each distinct row once, with the index of
+        each received row among them: Wan 2.2 TI2V's per-token timesteps
+        ([B, seq], flattened) hold two distinct values, and neither the call
+        nor the answer grows with the tokens."""
         dtype = dtype or self.dtype
         if self._pid != os.getpid():
             # A forked child: the parent's threads did not come along, and
@@ -508,34 +685,65 @@ class OffloadedConditioning:
                   else guidance.detach().reshape(-1).to("cpu"))
         p_rows = (None if pooled is None else pooled.detach().to(
             "cpu", self.dtype).reshape(-1, pooled.shape[-1]))
-        # One timestep, guidance or pooled row may stand for every row.
-        n = max(x.shape[0] for x in (t_seen, g_seen, p_rows) if x is not None)
-        for name, x in (("timestep", t_seen), ("guidance", g_seen),
-                        ("pooled_projections", p_rows)):
+        e_rows, layout = self._extra_rows(extras, dtype)
+        parts = (("timestep", t_seen), ("guidance", g_seen),
+                 ("pooled_projections", p_rows), ("extra inputs", e_rows))
+        # One timestep, guidance, pooled or extra row may stand for every
+        # row.
+        n = max(x.shape[0] for _, x in parts if x is not None)
+        for name, x in parts:
             if x is not None and x.shape[0] not in (1, n):
                 raise ValueError(f"offload_conditioning: {name} has "
                                  f"{x.shape[0]} rows, the batch {n}")
-        if t_seen.shape[0] == 1:
-            t_seen = t_seen.expand(n)
+        # The distinct rows, compared as integers (the bits of t and
+        # guidance, the bytes of pooled and extra rows); a part given once
+        # is the same for every row.
+        columns = []
+        for x in (t_seen.to(torch.float32).view(torch.int32),
+                  None if g_seen is None
+                  else g_seen.to(torch.float32).view(torch.int32),
+                  None if p_rows is None
+                  else p_rows.contiguous().view(torch.uint8),
+                  None if e_rows is None
+                  else e_rows.contiguous().view(torch.uint8)):
+            if x is not None and n > 1 and x.shape[0] == n:
+                columns.append(x.reshape(n, -1).to(torch.int64))
+        if columns:
+            _, index = torch.unique(torch.cat(columns, 1), dim=0,
+                                    return_inverse=True)
+            count = int(index.max()) + 1
+            first = torch.full((count,), n, dtype=torch.int64).scatter_reduce(
+                0, index, torch.arange(n), "amin")
+        else:
+            index = torch.zeros(n, dtype=torch.int64)
+            first = torch.zeros(1, dtype=torch.int64)
+
+        def distinct(x):
+            return None if x is None else x.expand(
+                (n,) + tuple(x.shape[1:]))[first]
+
+        t_seen, g_seen, p_rows, e_rows = map(distinct,
+                                             (t_seen, g_seen, p_rows, e_rows))
+        count = first.shape[0]
         t_bits = t_seen.to(torch.float32).view(torch.int32).tolist()
-        g_bits = None
-        if g_seen is not None:
-            g_seen = g_seen.expand(n) if g_seen.shape[0] == 1 else g_seen
-            g_bits = g_seen.to(torch.float32).view(torch.int32).tolist()
-        p_keys = None
-        if p_rows is not None:
-            if p_rows.shape[0] == 1:
-                p_rows = p_rows.expand(n, -1)
-            raw = p_rows.contiguous().view(torch.uint8).numpy()
-            p_keys = [raw[i].tobytes() for i in range(n)]
+        g_bits = (None if g_seen is None
+                  else g_seen.to(torch.float32).view(torch.int32).tolist())
+
+        def row_bytes(x):
+            if x is None:
+                return [None] * count
+            raw = x.contiguous().view(torch.uint8).numpy()
+            return [raw[i].tobytes() for i in range(count)]
+
+        p_keys, e_keys = row_bytes(p_rows), row_bytes(e_rows)
         keys = [(t_bits[i], None if g_bits is None else g_bits[i],
-                 None if p_keys is None else p_keys[i]) for i in range(n)]
+                 p_keys[i], e_keys[i]) for i in range(count)]
         with self._lock:
-            missing = [i for i in range(n) if keys[i] not in self._cache]
+            missing = [i for i in range(count) if keys[i] not in self._cache]
             fetched = {}
             if missing:
                 fetched = self._fetch(keys, missing, t_seen, g_seen, p_rows,
-                                      dtype)
+                                      dtype, e_rows, layout)
             rows = []
             for k in keys:
                 row = fetched.get(k)
@@ -543,14 +751,54 @@ class OffloadedConditioning:
                     row = self._cache[k]
                     self._cache.move_to_end(k)
                 rows.append(row)
-        return {name: torch.stack([row[name] for row in rows])
-                for name in self.expected}
+        return _Answer({name: torch.stack([row[name] for row in rows])
+                        for name in self.expected}, index)
 
-    def _fetch(self, keys, missing, t_seen, g_seen, p_rows, dtype
+    def row_dtype(self, name: str,
+                  dtype: Optional[torch.dtype] = None) -> torch.dtype:
+        """The dtype output `name` is kept and handed on in: float32 for
+        the outputs a family computes in float32 (Wan's table sums), else
+        the model's."""
+        if name in self.family.float32_outputs:
+            return torch.float32
+        return dtype or self.dtype
+
+    def _extra_rows(self, extras: Optional[Dict[str, torch.Tensor]],
+                    dtype: torch.dtype
+                    ) -> Tuple[Optional[torch.Tensor], List[Tuple[str, int]]]:
+        """The extra inputs side by side as float32 rows [N, K], and their
+        (name, width) layout.  Their pipelines pass them in the model's
+        dtype, as the served model takes them; a value that dtype does not
+        hold is not the pipeline's."""
+        if not extras:
+            return None, []
+        values, layout = [], []
+        for name in self.extra_inputs:
+            value = torch.as_tensor(extras[name]).detach().to("cpu")
+            value = value.reshape(value.shape[0] if value.dim() else 1, -1)
+            exact = value.to(torch.float32)
+            if not torch.equal(exact.to(dtype).to(torch.float32), exact):
+                raise ValueError(
+                    f"offload_conditioning: the transformer received {name} "
+                    f"{value.flatten()[0].item()!r}, not a {dtype} value as "
+                    "its pipeline passes it; is the transformer called the "
+                    "way its pipeline calls it?")
+            values.append(exact)
+            layout.append((name, exact.shape[1]))
+        rows = max(v.shape[0] for v in values)
+        for (name, _), v in zip(layout, values):
+            if v.shape[0] not in (1, rows):
+                raise ValueError(f"offload_conditioning: {name} has "
+                                 f"{v.shape[0]} rows, the batch {rows}")
+        return torch.cat([v.expand(rows, -1) for v in values], 1), layout
+
+    def _fetch(self, keys, missing, t_seen, g_seen, p_rows, dtype,
+               e_rows=None, layout=()
                ) -> Dict[Tuple, Dict[str, torch.Tensor]]:
         family = self.family
         # The rows to ask for: the missing ones, and with a schedule every
-        # step's row for each distinct (guidance, pooled) of this batch.
+        # step's row for each distinct (guidance, pooled, extras) of this
+        # batch.
         wanted: "collections.OrderedDict[Tuple, Tuple]" = \
             collections.OrderedDict()
         first = {}
@@ -596,10 +844,17 @@ class OffloadedConditioning:
         guidance = (torch.tensor(g_values, dtype=torch.float32)
                     if g_seen is not None else None)
         pooled = p_rows[p_index].contiguous() if p_rows is not None else None
-        result = self._request(timesteps, guidance, pooled)
+        extras = {}
+        if e_rows is not None:
+            at = 0
+            for name, width in layout:
+                value = e_rows[p_index, at:at + width].contiguous()
+                extras[name] = value[:, 0] if width == 1 else value
+                at += width
+        result = self._request(timesteps, guidance, pooled, extras)
         fetched = {}
         for j, key in enumerate(wanted):
-            row = {name: result[name][j].to(self.dtype).clone()
+            row = {name: result[name][j].to(self.row_dtype(name)).clone()
                    for name in self.expected}
             self._store(key, row)
             fetched[key] = row
@@ -627,6 +882,7 @@ class OffloadedConditioning:
         state["_client"] = None
         state["_lock"] = None
         state["current"] = None
+        state["forward_values"] = {}
         try:
             pickle.dumps(self._recipe)
         except Exception as e:
@@ -643,6 +899,43 @@ class OffloadedConditioning:
 
 
 # --- the modules ------------------------------------------------------------------
+
+def _product(shape: Sequence[int]) -> int:
+    return int(math.prod(shape))
+
+
+class _Answer:
+    """A step's answer: each distinct row once ({output: [U, ...]}) and, for
+    each row the embedder received, which of them it is (`index`, [N]).
+    A module reads its part with take(), as the shape it replaces."""
+
+    def __init__(self, rows: Dict[str, torch.Tensor],
+                 index: torch.Tensor) -> None:
+        self.rows = rows
+        self.index = index
+
+    def to(self, device: Any,
+           dtypes: Dict[str, torch.dtype]) -> "_Answer":
+        return _Answer({name: value.to(device=device, dtype=dtypes[name],
+                                       non_blocking=True)
+                        for name, value in self.rows.items()},
+                       self.index.to(device, non_blocking=True))
+
+    def fits(self, lead: Sequence[int]) -> bool:
+        return self.index.numel() in (1, _product(lead))
+
+    def take(self, name: str, block: Optional[int],
+             lead: Sequence[int]) -> torch.Tensor:
+        """Output `name` (block `block` of it) for rows laid out as `lead`
+        (the received rows, [N] or Wan 2.2 TI2V's [B, seq])."""
+        value = self.rows[name]
+        if block is not None:
+            value = value[:, block]
+        index = self.index
+        if index.numel() == 1:
+            index = index.expand(_product(lead))
+        return value[index.reshape(tuple(lead))]
+
 
 class ConditioningEmbedder(torch.nn.Module):
     """Stands in for a transformer's ``time_text_embed``: returns the
@@ -669,15 +962,26 @@ class ConditioningEmbedder(torch.nn.Module):
         if not isinstance(timestep, torch.Tensor):
             timestep = torch.as_tensor(timestep)
         dtype = self.dtype_marker.dtype
-        answer = self.state.answer(timestep, given.get("guidance"),
-                                   given.get("pooled"), dtype)
-        device = timestep.device
-        answer = {name: value.to(device=device, dtype=dtype,
-                                 non_blocking=True)
-                  for name, value in answer.items()}
-        temb = answer["temb"]
+        state = self.state
+        extras = {}
+        for name in state.extra_inputs:
+            source = (state.forward_values
+                      if name in state.family.forward_inputs else given)
+            if source.get(name) is None:
+                raise ValueError(
+                    f"offload_conditioning: the {state.family.name} "
+                    f"transformer was called without {name!r}, which its "
+                    "conditioning model takes")
+            extras[name] = source[name]
+        answer = state.rows(timestep, given.get("guidance"),
+                            given.get("pooled"), dtype, extras or None)
+        answer = answer.to(timestep.device,
+                           {name: state.row_dtype(name, dtype)
+                            for name in answer.rows})
+        temb = answer.take(state.family.temb_output, None,
+                           (answer.index.numel(),))
         setattr(temb, _ANSWER, answer)
-        self.state.current = answer
+        state.current = answer
         return temb
 
     def extra_repr(self) -> str:
@@ -705,23 +1009,125 @@ class ModulationLookup(torch.nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         answer = getattr(x, _ANSWER, None)
+        lead = x.shape[:-1]
         if answer is None:
-            # The tensor was rebuilt on the way (a dtype cast): the step's
-            # answer is still the embedder's latest one.
+            # The tensor was rebuilt on the way (a dtype cast, Wan 2.2
+            # TI2V's unflatten, CogVideoX's ofs sum): the step's answer is
+            # still the embedder's latest one.
             answer = getattr(self.state, "current", None)
-            if answer is None or answer["temb"].shape[0] != x.shape[0]:
+            if answer is None or not answer.fits(lead):
                 raise RuntimeError(
                     f"offload_conditioning: {self.output}"
                     f"{'' if self.index is None else f'[{self.index}]'} was "
                     "called with a tensor that is not the replaced "
                     "time_text_embed's output")
-        value = answer[self.output]
-        if self.index is not None:
-            value = value[:, self.index]
+        # Rows as the Linear gives them: [..., W] (Wan's [N, 6, D] flat).
+        value = answer.take(self.output, self.index, lead).flatten(len(lead))
         return value.to(x.dtype) if value.dtype != x.dtype else value
 
     def extra_repr(self) -> str:
         return f"output={self.output!r}, index={self.index}"
+
+
+# --- the table and video families' modules -------------------------------------
+
+class Carrier(torch.nn.Module):
+    """Stands in for a module with weights whose result the served temb
+    already is (Wan's time_embedder, CogVideoX's time_embedding): returns
+    its input.  Wan's embedding reads its time MLP's parameters' dtype to
+    cast to, so there it holds one zero-size parameter in the model's
+    dtype: the cast is then a no-op and no byte is held."""
+
+    def __init__(self, dtype: Optional[torch.dtype] = None) -> None:
+        super().__init__()
+        if dtype is not None:
+            self.dtype_marker = torch.nn.Parameter(
+                torch.empty(0, dtype=dtype), requires_grad=False)
+
+    def forward(self, x: torch.Tensor, *args: Any, **kwargs: Any
+                ) -> torch.Tensor:
+        return x
+
+
+class ZeroContribution(torch.nn.Module):
+    """Stands in for an embedding that the model adds to temb and that the
+    served temb already includes (CogVideoX 1.5's ofs_embedding): adds
+    -0.0, which leaves every value as it is."""
+
+    def forward(self, x: torch.Tensor, *args: Any, **kwargs: Any
+                ) -> torch.Tensor:
+        return x.new_full((1, 1), -0.0)
+
+
+class TableLookup(torch.nn.Module):
+    """Stands in for an additive ``scale_shift_table`` parameter (Wan,
+    PixArt).  The model adds the table to its modulation (a block's) or to
+    temb (the output's); the stand-in's sum is output `output` at block
+    position `index` of the step's answer, which is that sum, laid out as
+    the model's addend is ([N, k, D], or [B, seq, k, D] per token).  It
+    takes the indexing, unsqueeze, ``.to()`` and ``.device`` the models
+    apply to their table on the way, and keeps the table's dtype for the
+    sum's type promotion."""
+
+    def __init__(self, state: OffloadedConditioning, output: str,
+                 index: Optional[int], dtype: torch.dtype) -> None:
+        super().__init__()
+        self.state = state
+        self.output = output
+        self.index = index
+        self.register_buffer("dtype_marker", torch.empty(0, dtype=dtype),
+                             persistent=False)
+
+    @property
+    def device(self) -> torch.device:
+        return self.dtype_marker.device
+
+    def __getitem__(self, item: Any) -> "TableLookup":
+        if item is None or item == (None,):
+            return self
+        raise TypeError(f"offload_conditioning: {self.output} table indexed "
+                        f"with {item!r}")
+
+    def unsqueeze(self, dim: int) -> "TableLookup":
+        return self
+
+    def __add__(self, other: torch.Tensor) -> torch.Tensor:
+        answer = self.state.current
+        lead = other.shape[:-2]
+        if answer is None or not answer.fits(lead):
+            raise RuntimeError(
+                f"offload_conditioning: the {self.output} table was added to "
+                f"a {list(other.shape)} tensor that is not of the replaced "
+                "embedder's latest step")
+        value = answer.take(self.output, self.index, lead)
+        dtype = torch.promote_types(self.dtype_marker.dtype, other.dtype)
+        return value.to(dtype) if value.dtype != dtype else value
+
+    __radd__ = __add__
+
+    def extra_repr(self) -> str:
+        return f"output={self.output!r}, index={self.index}"
+
+
+class _ForwardInputs:
+    """A forward pre-hook of the transformer: records the forward's
+    arguments that the conditioning takes and no replaced module receives
+    (CogVideoX 1.5's ofs), for the embedder of the same forward."""
+
+    def __init__(self, state: OffloadedConditioning,
+                 names: Tuple[str, ...]) -> None:
+        self.state = state
+        self.names = names
+
+    def __call__(self, module: torch.nn.Module, args: Tuple[Any, ...],
+                 kwargs: Dict[str, Any]) -> None:
+        values = {name: kwargs[name] for name in self.names if name in kwargs}
+        if len(values) < len(self.names) and args:
+            bound = inspect.signature(module.forward).bind_partial(
+                *args, **kwargs).arguments
+            values.update({name: bound[name] for name in self.names
+                           if name in bound})
+        self.state.forward_values = values
 
 
 # --- patching --------------------------------------------------------------------
@@ -730,7 +1136,9 @@ def _owned_bytes(modules: Sequence[torch.nn.Module]) -> int:
     seen = set()
     total = 0
     for module in modules:
-        for tensor in list(module.parameters()) + list(module.buffers()):
+        tensors = ([module] if isinstance(module, torch.Tensor) else
+                   list(module.parameters()) + list(module.buffers()))
+        for tensor in tensors:
             if tensor.is_meta:
                 continue
             key = (tensor.untyped_storage().data_ptr(), tensor.device)
@@ -748,15 +1156,25 @@ def _set(model: torch.nn.Module, path: str, module: torch.nn.Module) -> None:
 
 
 def conditioning_modules(transformer: torch.nn.Module
-                         ) -> Dict[str, torch.nn.Module]:
+                         ) -> Dict[str, Any]:
     """The modules with weights that offload_conditioning replaces, by
-    qualified name: the time (guidance, pooled) embedder and every
-    modulation Linear.  Works on the meta device, so the bytes a released
-    config frees can be counted without its weights."""
+    qualified name: the time (guidance, pooled) embedder, every modulation
+    Linear, the other modules with weights on the time path (Wan's time
+    MLP, CogVideoX's time and ofs embeddings), and the additive tables
+    (Wan's and PixArt's ``scale_shift_table``, as their Parameters).
+    Works on the meta device, so the bytes a released config frees can be
+    counted without its weights."""
     family = _family_of(transformer)
-    found = {"time_text_embed": transformer.time_text_embed}
+    found: Dict[str, Any] = {}
+    embedder = transformer.get_submodule(family.embedder)
+    if any(True for _ in embedder.parameters()):
+        found[family.embedder] = embedder
     for slot in family.slots(transformer):
-        found[slot.linear] = transformer.get_submodule(slot.linear)
+        if isinstance(slot, _Table):
+            found[slot.table] = transformer.get_parameter(slot.table)
+        else:
+            path = slot.path if isinstance(slot, _StandIn) else slot.linear
+            found[path] = transformer.get_submodule(path)
     return found
 
 
@@ -796,13 +1214,18 @@ def offload_conditioning(transformer: torch.nn.Module, *, client: Any,
         raise TypeError("offload_conditioning needs a client with a "
                         "condition() method (temb.Client, temb.local), got "
                         f"{type(client).__name__}")
-    if isinstance(getattr(transformer, "time_text_embed", None),
+    family = _family_of(transformer)
+    if isinstance(transformer.get_submodule(family.embedder),
                   ConditioningEmbedder):
         raise ValueError("offload_conditioning: this transformer is already "
                          "offloaded")
-    family = _family_of(transformer)
-    slots = family.slots(transformer)
-    dtype = next(p.dtype for p in transformer.time_text_embed.parameters())
+    everything = family.slots(transformer)
+    slots = [slot for slot in everything if isinstance(slot, _Slot)]
+    tables = [slot for slot in everything if isinstance(slot, _Table)]
+    stand_ins = [slot for slot in everything if isinstance(slot, _StandIn)]
+    typed = transformer.get_submodule(family.dtype_module or family.embedder)
+    dtype = next(p.dtype for p in typed.parameters())
+    device = next(typed.parameters()).device
     expected: Dict[str, Tuple[int, ...]] = {}
     counts: Dict[str, int] = collections.Counter()
     for slot in slots:
@@ -816,24 +1239,60 @@ def offload_conditioning(transformer: torch.nn.Module, *, client: Any,
         else:
             counts[slot.output] += 1
             expected[slot.output] = (counts[slot.output], width)
-    expected["temb"] = (transformer.get_submodule(
+    # A table's rows are the table's shape ([1, 6, D] for a Wan block)
+    # flattened.
+    for table in tables:
+        width = transformer.get_parameter(table.table).numel()
+        if table.index is None:
+            expected[table.output] = (width,)
+        else:
+            counts[table.output] += 1
+            expected[table.output] = (counts[table.output], width)
+    expected[family.temb_output] = (transformer.get_submodule(
         slots[-1].linear).in_features,)
+    extra_inputs = (family.extra_inputs(transformer)
+                    if family.extra_inputs is not None else ())
     state = OffloadedConditioning(family, client, model, expected, dtype,
-                                  cache_bytes, timeout)
+                                  cache_bytes, timeout, extra_inputs)
     state.check_served_model()
     state.set_schedule(schedule)
 
-    old = [transformer.time_text_embed] + [
-        transformer.get_submodule(slot.linear) for slot in slots]
+    old = [transformer.get_submodule(family.embedder)] + [
+        transformer.get_submodule(slot.linear) for slot in slots] + [
+        transformer.get_submodule(s.path) for s in stand_ins] + [
+        transformer.get_parameter(table.table) for table in tables]
     state.freed_bytes = _owned_bytes(old)
     del old
-    embedder = ConditioningEmbedder(state).to(
-        next(transformer.time_text_embed.parameters()).device)
-    transformer.time_text_embed = embedder
-    state.replaced.append("time_text_embed")
+    embedder = ConditioningEmbedder(state).to(device)
+    _set(transformer, family.embedder, embedder)
+    state.replaced.append(family.embedder)
     for slot in slots:
         _set(transformer, slot.silu, PassThrough())
         _set(transformer, slot.linear,
              ModulationLookup(state, slot.output, slot.index))
         state.replaced += [slot.silu, slot.linear]
+    # The table and video families' other stand-ins, tables and forward
+    # arguments.
+    for stand_in in stand_ins:
+        replacement = (ZeroContribution() if stand_in.kind == "zero" else
+                       Carrier(dtype if stand_in.kind == "pass-typed"
+                               else None))
+        _set(transformer, stand_in.path, replacement.to(device))
+        state.replaced.append(stand_in.path)
+    for table in tables:
+        parent_path, _, name = table.table.rpartition(".")
+        parent = (transformer.get_submodule(parent_path) if parent_path
+                  else transformer)
+        parameter = getattr(parent, name)
+        lookup = TableLookup(state, table.output, table.index,
+                             parameter.dtype).to(parameter.device)
+        del parameter
+        delattr(parent, name)
+        setattr(parent, name, lookup)
+        state.replaced.append(table.table)
+    wanted = tuple(name for name in family.forward_inputs
+                   if name in extra_inputs)
+    if wanted:
+        transformer.register_forward_pre_hook(
+            _ForwardInputs(state, wanted), with_kwargs=True)
     return state
