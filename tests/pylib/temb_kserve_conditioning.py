@@ -37,11 +37,14 @@ class KServeConditioning:
         return self._client
 
     def condition(self, model, timesteps, guidance=None,
-                  pooled_projections=None, outputs=None, return_tensors=None):
+                  pooled_projections=None, outputs=None, return_tensors=None,
+                  **extras):
         self.calls += 1
         inputs = []
+        # extras: a family's other inputs by name (resolution, ofs, ...).
         for name, value in (("timesteps", timesteps), ("guidance", guidance),
-                            ("pooled_projections", pooled_projections)):
+                            ("pooled_projections", pooled_projections),
+                            *extras.items()):
             if value is None:
                 continue
             array = torch.as_tensor(value).float().numpy()

@@ -20,6 +20,14 @@ A family is a table (_FAMILIES): how its pipeline turns the scheduler's t
 (and the guidance scale) into what the embedder receives, and which module
 reads which output at which block position.
 
+Wan, PixArt and CogVideoX are entries of the same table.  Their additive
+``scale_shift_table``s become parameter-free stand-ins whose sum with the
+model's addend is the served sum; the weighted modules on their time path
+that are not modulation Linears (Wan's float32 time MLP, CogVideoX's time
+and ofs embeddings) pass the served temb on; PixArt-alpha's resolution and
+aspect ratio and CogVideoX 1.5's ofs are keyed and sent like pooled rows.
+Wan 2.2 TI2V's per-token timesteps ask for each distinct value once.
+
 This module is imported by temb.torch (it needs PyTorch).
 """
 
@@ -1185,8 +1193,10 @@ def offload_conditioning(transformer: torch.nn.Module, *, client: Any,
                          ) -> OffloadedConditioning:
     """Replaces, in place, the time conditioning of a diffusers
     transformer (QwenImageTransformer2DModel, FluxTransformer2DModel dev or
-    schnell, SD3Transformer2DModel) with temb's answers from the
-    conditioning model `model`, and releases its weights.
+    schnell, SD3Transformer2DModel, WanTransformer3DModel 2.1/2.2 incl.
+    TI2V's per-token timesteps, PixArtTransformer2DModel Sigma or alpha,
+    CogVideoXTransformer3DModel incl. 1.5's ofs) with temb's answers from
+    the conditioning model `model`, and releases its weights.
 
     Args:
       transformer: the model, called afterwards as its pipeline calls it.
