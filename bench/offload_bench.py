@@ -110,13 +110,40 @@ RELEASED = {
         use_linear_projection=True, addition_embed_type="text_time",
         addition_time_embed_dim=256,
         projection_class_embeddings_input_dim=2816)),
+    # The table and video families (the guide's section 1 configs).
+    "Wan2.1-T2V-14B": (diffusers.WanTransformer3DModel, dict(
+        patch_size=(1, 2, 2), num_attention_heads=40, attention_head_dim=128,
+        in_channels=16, out_channels=16, text_dim=4096, freq_dim=256,
+        ffn_dim=13824, num_layers=40, cross_attn_norm=True,
+        qk_norm="rms_norm_across_heads", eps=1e-6)),
+    "Wan2.2-TI2V-5B": (diffusers.WanTransformer3DModel, dict(
+        patch_size=(1, 2, 2), num_attention_heads=24, attention_head_dim=128,
+        in_channels=48, out_channels=48, text_dim=4096, freq_dim=256,
+        ffn_dim=14336, num_layers=30, cross_attn_norm=True,
+        qk_norm="rms_norm_across_heads", eps=1e-6)),
+    "CogVideoX-5B": (diffusers.CogVideoXTransformer3DModel, dict(
+        num_attention_heads=48, attention_head_dim=64, in_channels=16,
+        out_channels=16, time_embed_dim=512, text_embed_dim=4096,
+        num_layers=42, sample_width=90, sample_height=60, sample_frames=49,
+        patch_size=2, max_text_seq_length=226,
+        use_rotary_positional_embeddings=True,
+        use_learned_positional_embeddings=False)),
+    "PixArt-Sigma-XL-1024": (diffusers.PixArtTransformer2DModel, dict(
+        num_attention_heads=16, attention_head_dim=72, in_channels=4,
+        out_channels=8, num_layers=28, cross_attention_dim=1152,
+        caption_channels=4096, sample_size=128, patch_size=2,
+        norm_type="ada_norm_single", interpolation_scale=2,
+        use_additional_conditions=False)),
 }
 
 GIB = float(1 << 30)
 
 
 def count(modules):
-    return sum(p.numel() for m in modules for p in m.parameters())
+    # A module's parameters, or a table (a Parameter) itself.
+    return sum(p.numel() for m in modules
+               for p in ([m] if isinstance(m, torch.Tensor)
+                         else m.parameters()))
 
 
 def table(_args):

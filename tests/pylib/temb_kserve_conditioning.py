@@ -39,7 +39,8 @@ class KServeConditioning:
     def condition(self, model, timesteps, guidance=None,
                   pooled_projections=None, outputs=None, return_tensors=None,
                   **extras):
-        """`extras`: a family's other inputs by name (SDXL's time_ids)."""
+        """`extras`: a family's other inputs by name (SDXL's time_ids,
+        PixArt-alpha's resolution and aspect_ratio, CogVideoX 1.5's ofs)."""
         self.calls += 1
         inputs = []
         for name, value in (("timesteps", timesteps), ("guidance", guidance),

@@ -19,9 +19,22 @@ replacement receives that very tensor and reads its block's slice.
 
 A family is a table (_FAMILIES): how its pipeline turns the scheduler's t
 (and the guidance scale) into what the embedder receives, and which module
-reads which output at which block position.  Where the inputs do not all
-reach one module (SDXL's UNet), the table also names parameterless modules
-tapped for them and embedders folded into the served temb.
+reads which output at which block position.  Besides those:
+
+  * additive ``scale_shift_table``s (Wan, PixArt) become parameter-free
+    stand-ins whose sum with the model's addend is the served sum;
+  * weighted modules on the time path that are not modulation Linears pass
+    the served temb on (Wan's float32 time MLP, CogVideoX's time
+    embedding) or add nothing to it, where the served temb already holds
+    their part (CogVideoX 1.5's ofs embedding, the UNet's time_embedding);
+  * the served model's inputs beyond t, guidance and the pooled row
+    (SDXL's time ids, PixArt-alpha's resolution and aspect ratio,
+    CogVideoX 1.5's ofs) are keyed and sent like pooled rows; where the
+    embedder's own arguments lack one, a forward pre-hook records it where
+    the model has it (a parameterless module before the embedder, or the
+    transformer's forward);
+  * each distinct row is asked for once, so Wan 2.2 TI2V's per-token
+    timesteps cost two rows, not one per token.
 
 This module is imported by temb.torch (it needs PyTorch).
 """
@@ -31,6 +44,8 @@ from __future__ import annotations
 import collections
 import copy
 import dataclasses
+import inspect
+import math
 import os
 import pickle
 import threading
@@ -120,6 +135,156 @@ def _sd3_slots(model: torch.nn.Module) -> List[_Slot]:
     return slots
 
 
+# --- table and video families: Wan, PixArt, CogVideoX ------------------------
+#
+# These end in sums with a checkpoint table (Wan, PixArt) or read the time
+# embedding through modules that are not one embedder (Wan's time MLP sits
+# beside the text and image embedders; CogVideoX adds an ofs embedding to it
+# in the model's forward).  Besides _Slot, their rows in the table use:
+
+
+@dataclasses.dataclass(frozen=True)
+class _Table:
+    """An additive scale_shift_table replaced by a parameter-free stand-in:
+    where the model adds the table to its modulation, the stand-in returns
+    output `output` at block position `index`, which is that very sum."""
+    table: str
+    output: str
+    index: Optional[int]
+
+
+@dataclasses.dataclass(frozen=True)
+class _StandIn:
+    """A module with weights on the time path that is not a modulation
+    Linear.  kind "pass": its result is already the served temb, so it
+    returns its input; "pass-typed": the same, holding a zero-size parameter
+    because its caller reads its parameters' dtype; "zero": the model adds
+    its output to the embedder's and the served temb already holds both
+    (CogVideoX 1.5's ofs embedding, the UNet's time_embedding), so it
+    returns -0.0 (x + -0.0 == x for every x, -0.0 included)."""
+    path: str
+    kind: str
+
+
+def _wan_slots(model: torch.nn.Module) -> List[Any]:
+    # WanTimeTextImageEmbedding: timesteps_proj (the embedder) -> the time
+    # MLP -> .type_as(text) -> time_proj(act_fn(temb)), one Linear shared by
+    # every block; text_embedder and image_embedder do not depend on t and
+    # stay.  Each block adds its table to time_proj's output, the output
+    # norm adds its table to temb.
+    slots: List[Any] = [
+        _StandIn("condition_embedder.time_embedder", "pass-typed"),
+        _Slot("condition_embedder.time_proj", "condition_embedder.act_fn",
+              "timestep_proj", None)]
+    slots += [_Table(f"blocks.{i}.scale_shift_table", "block_mod", i)
+              for i in range(len(model.blocks))]
+    slots.append(_Table("scale_shift_table", "norm_out", None))
+    return slots
+
+
+def _pixart_slots(model: torch.nn.Module) -> List[Any]:
+    # AdaLayerNormSingle: emb (the embedder) -> linear(silu(.)), one Linear
+    # shared by every block, each of which adds its own table; the output
+    # adds its table to the embedder's result.
+    slots: List[Any] = [_Slot("adaln_single.linear", "adaln_single.silu",
+                              "timestep", None)]
+    slots += [_Table(f"transformer_blocks.{i}.scale_shift_table",
+                     "block_mod", i)
+              for i in range(len(model.transformer_blocks))]
+    slots.append(_Table("scale_shift_table", "norm_out", None))
+    return slots
+
+
+def _cogvideox_slots(model: torch.nn.Module) -> List[Any]:
+    # time_proj (the embedder) -> .to(dtype) -> time_embedding, [+ the ofs
+    # embedding], then CogVideoXLayerNormZero norm1 and norm2 in every block
+    # and the AdaLayerNorm output norm, each linear(silu(temb)).
+    slots: List[Any] = [_StandIn("time_embedding", "pass")]
+    if model.ofs_embedding is not None:
+        slots.append(_StandIn("ofs_embedding", "zero"))
+    for i in range(len(model.transformer_blocks)):
+        slots.append(_adanorm(f"transformer_blocks.{i}.norm1", "norm1", i))
+        slots.append(_adanorm(f"transformer_blocks.{i}.norm2", "norm2", i))
+    slots.append(_adanorm("norm_out", "norm_out", None))
+    return slots
+
+
+def _pixart_inputs(model: torch.nn.Module) -> Tuple[str, ...]:
+    # PixArt-alpha's micro-conditions, passed to the embedder by name.
+    return (("resolution", "aspect_ratio")
+            if model.adaln_single.emb.use_additional_conditions else ())
+
+
+def _cogvideox_inputs(model: torch.nn.Module) -> Tuple[str, ...]:
+    # CogVideoX 1.5 I2V: the forward's `ofs` (its pipeline passes 2.0).
+    return ("ofs",) if model.ofs_embedding is not None else ()
+
+
+# --- FLUX.2, HunyuanVideo-1.5 and SDXL's UNet -------------------------------
+
+def _flux2_slots(model: torch.nn.Module) -> List[_Slot]:
+    # One Flux2Modulation per stream, shared by every block of its kind:
+    # its output has no block axis.  Flux2Modulation names its SiLU act_fn.
+    slots = [_Slot(f"{prefix}.linear", f"{prefix}.act_fn", output, None)
+             for prefix, output in (
+                 ("double_stream_modulation_img", "img_mod"),
+                 ("double_stream_modulation_txt", "txt_mod"),
+                 ("single_stream_modulation", "single_mod"))]
+    slots.append(_adanorm("norm_out", "norm_out", None))
+    return slots
+
+
+def _hunyuan_video15_slots(model: torch.nn.Module) -> List[_Slot]:
+    # The main path only: the token refiner (context_embedder) embeds t
+    # with the prompt's masked mean, which the conditioning model does not
+    # serve, so it keeps its own time embedding and modulations.
+    slots = []
+    for i in range(len(model.transformer_blocks)):
+        slots.append(_adanorm(f"transformer_blocks.{i}.norm1", "img_mod", i))
+        slots.append(_adanorm(f"transformer_blocks.{i}.norm1_context",
+                              "txt_mod", i))
+    slots.append(_adanorm("norm_out", "norm_out", None))
+    return slots
+
+
+def _unet_slots(model: torch.nn.Module) -> List[Any]:
+    # The UNet computes emb = time_embedding(time_proj(t)) + add_embedding(
+    # [text_embeds, add_time_proj(time_ids)]) inline in its forward.  The
+    # embedder is add_embedding, the last of them, and returns the served
+    # temb; time_embedding adds nothing to it.  Then every ResnetBlock2D's
+    # time_emb_proj, one output per down/up block and the mid block,
+    # [N, resnets, C].  The resnet's nonlinearity also acts on its hidden
+    # states, so it stays (silu None).
+    levels = [f"down_blocks.{b}" for b in range(len(model.down_blocks))]
+    levels.append("mid_block")
+    levels += [f"up_blocks.{b}" for b in range(len(model.up_blocks))]
+    slots: List[Any] = [_StandIn("time_embedding", "zero")]
+    for level in levels:
+        for j in range(len(model.get_submodule(level).resnets)):
+            slots.append(_Slot(f"{level}.resnets.{j}.time_emb_proj", None,
+                               level, j))
+    return slots
+
+
+def _t_hunyuan_video15(t: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    # HunyuanVideo-1.5's pipeline: t.to(latents' dtype), at the 0..1000
+    # scale, and the model embeds it as it comes.
+    return t.to(dtype)
+
+
+def _unet_inputs(model: torch.nn.Module) -> Tuple[str, ...]:
+    # The pipeline's add_time_ids (original size, crop, target size), six
+    # per row, beside the pooled text embedding.
+    return ("time_ids",)
+
+
+def _unet_pooled_width(model: torch.nn.Module) -> int:
+    # add_embedding's input: the pooled text embedding, then one sinusoid
+    # of addition_time_embed_dim per time id (6 for SDXL, as served).
+    return (model.add_embedding.linear_1.in_features
+            - 6 * model.config.addition_time_embed_dim)
+
+
 def _t_over_1000(t: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     # Qwen-Image's pipeline: t.to(dtype) / 1000, passed as `timestep`; the
     # model's .to(hidden_states.dtype) is then a no-op.
@@ -152,22 +317,34 @@ class _Family:
     # between them (embedder value ~= t * factor), for going back.
     timestep: Callable[[torch.Tensor, torch.dtype], torch.Tensor]
     timestep_factor: float
-    slots: Callable[[torch.nn.Module], List[_Slot]]
+    # _Slot, _Table and _StandIn rows.
+    slots: Callable[[torch.nn.Module], List[Any]]
     guidance: Optional[Callable[[torch.Tensor, torch.dtype],
                                 torch.Tensor]] = None
     guidance_factor: float = 1.0
-    # The module replaced by the embedder (FLUX.2: time_guidance_embed,
-    # HunyuanVideo-1.5: time_embed, the UNet: add_embedding).
+    # The module replaced by the embedder (the one that receives the
+    # timestep), and the output it returns.
     embedder: str = "time_text_embed"
-    # Parameterless modules that receive one of the served inputs before
-    # the embedder runs, where the embedder's own arguments lack it (the
-    # UNet's time_proj gets t, its add_time_proj the flattened time ids):
-    # each is wrapped to record that input for the embedder.
+    temb_output: str = "temb"
+    # The module whose parameters' dtype is the model's compute dtype
+    # (default: the embedder).
+    dtype_module: Optional[str] = None
+    # Outputs served in float32 whatever the model's dtype.
+    float32_outputs: Tuple[str, ...] = ()
+    # The model's other inputs of the conditioning (the served model's
+    # inputs beside timesteps, guidance and pooled_projections), per row,
+    # read from the embedder's arguments or from a tap.
+    extra_inputs: Optional[Callable[[torch.nn.Module],
+                                    Tuple[str, ...]]] = None
+    # Where the embedder's own arguments lack one of the inputs
+    # ("timestep" or an extra input), the module that receives it first:
+    # (path, input).  A forward pre-hook there records it for the
+    # embedder: a parameterless module's first argument (the UNet's
+    # time_proj gets t, its add_time_proj the flattened time ids, both
+    # before add_embedding runs), or with path "" the transformer's forward
+    # argument of that name (CogVideoX 1.5's ofs, embedded only after the
+    # timestep).  A tap for an extra input the model lacks is not set.
     taps: Tuple[Tuple[str, str], ...] = ()
-    # Modules with weights whose output the model adds to the embedder's
-    # (the UNet's time_embedding): the served temb already holds it, so they
-    # return zeros.
-    folded: Tuple[str, ...] = ()
     # The embedder's "pooled" argument holds the pooled row in its first
     # pooled_width(model) columns (the UNet's add_embedding receives
     # [text_embeds, sinusoids of the time ids]); None: all of it.
@@ -182,61 +359,21 @@ _FLUX_SCHNELL = _Family("flux.1-schnell", ("timestep", "pooled"), _t_flux,
                         1.0, _flux_slots)
 _SD3 = _Family("sd3", ("timestep", "pooled"), _t_as_is, 1.0, _sd3_slots)
 
-
-# FLUX.2, HunyuanVideo-1.5 and SDXL's UNet.
-
-def _flux2_slots(model: torch.nn.Module) -> List[_Slot]:
-    # One Flux2Modulation per stream, shared by every block of its kind:
-    # its output has no block axis.  Flux2Modulation names its SiLU act_fn.
-    slots = [_Slot(f"{prefix}.linear", f"{prefix}.act_fn", output, None)
-             for prefix, output in (
-                 ("double_stream_modulation_img", "img_mod"),
-                 ("double_stream_modulation_txt", "txt_mod"),
-                 ("single_stream_modulation", "single_mod"))]
-    slots.append(_adanorm("norm_out", "norm_out", None))
-    return slots
-
-
-def _hunyuan_video15_slots(model: torch.nn.Module) -> List[_Slot]:
-    # The main path only: the token refiner (context_embedder) embeds t
-    # with the prompt's masked mean, which the conditioning model does not
-    # serve, so it keeps its own time embedding and modulations.
-    slots = []
-    for i in range(len(model.transformer_blocks)):
-        slots.append(_adanorm(f"transformer_blocks.{i}.norm1", "img_mod", i))
-        slots.append(_adanorm(f"transformer_blocks.{i}.norm1_context",
-                              "txt_mod", i))
-    slots.append(_adanorm("norm_out", "norm_out", None))
-    return slots
-
-
-def _unet_slots(model: torch.nn.Module) -> List[_Slot]:
-    # Every ResnetBlock2D's time_emb_proj, one output per down/up block and
-    # the mid block, [N, resnets, C].  The resnet's nonlinearity also acts
-    # on its hidden states, so it stays (silu None).
-    levels = [f"down_blocks.{b}" for b in range(len(model.down_blocks))]
-    levels.append("mid_block")
-    levels += [f"up_blocks.{b}" for b in range(len(model.up_blocks))]
-    slots = []
-    for level in levels:
-        for j in range(len(model.get_submodule(level).resnets)):
-            slots.append(_Slot(f"{level}.resnets.{j}.time_emb_proj", None,
-                               level, j))
-    return slots
-
-
-def _t_hunyuan_video15(t: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    # HunyuanVideo-1.5's pipeline: t.to(latents' dtype), at the 0..1000
-    # scale, and the model embeds it as it comes.
-    return t.to(dtype)
-
-
-def _unet_pooled_width(model: torch.nn.Module) -> int:
-    # add_embedding's input: the pooled text embedding, then one sinusoid
-    # of addition_time_embed_dim per time id (6 for SDXL, as served).
-    return (model.add_embedding.linear_1.in_features
-            - 6 * model.config.addition_time_embed_dim)
-
+# Wan, PixArt and CogVideoX pipelines pass the scheduler's t as it is (Wan
+# 2.2 TI2V: per token, [B, seq], flattened by the model before the
+# embedder); PixArt and CogVideoX batch their CFG rows.
+_WAN = _Family("wan", ("timestep",), _t_as_is, 1.0, _wan_slots,
+               embedder="condition_embedder.timesteps_proj",
+               dtype_module="condition_embedder.time_proj",
+               float32_outputs=("block_mod", "norm_out"))
+_PIXART = _Family("pixart", ("timestep", "resolution", "aspect_ratio"),
+                  _t_as_is, 1.0, _pixart_slots, embedder="adaln_single.emb",
+                  temb_output="embedded_timestep",
+                  extra_inputs=_pixart_inputs)
+_COGVIDEOX = _Family("cogvideox", ("timestep",), _t_as_is, 1.0,
+                     _cogvideox_slots, embedder="time_proj",
+                     dtype_module="time_embedding",
+                     extra_inputs=_cogvideox_inputs, taps=(("", "ofs"),))
 
 # FLUX.2's pipelines pass t and the guidance as FLUX.1's do; klein passes
 # guidance=None.
@@ -250,17 +387,15 @@ _FLUX2_KLEIN = _Family("flux.2-klein", ("timestep", "-"), _t_flux, 1.0,
 _HUNYUAN_VIDEO15 = _Family("hunyuanvideo-1.5", ("timestep", "-"),
                            _t_hunyuan_video15, 1.0, _hunyuan_video15_slots,
                            embedder="time_embed")
-# The UNet computes emb = time_embedding(time_proj(t)) + add_embedding(
-# [text_embeds, add_time_proj(time_ids)]) inline in its forward.  The
-# embedder is add_embedding, the last of them: it receives the pooled row,
-# and taps on the two parameterless projections give it t and the time ids;
-# time_embedding returns zeros, so the sum is the served temb.  The
-# pipeline passes the scheduler's t as it is (float32 in the sinusoid).
+# The UNet's embedder, add_embedding, receives the pooled row (and the
+# time ids' sinusoids); taps on the two parameterless projections give it t
+# and the time ids (_unet_slots).  The pipeline passes the scheduler's t as
+# it is (float32 in the sinusoid).
 _SDXL_UNET = _Family("sdxl-unet", ("pooled",), _t_as_is, 1.0, _unet_slots,
                      embedder="add_embedding",
+                     extra_inputs=_unet_inputs,
                      taps=(("time_proj", "timestep"),
                            ("add_time_proj", "time_ids")),
-                     folded=("time_embedding",),
                      pooled_width=_unet_pooled_width)
 
 # The UNet config values whose other settings change emb and that the
@@ -287,6 +422,20 @@ def _family_of(model: torch.nn.Module) -> _Family:
         return _FLUX_DEV if config.get("guidance_embeds") else _FLUX_SCHNELL
     if name == "SD3Transformer2DModel":
         return _SD3
+    # Wan 2.1/2.2, PixArt-Sigma/alpha, CogVideoX (1.5).
+    if name == "WanTransformer3DModel":
+        return _WAN
+    if name == "PixArtTransformer2DModel":
+        return _PIXART
+    if name == "CogVideoXTransformer3DModel":
+        activation = config.get("timestep_activation_fn", "silu")
+        if activation != "silu":
+            raise ValueError(
+                "offload_conditioning: CogVideoXTransformer3DModel with "
+                f"timestep_activation_fn={activation!r} is not served by "
+                "temb's conditioning models (SiLU only)")
+        return _COGVIDEOX
+    # FLUX.2 dev/klein, HunyuanVideo-1.5, SDXL's UNet.
     if name == "Flux2Transformer2DModel":
         return _FLUX2_DEV if config.get("guidance_embeds") else _FLUX2_KLEIN
     if name == "HunyuanVideo15Transformer3DModel":
@@ -308,8 +457,9 @@ def _family_of(model: torch.nn.Module) -> _Family:
         f"offload_conditioning: {type(model).__module__}.{name} is not a "
         "family temb serves (QwenImageTransformer2DModel, "
         "FluxTransformer2DModel, SD3Transformer2DModel, "
-        "Flux2Transformer2DModel, HunyuanVideo15Transformer3DModel, "
-        "UNet2DConditionModel)")
+        "WanTransformer3DModel, PixArtTransformer2DModel, "
+        "CogVideoXTransformer3DModel, Flux2Transformer2DModel, "
+        "HunyuanVideo15Transformer3DModel, UNet2DConditionModel)")
 
 
 # --- going back from what the embedder receives to the scheduler's t ---------
@@ -345,26 +495,6 @@ def _scheduler_values(seen: torch.Tensor, forward: Callable, factor: float,
             "its pipeline calls it?")
     first = match.to(torch.int8).argmax(0)
     return candidates.gather(0, first[None])[0]
-
-
-def _extra_rows(extras: Optional[Dict[str, torch.Tensor]],
-                dtype: torch.dtype) -> Dict[str, torch.Tensor]:
-    """Each extra input as [rows, K] in the served dtype, on the CPU.  The
-    conditioning model rounds these inputs to its dtype, as the pipeline
-    does (SDXL's time ids are made in the prompt's dtype); a value that
-    dtype cannot hold would give other rows than the model computes."""
-    rows = {}
-    for name, value in (extras or {}).items():
-        value = value.detach().to("cpu")
-        rounded = value.to(dtype)
-        if not torch.equal(rounded.to(value.dtype), value):
-            raise ValueError(
-                f"offload_conditioning: {name} holds values that {dtype} "
-                "cannot hold exactly, which the served model would round; "
-                "does the pipeline make them in the model's dtype?")
-        rows[name] = rounded.reshape(-1, value.shape[-1]) if value.dim() \
-            else rounded.reshape(1, 1)
-    return rows
 
 
 # --- the client, its reconnection after pickle and fork -----------------------
@@ -412,8 +542,19 @@ class OffloadedConditioning:
 
     def __init__(self, family: _Family, client: Any, model: str,
                  expected: Dict[str, Tuple[int, ...]], dtype: torch.dtype,
-                 cache_bytes: int, timeout: Optional[float]) -> None:
+                 cache_bytes: int, timeout: Optional[float],
+                 extra_inputs: Tuple[str, ...] = ()) -> None:
         self.family = family
+        # The served model's inputs besides timesteps, guidance and pooled
+        # projections (SDXL's time_ids, PixArt-alpha's resolution,
+        # CogVideoX 1.5's ofs); the family's taps set on this model, and
+        # what they recorded for the coming embedder call; how many leading
+        # columns of the embedder's "pooled" argument are the pooled row
+        # (_Family.taps, _Family.pooled_width).
+        self.extra_inputs = tuple(extra_inputs)
+        self.taps: Tuple[Tuple[str, str], ...] = ()
+        self.tapped: Dict[str, Any] = {}
+        self.pooled_columns: Optional[int] = None
         self.model = model
         self.expected = expected
         self.dtype = dtype
@@ -429,12 +570,7 @@ class OffloadedConditioning:
         self._cached_bytes = 0
         self._lock = threading.Lock()
         self._checked = False
-        self.current: Optional[Dict[str, torch.Tensor]] = None
-        # What the family's taps recorded for the coming embedder call, and
-        # how many leading columns of its "pooled" argument are the pooled
-        # row (_Family.taps, _Family.pooled_width).
-        self.tapped: Dict[str, torch.Tensor] = {}
-        self.pooled_columns: Optional[int] = None
+        self.current: Optional["_Answer"] = None
         self._prefetch: Optional[threading.Thread] = None
         self._prefetch_error: Optional[BaseException] = None
         self._recipe = _recipe_of(client)
@@ -464,9 +600,9 @@ class OffloadedConditioning:
             self._schedule = torch.as_tensor(schedule).detach().to(
                 "cpu", torch.float32).reshape(-1)
         self._scheduled = set()
-        if (self._schedule is not None
+        if (self._schedule is not None and not self.extra_inputs
                 and set(self.family.arguments) <= {"timestep", "-"}):
-            self._scheduled.add((None, None))
+            self._scheduled.add((None, None, None))
             self._prefetch = threading.Thread(
                 target=self._prefetch_schedule,
                 args=(self._schedule, self.dtype), daemon=True,
@@ -484,7 +620,7 @@ class OffloadedConditioning:
         self._prefetch = None
         if self._prefetch_error is not None:
             self._prefetch_error = None
-            self._scheduled.discard((None, None))
+            self._scheduled.discard((None, None, None))
 
     def _prefetch_schedule(self, schedule: torch.Tensor,
                            dtype: torch.dtype) -> None:
@@ -493,7 +629,7 @@ class OffloadedConditioning:
                 seen = self.family.timestep(schedule, dtype).to(torch.float32)
                 wanted: Dict[Tuple, int] = {}
                 for s, bits in enumerate(seen.view(torch.int32).tolist()):
-                    key = (bits, None, None)
+                    key = (bits, None, None, None)
                     if key not in self._cache:
                         wanted.setdefault(key, s)
                 if not wanted:
@@ -502,7 +638,8 @@ class OffloadedConditioning:
                                        None, None)
                 for j, key in enumerate(wanted):
                     self._store(key, {name: result[name][j].to(
-                        self.dtype).clone() for name in self.expected})
+                        self.row_dtype(name)).clone()
+                        for name in self.expected})
         except Exception as e:  # the steps will ask again
             self._prefetch_error = e
 
@@ -534,6 +671,13 @@ class OffloadedConditioning:
                 f"{self.family.name} transformer")
         for name in sorted(set(self.expected) & set(served)):
             here, there = tuple(self.expected[name]), tuple(served[name])
+            # Rows as [blocks, width] or [width]: a table family's answer
+            # keeps the chunks the model splits ([L, 6, D]), its metadata
+            # writes them flat ([L, 6D]).
+            if len(here) == 2 and len(there) > 2:
+                there = (there[0], _product(there[1:]))
+            elif len(here) == 1 and len(there) > 1:
+                there = (_product(there),)
             if here == there:
                 continue
             if len(here) == 2 and len(there) == 2 and here[0] != there[0]:
@@ -574,7 +718,8 @@ class OffloadedConditioning:
                 + (f": {served.message}" if getattr(served, "message", "")
                    else ""))
         outputs = {o.name: tuple(o.row_shape) for o in served.outputs}
-        dtypes = {o.dtype for o in served.outputs if o.name in self.expected}
+        dtypes = {o.dtype for o in served.outputs if o.name in self.expected
+                  and o.name not in self.family.float32_outputs}
         problems = self._mismatch(outputs, served.dtype if getattr(
             served, "dtype", None) else (dtypes.pop() if len(dtypes) == 1
                                          else None),
@@ -588,6 +733,13 @@ class OffloadedConditioning:
                 + " a guidance input, the transformer "
                 + ("has" if wants_guidance else "has no")
                 + " guidance embedder")
+        served_extras = inputs - {"timesteps", "guidance",
+                                  "pooled_projections"}
+        if inputs and served_extras != set(self.extra_inputs):
+            problems.append(
+                f"inputs: the served model takes {sorted(served_extras)} "
+                f"besides the timesteps, the transformer "
+                f"{sorted(self.extra_inputs)}")
         self._raise_if_mismatched(problems)
         self._checked = True
         return True
@@ -619,7 +771,8 @@ class OffloadedConditioning:
             result[name] = torch.as_tensor(answer[name])
         if not self._checked:
             served_dtypes = {_DTYPE_NAMES.get(v.dtype, str(v.dtype))
-                             for v in result.values()}
+                             for k, v in result.items()
+                             if k not in self.family.float32_outputs}
             # A client may widen bf16 to float32 holding the same value;
             # only a served dtype that is not float32 is known for sure.
             served_dtype = (served_dtypes.pop() if len(served_dtypes) == 1
@@ -654,9 +807,20 @@ class OffloadedConditioning:
         served dtype, on the CPU.  `dtype`: the one the transformer runs in
         now (the served one unless it was moved with .to(dtype)): its
         pipeline's arithmetic is the one undone to find the scheduler's t.
-        `extras`: the family's other row inputs by their served name
-        ([N, K] or one row; SDXL's time_ids), which travel with the pooled
-        row and are keyed with it."""
+        `extras`: the family's other inputs by name (PixArt-alpha's
+        resolution and aspect_ratio, CogVideoX 1.5's ofs)."""
+        found = self.rows(timestep, guidance, pooled, dtype, extras)
+        return {name: found.take(name, None, (found.index.numel(),))
+                for name in self.expected}
+
+    def rows(self, timestep: torch.Tensor, guidance: Optional[torch.Tensor],
+             pooled: Optional[torch.Tensor],
+             dtype: Optional[torch.dtype] = None,
+             extras: Optional[Dict[str, torch.Tensor]] = None) -> "_Answer":
+        """As :meth:`answer`, but each distinct row once, with the index of
+        each received row among them: Wan 2.2 TI2V's per-token timesteps
+        ([B, seq], flattened) hold two distinct values, and neither the call
+        nor the answer grows with the tokens."""
         dtype = dtype or self.dtype
         if self._pid != os.getpid():
             # A forked child: the parent's threads did not come along, and
@@ -670,46 +834,65 @@ class OffloadedConditioning:
                   else guidance.detach().reshape(-1).to("cpu"))
         p_rows = (None if pooled is None else pooled.detach().to(
             "cpu", self.dtype).reshape(-1, pooled.shape[-1]))
-        x_rows = _extra_rows(extras, self.dtype)
-        # One timestep, guidance or pooled row may stand for every row.
-        n = max(x.shape[0] for x in (t_seen, g_seen, p_rows,
-                                     *x_rows.values()) if x is not None)
-        for name, x in (("timestep", t_seen), ("guidance", g_seen),
-                        ("pooled_projections", p_rows), *x_rows.items()):
+        e_rows, layout = self._extra_rows(extras, dtype)
+        parts = (("timestep", t_seen), ("guidance", g_seen),
+                 ("pooled_projections", p_rows), ("extra inputs", e_rows))
+        # One timestep, guidance, pooled or extra row may stand for every
+        # row.
+        n = max(x.shape[0] for _, x in parts if x is not None)
+        for name, x in parts:
             if x is not None and x.shape[0] not in (1, n):
                 raise ValueError(f"offload_conditioning: {name} has "
                                  f"{x.shape[0]} rows, the batch {n}")
-        if t_seen.shape[0] == 1:
-            t_seen = t_seen.expand(n)
+        # The distinct rows, compared as integers (the bits of t and
+        # guidance, the bytes of pooled and extra rows); a part given once
+        # is the same for every row.
+        columns = []
+        for x in (t_seen.to(torch.float32).view(torch.int32),
+                  None if g_seen is None
+                  else g_seen.to(torch.float32).view(torch.int32),
+                  None if p_rows is None
+                  else p_rows.contiguous().view(torch.uint8),
+                  None if e_rows is None
+                  else e_rows.contiguous().view(torch.uint8)):
+            if x is not None and n > 1 and x.shape[0] == n:
+                columns.append(x.reshape(n, -1).to(torch.int64))
+        if columns:
+            _, index = torch.unique(torch.cat(columns, 1), dim=0,
+                                    return_inverse=True)
+            count = int(index.max()) + 1
+            first = torch.full((count,), n, dtype=torch.int64).scatter_reduce(
+                0, index, torch.arange(n), "amin")
+        else:
+            index = torch.zeros(n, dtype=torch.int64)
+            first = torch.zeros(1, dtype=torch.int64)
+
+        def distinct(x):
+            return None if x is None else x.expand(
+                (n,) + tuple(x.shape[1:]))[first]
+
+        t_seen, g_seen, p_rows, e_rows = map(distinct,
+                                             (t_seen, g_seen, p_rows, e_rows))
+        count = first.shape[0]
         t_bits = t_seen.to(torch.float32).view(torch.int32).tolist()
-        g_bits = None
-        if g_seen is not None:
-            g_seen = g_seen.expand(n) if g_seen.shape[0] == 1 else g_seen
-            g_bits = g_seen.to(torch.float32).view(torch.int32).tolist()
-        p_keys = None
-        if p_rows is not None:
-            if p_rows.shape[0] == 1:
-                p_rows = p_rows.expand(n, -1)
-            raw = p_rows.contiguous().view(torch.uint8).numpy()
-            p_keys = [raw[i].tobytes() for i in range(n)]
-        if x_rows:
-            # The extra inputs are keyed with the pooled row: both are
-            # per-prompt rows that travel together.
-            x_rows = {name: x.expand(n, -1) if x.shape[0] == 1 else x
-                      for name, x in x_rows.items()}
-            raws = [x.contiguous().view(torch.uint8).numpy()
-                    for x in x_rows.values()]
-            p_keys = [(None if p_keys is None else p_keys[i],
-                       tuple(raw[i].tobytes() for raw in raws))
-                      for i in range(n)]
+        g_bits = (None if g_seen is None
+                  else g_seen.to(torch.float32).view(torch.int32).tolist())
+
+        def row_bytes(x):
+            if x is None:
+                return [None] * count
+            raw = x.contiguous().view(torch.uint8).numpy()
+            return [raw[i].tobytes() for i in range(count)]
+
+        p_keys, e_keys = row_bytes(p_rows), row_bytes(e_rows)
         keys = [(t_bits[i], None if g_bits is None else g_bits[i],
-                 None if p_keys is None else p_keys[i]) for i in range(n)]
+                 p_keys[i], e_keys[i]) for i in range(count)]
         with self._lock:
-            missing = [i for i in range(n) if keys[i] not in self._cache]
+            missing = [i for i in range(count) if keys[i] not in self._cache]
             fetched = {}
             if missing:
                 fetched = self._fetch(keys, missing, t_seen, g_seen, p_rows,
-                                      dtype, x_rows)
+                                      dtype, e_rows, layout)
             rows = []
             for k in keys:
                 row = fetched.get(k)
@@ -717,14 +900,54 @@ class OffloadedConditioning:
                     row = self._cache[k]
                     self._cache.move_to_end(k)
                 rows.append(row)
-        return {name: torch.stack([row[name] for row in rows])
-                for name in self.expected}
+        return _Answer({name: torch.stack([row[name] for row in rows])
+                        for name in self.expected}, index)
+
+    def row_dtype(self, name: str,
+                  dtype: Optional[torch.dtype] = None) -> torch.dtype:
+        """The dtype output `name` is kept and handed on in: float32 for
+        the outputs a family computes in float32 (Wan's table sums), else
+        the model's."""
+        if name in self.family.float32_outputs:
+            return torch.float32
+        return dtype or self.dtype
+
+    def _extra_rows(self, extras: Optional[Dict[str, torch.Tensor]],
+                    dtype: torch.dtype
+                    ) -> Tuple[Optional[torch.Tensor], List[Tuple[str, int]]]:
+        """The extra inputs side by side as float32 rows [N, K], and their
+        (name, width) layout.  Their pipelines pass them in the model's
+        dtype, as the served model takes them; a value that dtype does not
+        hold is not the pipeline's."""
+        if not extras:
+            return None, []
+        values, layout = [], []
+        for name in self.extra_inputs:
+            value = torch.as_tensor(extras[name]).detach().to("cpu")
+            value = value.reshape(value.shape[0] if value.dim() else 1, -1)
+            exact = value.to(torch.float32)
+            if not torch.equal(exact.to(dtype).to(torch.float32), exact):
+                raise ValueError(
+                    f"offload_conditioning: the transformer received {name} "
+                    f"{value.flatten()[0].item()!r}, not a {dtype} value as "
+                    "its pipeline passes it; is the transformer called the "
+                    "way its pipeline calls it?")
+            values.append(exact)
+            layout.append((name, exact.shape[1]))
+        rows = max(v.shape[0] for v in values)
+        for (name, _), v in zip(layout, values):
+            if v.shape[0] not in (1, rows):
+                raise ValueError(f"offload_conditioning: {name} has "
+                                 f"{v.shape[0]} rows, the batch {rows}")
+        return torch.cat([v.expand(rows, -1) for v in values], 1), layout
 
     def _fetch(self, keys, missing, t_seen, g_seen, p_rows, dtype,
-               x_rows=None) -> Dict[Tuple, Dict[str, torch.Tensor]]:
+               e_rows=None, layout=()
+               ) -> Dict[Tuple, Dict[str, torch.Tensor]]:
         family = self.family
         # The rows to ask for: the missing ones, and with a schedule every
-        # step's row for each distinct (guidance, pooled) of this batch.
+        # step's row for each distinct (guidance, pooled, extras) of this
+        # batch.
         wanted: "collections.OrderedDict[Tuple, Tuple]" = \
             collections.OrderedDict()
         first = {}
@@ -770,12 +993,17 @@ class OffloadedConditioning:
         guidance = (torch.tensor(g_values, dtype=torch.float32)
                     if g_seen is not None else None)
         pooled = p_rows[p_index].contiguous() if p_rows is not None else None
-        extras = {name: x[p_index].contiguous()
-                  for name, x in (x_rows or {}).items()}
+        extras = {}
+        if e_rows is not None:
+            at = 0
+            for name, width in layout:
+                value = e_rows[p_index, at:at + width].contiguous()
+                extras[name] = value[:, 0] if width == 1 else value
+                at += width
         result = self._request(timesteps, guidance, pooled, extras)
         fetched = {}
         for j, key in enumerate(wanted):
-            row = {name: result[name][j].to(self.dtype).clone()
+            row = {name: result[name][j].to(self.row_dtype(name)).clone()
                    for name in self.expected}
             self._store(key, row)
             fetched[key] = row
@@ -821,6 +1049,43 @@ class OffloadedConditioning:
 
 # --- the modules ------------------------------------------------------------------
 
+def _product(shape: Sequence[int]) -> int:
+    return int(math.prod(shape))
+
+
+class _Answer:
+    """A step's answer: each distinct row once ({output: [U, ...]}) and, for
+    each row the embedder received, which of them it is (`index`, [N]).
+    A module reads its part with take(), as the shape it replaces."""
+
+    def __init__(self, rows: Dict[str, torch.Tensor],
+                 index: torch.Tensor) -> None:
+        self.rows = rows
+        self.index = index
+
+    def to(self, device: Any,
+           dtypes: Dict[str, torch.dtype]) -> "_Answer":
+        return _Answer({name: value.to(device=device, dtype=dtypes[name],
+                                       non_blocking=True)
+                        for name, value in self.rows.items()},
+                       self.index.to(device, non_blocking=True))
+
+    def fits(self, lead: Sequence[int]) -> bool:
+        return self.index.numel() in (1, _product(lead))
+
+    def take(self, name: str, block: Optional[int],
+             lead: Sequence[int]) -> torch.Tensor:
+        """Output `name` (block `block` of it) for rows laid out as `lead`
+        (the received rows, [N] or Wan 2.2 TI2V's [B, seq])."""
+        value = self.rows[name]
+        if block is not None:
+            value = value[:, block]
+        index = self.index
+        if index.numel() == 1:
+            index = index.expand(_product(lead))
+        return value[index.reshape(tuple(lead))]
+
+
 class ConditioningEmbedder(torch.nn.Module):
     """Stands in for a transformer's ``time_text_embed``: returns the
     step's ``temb`` rows served by temb, with every output of the step
@@ -843,47 +1108,52 @@ class ConditioningEmbedder(torch.nn.Module):
         for name, value in kwargs.items():
             given[aliases.get(name, name)] = value
         given.pop("-", None)
-        extras = self._tapped_and_extra(given)
+        self._add_tapped(given)
         timestep = given["timestep"]
         if not isinstance(timestep, torch.Tensor):
             timestep = torch.as_tensor(timestep)
         dtype = self.dtype_marker.dtype
-        answer = self.state.answer(timestep, given.get("guidance"),
-                                   given.get("pooled"), dtype, extras)
-        device = timestep.device
-        answer = {name: value.to(device=device, dtype=dtype,
-                                 non_blocking=True)
-                  for name, value in answer.items()}
-        temb = answer["temb"]
+        state = self.state
+        extras = {}
+        for name in state.extra_inputs:
+            if given.get(name) is None:
+                raise ValueError(
+                    f"offload_conditioning: the {state.family.name} "
+                    f"transformer was called without {name!r}, which its "
+                    "conditioning model takes")
+            extras[name] = given[name]
+        answer = state.rows(timestep, given.get("guidance"),
+                            given.get("pooled"), dtype, extras or None)
+        answer = answer.to(timestep.device,
+                           {name: state.row_dtype(name, dtype)
+                            for name in answer.rows})
+        temb = answer.take(state.family.temb_output, None,
+                           (answer.index.numel(),))
         setattr(temb, _ANSWER, answer)
-        self.state.current = answer
+        state.current = answer
         return temb
 
-    def _tapped_and_extra(self, given: Dict[str, Any]
-                          ) -> Dict[str, torch.Tensor]:
-        """Completes `given` with what the family's taps recorded since the
-        last answer and cuts the pooled row out of a wider argument; returns
-        the tapped inputs beyond t, guidance and pooled, one row each per
-        pooled row (add_time_proj sees the time ids flattened)."""
+    def _add_tapped(self, given: Dict[str, Any]) -> None:
+        """Completes `given` with what the taps recorded since the last
+        answer, and cuts the pooled row out of a wider argument."""
         state = self.state
         tapped, state.tapped = state.tapped, {}
-        for module, name in state.family.taps:
-            if name not in tapped:
-                raise RuntimeError(
-                    f"offload_conditioning: {module} did not run before the "
-                    f"{state.family.name} model's embedder; is the model "
-                    "called the way its pipeline calls it?")
-            given.setdefault(name, tapped[name])
         pooled = given.get("pooled")
         if state.pooled_columns is not None and pooled is not None:
             pooled = given["pooled"] = pooled[..., :state.pooled_columns]
-        extras = {}
-        for _, name in state.family.taps:
-            if name not in ("timestep", "guidance", "pooled"):
-                value = torch.as_tensor(given.pop(name))
-                extras[name] = (value if pooled is None
-                                else value.reshape(pooled.shape[0], -1))
-        return extras
+        for path, name in state.taps:
+            if name not in tapped:
+                raise RuntimeError(
+                    f"offload_conditioning: {path} did not run before the "
+                    f"{state.family.name} model's embedder; is the model "
+                    "called the way its pipeline calls it?")
+            value = tapped[name]
+            if (path and name in state.extra_inputs and value is not None
+                    and pooled is not None):
+                # A module receives the rows flattened (add_time_proj sees
+                # time_ids.flatten()): one row per pooled row.
+                value = torch.as_tensor(value).reshape(pooled.shape[0], -1)
+            given.setdefault(name, value)
 
     def extra_repr(self) -> str:
         return f"model={self.state.model!r}, family={self.state.family.name}"
@@ -910,65 +1180,130 @@ class ModulationLookup(torch.nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         answer = getattr(x, _ANSWER, None)
+        lead = x.shape[:-1]
         if answer is None:
-            # The tensor was rebuilt on the way (a dtype cast; in the UNet,
-            # the resnet's SiLU of its sum emb): the step's answer is still
-            # the embedder's latest one.
+            # The tensor was rebuilt on the way (a dtype cast, Wan 2.2
+            # TI2V's unflatten, CogVideoX's ofs sum, in the UNet the
+            # resnet's SiLU of its sum emb): the step's answer is still the
+            # embedder's latest one.
             answer = getattr(self.state, "current", None)
-            if answer is None or answer["temb"].shape[0] != x.shape[0]:
+            if answer is None or not answer.fits(lead):
                 raise RuntimeError(
                     f"offload_conditioning: {self.output}"
                     f"{'' if self.index is None else f'[{self.index}]'} was "
                     "called with a tensor that is not the replaced "
                     f"{self.state.family.embedder}'s output")
-        value = answer[self.output]
-        if self.index is not None:
-            value = value[:, self.index]
+        # Rows as the Linear gives them: [..., W] (Wan's [N, 6, D] flat).
+        value = answer.take(self.output, self.index, lead).flatten(len(lead))
         return value.to(x.dtype) if value.dtype != x.dtype else value
 
     def extra_repr(self) -> str:
         return f"output={self.output!r}, index={self.index}"
 
 
-class InputTap(torch.nn.Module):
-    """Wraps a parameterless module that receives one of the served inputs
-    before the embedder runs (the UNet's time_proj and add_time_proj):
-    records that input for the embedder, then runs the module as before."""
+# --- the table and video families' modules -------------------------------------
 
-    def __init__(self, state: OffloadedConditioning, name: str,
-                 inner: torch.nn.Module) -> None:
+class Carrier(torch.nn.Module):
+    """Stands in for a module with weights whose result the served temb
+    already is (Wan's time_embedder, CogVideoX's time_embedding): returns
+    its input.  Wan's embedding reads its time MLP's parameters' dtype to
+    cast to, so there it holds one zero-size parameter in the model's
+    dtype: the cast is then a no-op and no byte is held."""
+
+    def __init__(self, dtype: Optional[torch.dtype] = None) -> None:
         super().__init__()
-        self.state = state
-        self.name = name
-        self.inner = inner
-
-    def forward(self, x: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
-        self.state.tapped[self.name] = x
-        return self.inner(x, *args, **kwargs)
-
-    def extra_repr(self) -> str:
-        return f"records={self.name!r}"
-
-
-class FoldedEmbedding(torch.nn.Module):
-    """Stands in for an embedder whose output the model adds to the
-    replaced embedder's (the UNet's time_embedding): the served temb holds
-    both, so this returns zeros of its width, and the sum is the served
-    temb exactly.  A zero-size buffer follows ``.to(dtype)``."""
-
-    def __init__(self, width: int, dtype: torch.dtype) -> None:
-        super().__init__()
-        self.width = width
-        self.register_buffer("dtype_marker", torch.empty(0, dtype=dtype),
-                             persistent=False)
+        if dtype is not None:
+            self.dtype_marker = torch.nn.Parameter(
+                torch.empty(0, dtype=dtype), requires_grad=False)
 
     def forward(self, x: torch.Tensor, *args: Any, **kwargs: Any
                 ) -> torch.Tensor:
-        return torch.zeros(x.shape[0], self.width, device=x.device,
-                           dtype=self.dtype_marker.dtype)
+        return x
+
+
+class ZeroContribution(torch.nn.Module):
+    """Stands in for an embedding that the model adds to temb and that the
+    served temb already includes (CogVideoX 1.5's ofs_embedding): adds
+    -0.0, which leaves every value as it is."""
+
+    def forward(self, x: torch.Tensor, *args: Any, **kwargs: Any
+                ) -> torch.Tensor:
+        return x.new_full((1, 1), -0.0)
+
+
+class TableLookup(torch.nn.Module):
+    """Stands in for an additive ``scale_shift_table`` parameter (Wan,
+    PixArt).  The model adds the table to its modulation (a block's) or to
+    temb (the output's); the stand-in's sum is output `output` at block
+    position `index` of the step's answer, which is that sum, laid out as
+    the model's addend is ([N, k, D], or [B, seq, k, D] per token).  It
+    takes the indexing, unsqueeze, ``.to()`` and ``.device`` the models
+    apply to their table on the way, and keeps the table's dtype for the
+    sum's type promotion."""
+
+    def __init__(self, state: OffloadedConditioning, output: str,
+                 index: Optional[int], dtype: torch.dtype) -> None:
+        super().__init__()
+        self.state = state
+        self.output = output
+        self.index = index
+        self.register_buffer("dtype_marker", torch.empty(0, dtype=dtype),
+                             persistent=False)
+
+    @property
+    def device(self) -> torch.device:
+        return self.dtype_marker.device
+
+    def __getitem__(self, item: Any) -> "TableLookup":
+        if item is None or item == (None,):
+            return self
+        raise TypeError(f"offload_conditioning: {self.output} table indexed "
+                        f"with {item!r}")
+
+    def unsqueeze(self, dim: int) -> "TableLookup":
+        return self
+
+    def __add__(self, other: torch.Tensor) -> torch.Tensor:
+        answer = self.state.current
+        lead = other.shape[:-2]
+        if answer is None or not answer.fits(lead):
+            raise RuntimeError(
+                f"offload_conditioning: the {self.output} table was added to "
+                f"a {list(other.shape)} tensor that is not of the replaced "
+                "embedder's latest step")
+        value = answer.take(self.output, self.index, lead)
+        dtype = torch.promote_types(self.dtype_marker.dtype, other.dtype)
+        return value.to(dtype) if value.dtype != dtype else value
+
+    __radd__ = __add__
 
     def extra_repr(self) -> str:
-        return f"width={self.width}"
+        return f"output={self.output!r}, index={self.index}"
+
+
+class InputTap:
+    """A forward pre-hook recording one of the served inputs for the
+    embedder (_Family.taps): on the transformer itself, its forward's
+    argument `name` (None when not given: the embedder then refuses the
+    call); on a parameterless module, its first argument.  The module runs
+    as before."""
+
+    def __init__(self, state: OffloadedConditioning, name: str,
+                 whole_forward: bool) -> None:
+        self.state = state
+        self.name = name
+        self.whole_forward = whole_forward
+
+    def __call__(self, module: torch.nn.Module, args: Tuple[Any, ...],
+                 kwargs: Dict[str, Any]) -> None:
+        if not self.whole_forward:
+            value = args[0] if args else next(iter(kwargs.values()))
+        elif self.name in kwargs:
+            value = kwargs[self.name]
+        else:
+            value = inspect.signature(module.forward).bind_partial(
+                *args, **kwargs).arguments.get(self.name)
+        self.state.tapped[self.name] = value
 
 
 # --- patching --------------------------------------------------------------------
@@ -977,7 +1312,9 @@ def _owned_bytes(modules: Sequence[torch.nn.Module]) -> int:
     seen = set()
     total = 0
     for module in modules:
-        for tensor in list(module.parameters()) + list(module.buffers()):
+        tensors = ([module] if isinstance(module, torch.Tensor) else
+                   list(module.parameters()) + list(module.buffers()))
+        for tensor in tensors:
             if tensor.is_meta:
                 continue
             key = (tensor.untyped_storage().data_ptr(), tensor.device)
@@ -995,17 +1332,26 @@ def _set(model: torch.nn.Module, path: str, module: torch.nn.Module) -> None:
 
 
 def conditioning_modules(transformer: torch.nn.Module
-                         ) -> Dict[str, torch.nn.Module]:
+                         ) -> Dict[str, Any]:
     """The modules with weights that offload_conditioning replaces, by
-    qualified name: the time (guidance, pooled) embedder, the UNet's
-    time_embedding, and every modulation Linear (a UNet resnet's
-    time_emb_proj).  Works on the meta device, so the bytes a released
-    config frees can be counted without its weights."""
+    qualified name: the time (guidance, pooled) embedder, every modulation
+    Linear (a UNet resnet's time_emb_proj), the other modules with weights
+    on the time path (Wan's time MLP, CogVideoX's time and ofs embeddings,
+    the UNet's time_embedding), and the additive tables
+    (Wan's and PixArt's ``scale_shift_table``, as their Parameters).
+    Works on the meta device, so the bytes a released config frees can be
+    counted without its weights."""
     family = _family_of(transformer)
-    found = {name: transformer.get_submodule(name)
-             for name in (family.embedder,) + family.folded}
+    found: Dict[str, Any] = {}
+    embedder = transformer.get_submodule(family.embedder)
+    if any(True for _ in embedder.parameters()):
+        found[family.embedder] = embedder
     for slot in family.slots(transformer):
-        found[slot.linear] = transformer.get_submodule(slot.linear)
+        if isinstance(slot, _Table):
+            found[slot.table] = transformer.get_parameter(slot.table)
+        else:
+            path = slot.path if isinstance(slot, _StandIn) else slot.linear
+            found[path] = transformer.get_submodule(path)
     return found
 
 
@@ -1016,10 +1362,12 @@ def offload_conditioning(transformer: torch.nn.Module, *, client: Any,
                          ) -> OffloadedConditioning:
     """Replaces, in place, the time conditioning of a diffusers
     transformer (QwenImageTransformer2DModel, FluxTransformer2DModel dev or
-    schnell, SD3Transformer2DModel, Flux2Transformer2DModel dev or klein,
-    HunyuanVideo15Transformer3DModel) or of SDXL's UNet2DConditionModel
-    with temb's answers from the conditioning model `model`, and releases
-    its weights.
+    schnell, SD3Transformer2DModel, WanTransformer3DModel 2.1/2.2 incl.
+    TI2V's per-token timesteps, PixArtTransformer2DModel Sigma or alpha,
+    CogVideoXTransformer3DModel incl. 1.5's ofs, Flux2Transformer2DModel
+    dev or klein, HunyuanVideo15Transformer3DModel) or of SDXL's
+    UNet2DConditionModel with temb's answers from the conditioning model
+    `model`, and releases its weights.
 
     Args:
       transformer: the model, called afterwards as its pipeline calls it.
@@ -1052,9 +1400,13 @@ def offload_conditioning(transformer: torch.nn.Module, *, client: Any,
                   ConditioningEmbedder):
         raise ValueError("offload_conditioning: this transformer is already "
                          "offloaded")
-    slots = family.slots(transformer)
-    original = transformer.get_submodule(family.embedder)
-    dtype = next(p.dtype for p in original.parameters())
+    everything = family.slots(transformer)
+    slots = [slot for slot in everything if isinstance(slot, _Slot)]
+    tables = [slot for slot in everything if isinstance(slot, _Table)]
+    stand_ins = [slot for slot in everything if isinstance(slot, _StandIn)]
+    typed = transformer.get_submodule(family.dtype_module or family.embedder)
+    dtype = next(p.dtype for p in typed.parameters())
+    device = next(typed.parameters()).device
     expected: Dict[str, Tuple[int, ...]] = {}
     counts: Dict[str, int] = collections.Counter()
     for slot in slots:
@@ -1068,31 +1420,35 @@ def offload_conditioning(transformer: torch.nn.Module, *, client: Any,
         else:
             counts[slot.output] += 1
             expected[slot.output] = (counts[slot.output], width)
-    expected["temb"] = (transformer.get_submodule(
+    # A table's rows are the table's shape ([1, 6, D] for a Wan block)
+    # flattened.
+    for table in tables:
+        width = transformer.get_parameter(table.table).numel()
+        if table.index is None:
+            expected[table.output] = (width,)
+        else:
+            counts[table.output] += 1
+            expected[table.output] = (counts[table.output], width)
+    expected[family.temb_output] = (transformer.get_submodule(
         slots[-1].linear).in_features,)
+    extra_inputs = (family.extra_inputs(transformer)
+                    if family.extra_inputs is not None else ())
     state = OffloadedConditioning(family, client, model, expected, dtype,
-                                  cache_bytes, timeout)
+                                  cache_bytes, timeout, extra_inputs)
     if family.pooled_width is not None:
         state.pooled_columns = family.pooled_width(transformer)
     state.check_served_model()
     state.set_schedule(schedule)
 
-    device = next(original.parameters()).device
-    old = [original] + [transformer.get_submodule(name)
-                        for name in family.folded] + [
-        transformer.get_submodule(slot.linear) for slot in slots]
+    old = [transformer.get_submodule(family.embedder)] + [
+        transformer.get_submodule(slot.linear) for slot in slots] + [
+        transformer.get_submodule(s.path) for s in stand_ins] + [
+        transformer.get_parameter(table.table) for table in tables]
     state.freed_bytes = _owned_bytes(old)
-    del old, original
-    _set(transformer, family.embedder, ConditioningEmbedder(state).to(device))
+    del old
+    embedder = ConditioningEmbedder(state).to(device)
+    _set(transformer, family.embedder, embedder)
     state.replaced.append(family.embedder)
-    for name in family.folded:
-        width = transformer.get_submodule(name).linear_2.out_features
-        _set(transformer, name, FoldedEmbedding(width, dtype).to(device))
-        state.replaced.append(name)
-    for name, input_name in family.taps:
-        _set(transformer, name,
-             InputTap(state, input_name, transformer.get_submodule(name)))
-        state.replaced.append(name)
     for slot in slots:
         if slot.silu is not None:
             _set(transformer, slot.silu, PassThrough())
@@ -1100,4 +1456,27 @@ def offload_conditioning(transformer: torch.nn.Module, *, client: Any,
         _set(transformer, slot.linear,
              ModulationLookup(state, slot.output, slot.index))
         state.replaced.append(slot.linear)
+    # The other stand-ins, the tables and the taps.
+    for stand_in in stand_ins:
+        replacement = (ZeroContribution() if stand_in.kind == "zero" else
+                       Carrier(dtype if stand_in.kind == "pass-typed"
+                               else None))
+        _set(transformer, stand_in.path, replacement.to(device))
+        state.replaced.append(stand_in.path)
+    for table in tables:
+        parent_path, _, name = table.table.rpartition(".")
+        parent = (transformer.get_submodule(parent_path) if parent_path
+                  else transformer)
+        parameter = getattr(parent, name)
+        lookup = TableLookup(state, table.output, table.index,
+                             parameter.dtype).to(parameter.device)
+        del parameter
+        delattr(parent, name)
+        setattr(parent, name, lookup)
+        state.replaced.append(table.table)
+    state.taps = tuple(tap for tap in family.taps
+                       if tap[1] == "timestep" or tap[1] in extra_inputs)
+    for path, name in state.taps:
+        transformer.get_submodule(path).register_forward_pre_hook(
+            InputTap(state, name, whole_forward=not path), with_kwargs=True)
     return state
