@@ -56,6 +56,10 @@ import torch
 __all__ = ["OffloadedConditioning", "conditioning_modules",
            "offload_conditioning"]
 
+# torch.compile's marker for code it leaves to eager mode (PyTorch >= 2.1).
+_not_compiled = getattr(getattr(torch, "compiler", None), "disable",
+                        lambda function: function)
+
 # The attribute of the embedder's output that carries the step's answer.
 _ANSWER = "_temb_conditioning"
 
@@ -349,10 +353,18 @@ class _Family:
     # pooled_width(model) columns (the UNet's add_embedding receives
     # [text_embeds, sinusoids of the time ids]); None: all of it.
     pooled_width: Optional[Callable[[torch.nn.Module], int]] = None
+    # The model stacks the rows of t and of t * 0 (Qwen-Image-Edit-2511's
+    # zero_cond_t: its reference image's tokens read the second half of
+    # img_mod) and gives the other modules the first half alone.  The
+    # second half is the served row of timestep 0, fetched with the
+    # schedule.
+    zero_rows: bool = False
 
 
 _QWEN = _Family("qwen-image", ("timestep", "-", "-"), _t_over_1000, 1e-3,
                 _qwen_slots)
+_QWEN_EDIT = dataclasses.replace(_QWEN, name="qwen-image-edit",
+                                 zero_rows=True)
 _FLUX_DEV = _Family("flux.1-dev", ("timestep", "guidance", "pooled"),
                     _t_flux, 1.0, _flux_slots, _guidance_flux, 1000.0)
 _FLUX_SCHNELL = _Family("flux.1-schnell", ("timestep", "pooled"), _t_flux,
@@ -411,13 +423,12 @@ def _family_of(model: torch.nn.Module) -> _Family:
     name = type(model).__name__
     config = getattr(model, "config", {})
     if name == "QwenImageTransformer2DModel":
-        for flag in ("use_additional_t_cond", "zero_cond_t",
-                     "guidance_embeds"):
+        for flag in ("use_additional_t_cond", "guidance_embeds"):
             if config.get(flag):
                 raise ValueError(
                     f"offload_conditioning: QwenImageTransformer2DModel with "
                     f"{flag}=True is not served by temb's conditioning models")
-        return _QWEN
+        return _QWEN_EDIT if config.get("zero_cond_t") else _QWEN
     if name == "FluxTransformer2DModel":
         return _FLUX_DEV if config.get("guidance_embeds") else _FLUX_SCHNELL
     if name == "SD3Transformer2DModel":
@@ -599,6 +610,9 @@ class OffloadedConditioning:
         else:
             self._schedule = torch.as_tensor(schedule).detach().to(
                 "cpu", torch.float32).reshape(-1)
+            if self.family.zero_rows:
+                self._schedule = torch.cat([self._schedule,
+                                            self._schedule.new_zeros(1)])
         self._scheduled = set()
         if (self._schedule is not None and not self.extra_inputs
                 and set(self.family.arguments) <= {"timestep", "-"}):
@@ -813,6 +827,10 @@ class OffloadedConditioning:
         return {name: found.take(name, None, (found.index.numel(),))
                 for name in self.expected}
 
+    # Under torch.compile the call to temb runs eagerly (a graph break):
+    # dynamo cannot trace a network or native call, and the rows it returns
+    # enter the compiled graph as inputs, new each step.
+    @_not_compiled
     def rows(self, timestep: torch.Tensor, guidance: Optional[torch.Tensor],
              pooled: Optional[torch.Tensor],
              dtype: Optional[torch.dtype] = None,
@@ -1070,6 +1088,10 @@ class _Answer:
                         for name, value in self.rows.items()},
                        self.index.to(device, non_blocking=True))
 
+    def first(self, count: int) -> "_Answer":
+        """The answer for the first `count` rows received."""
+        return _Answer(self.rows, self.index[:count])
+
     def fits(self, lead: Sequence[int]) -> bool:
         return self.index.numel() in (1, _product(lead))
 
@@ -1187,6 +1209,10 @@ class ModulationLookup(torch.nn.Module):
             # resnet's SiLU of its sum emb): the step's answer is still the
             # embedder's latest one.
             answer = getattr(self.state, "current", None)
+            if (answer is not None and self.state.family.zero_rows
+                    and answer.index.numel() == 2 * _product(lead)):
+                # The rows of t, without those of t * 0 (zero_rows).
+                answer = answer.first(_product(lead))
             if answer is None or not answer.fits(lead):
                 raise RuntimeError(
                     f"offload_conditioning: {self.output}"
@@ -1361,8 +1387,9 @@ def offload_conditioning(transformer: torch.nn.Module, *, client: Any,
                          timeout: Optional[float] = None
                          ) -> OffloadedConditioning:
     """Replaces, in place, the time conditioning of a diffusers
-    transformer (QwenImageTransformer2DModel, FluxTransformer2DModel dev or
-    schnell, SD3Transformer2DModel, WanTransformer3DModel 2.1/2.2 incl.
+    transformer (QwenImageTransformer2DModel incl. Edit-2511's zero_cond_t,
+    FluxTransformer2DModel dev or schnell, SD3Transformer2DModel,
+    WanTransformer3DModel 2.1/2.2 incl.
     TI2V's per-token timesteps, PixArtTransformer2DModel Sigma or alpha,
     CogVideoXTransformer3DModel incl. 1.5's ofs, Flux2Transformer2DModel
     dev or klein, HunyuanVideo15Transformer3DModel) or of SDXL's

@@ -15,9 +15,12 @@ inputs:
     tenth of the distance between the unpatched bf16 and fp32 runs.
 
 FLUX.2 (dev, klein), HunyuanVideo-1.5 and SDXL's UNet, and Wan 2.1/2.2,
-PixArt-Sigma/alpha and CogVideoX (1.5) are held to the same bounds, each
-driven by its own pipeline's scheduler and calls (their blocks below; Wan
-2.2 TI2V's bf16 bound is the exception, documented there).
+PixArt-Sigma/alpha and CogVideoX (1.5), and Qwen-Image-Edit-2511
+(zero_cond_t) are held to the same bounds, each driven by its own
+pipeline's scheduler and calls.  Wan 2.2 TI2V and the edit model miss the
+bf16 tenth; they are bounded instead by how far PyTorch's own modules move
+the latents when they sum exactly (exact_sum_move).  A compiled patched
+model (torch.compile) denoises as the eager one, without recompiling.
 
 The parameter bytes go down by exactly those of the replaced modules; the
 calls are counted (one per step; one per schedule; none for a repeated
@@ -61,7 +64,10 @@ from test_conditioning_parity import FAMILIES  # noqa: E402
 
 STEPS = 4
 BATCH = 2
-KINDS = ("qwen-image", "flux.1-dev", "flux.1-schnell", "sd3.5")
+# qwen-image-edit: Qwen-Image-Edit-2511's zero_cond_t, whose reference
+# image's tokens read the rows of t * 0.
+KINDS = ("qwen-image", "qwen-image-edit", "flux.1-dev", "flux.1-schnell",
+         "sd3.5")
 # FLUX.2, HunyuanVideo-1.5 and SDXL's UNet: built, fed, scheduled and
 # stepped by the functions of their block below.
 MORE_KINDS = ("flux.2-dev", "flux.2-klein", "hunyuanvideo-1.5", "sdxl-unet")
@@ -77,8 +83,8 @@ def build(kind, dtype):
         return build_more(kind, dtype)
     if kind in TABLE_KINDS:
         return build_table_kind(kind, dtype)
-    if kind == "qwen-image":
-        return qwen_model(dtype)
+    if kind.startswith("qwen-image"):
+        return qwen_model(dtype, zero_cond_t=(kind == "qwen-image-edit"))
     if kind == "sd3.5":
         return sd3_model(dtype, (0, 2))
     return flux_model(dtype, kind == "flux.1-dev")
@@ -165,12 +171,25 @@ def inputs(kind, dtype):
     def randn(*shape):
         return torch.randn(*shape, generator=generator).to(dtype)
 
-    if kind == "qwen-image":
-        latents = randn(BATCH, 4, 16)
-        prompts = [dict(encoder_hidden_states=randn(BATCH, TEXT_TOKENS, 24),
+    if kind.startswith("qwen-image"):
+        # The edit pipeline's default of one image per prompt: its model
+        # stacks that row with the row of t * 0, and PyTorch's bf16 Linear
+        # rounds a row with the row count (measured: of one block's 1536
+        # elements, 2 differ between 1 and 2 rows, 4 between 1 and 4), so
+        # a batch of 2 (4 rows) moves the unpatched model itself.
+        batch = 1 if kind == "qwen-image-edit" else BATCH
+        latents = randn(batch, 4, 16)
+        prompts = [dict(encoder_hidden_states=randn(batch, TEXT_TOKENS, 24),
                         encoder_hidden_states_mask=torch.ones(
-                            BATCH, TEXT_TOKENS),
-                        img_shapes=[[(1, 2, 2)]] * BATCH) for _ in range(2)]
+                            batch, TEXT_TOKENS),
+                        img_shapes=[[(1, 2, 2)]] * batch) for _ in range(2)]
+        if kind == "qwen-image-edit":
+            # The edit pipeline puts the reference image's latents after
+            # the latents, and its tokens after theirs.
+            reference = randn(batch, 4, 16)
+            for prompt in prompts:
+                prompt["img_shapes"] = [[(1, 2, 2), (1, 2, 2)]] * batch
+                prompt["reference_latents"] = reference
         return latents, prompts
     if kind == "sd3.5":
         latents = randn(BATCH, 4, 4, 4)
@@ -225,10 +244,18 @@ def denoise(kind, model, dtype, latents=None, prompts=None):
                 negative, positive = noise.chunk(2)
                 noise = negative + 4.5 * (positive - negative)
             else:
-                timestep = t.expand(BATCH).to(latents.dtype)
-                preds = [model(hidden_states=latents,
-                               timestep=timestep / 1000, **prompt,
-                               return_dict=False)[0] for prompt in prompts]
+                timestep = t.expand(latents.shape[0]).to(latents.dtype)
+                preds = []
+                for prompt in prompts:
+                    prompt = dict(prompt)
+                    reference = prompt.pop("reference_latents", None)
+                    hidden = latents if reference is None else torch.cat(
+                        [latents, reference], dim=1)
+                    pred = model(hidden_states=hidden,
+                                 timestep=timestep / 1000, **prompt,
+                                 return_dict=False)[0]
+                    # The edit pipeline keeps the latents' tokens.
+                    preds.append(pred[:, :latents.shape[1]])
                 # Qwen-Image's true CFG: two calls, then combined.
                 noise = preds[0] if len(preds) == 1 else (
                     preds[1] + 4.0 * (preds[0] - preds[1]))
@@ -361,9 +388,40 @@ def conditioning_parameter_bytes(model, offload):
                for p in model.get_submodule(name).parameters())
 
 
+def with_linears_summed_exactly(model):
+    """A copy of `model` whose conditioning Linears sum in float64 and round
+    once to the model's dtype: PyTorch's own modules under the most exact
+    summation order, a move as large as any order may make."""
+    other = copy.deepcopy(model)
+    for module in temb.torch.conditioning_modules(other).values():
+        if not isinstance(module, torch.nn.Module):
+            continue  # a table
+        for linear in module.modules():
+            if isinstance(linear, torch.nn.Linear):
+                linear.forward = (
+                    lambda x, m=linear: torch.nn.functional.linear(
+                        x.double(), m.weight.double(),
+                        None if m.bias is None else m.bias.double()
+                    ).to(x.dtype))
+    return other
+
+
+def exact_sum_move(kind, plain, latents):
+    """How far the unpatched bf16 model's own latents move when its
+    conditioning Linears sum exactly: the bound for a family whose served
+    rows are an ulp from PyTorch's GEMM somewhere, and whose tiny random
+    model carries that ulp further than a tenth of the bf16 vs fp32
+    distance.  Measured, it is as large as temb's move (docs/offload.md)."""
+    own = relative(denoise(kind, with_linears_summed_exactly(plain),
+                           torch.bfloat16), latents)
+    print(f"{kind} bf16: PyTorch's modules summing exactly move {own:.3g}")
+    return own
+
+
 @pytest.mark.parametrize("kind", KINDS)
 def test_patched_transformer_denoises_to_the_same_latents(kind, client):
     results = {}
+    models = {}
     for dtype in (torch.float32, torch.bfloat16):
         if kind == "flux.1-schnell" and dtype == torch.bfloat16:
             continue
@@ -387,6 +445,7 @@ def test_patched_transformer_denoises_to_the_same_latents(kind, client):
         calls = client.calls
         results[dtype] = (denoise(kind, plain, dtype),
                           denoise(kind, patched, dtype))
+        models[dtype] = plain
         # One call per step: Qwen-Image's second (negative) call of a step
         # has the same t and is taken from the cache.
         assert client.calls - calls == STEPS
@@ -400,11 +459,17 @@ def test_patched_transformer_denoises_to_the_same_latents(kind, client):
         budget = relative(plain16, plain32) / 10
         print(f"{kind} bf16: {error16:.3g} (a tenth of bf16 vs fp32: "
               f"{budget:.3g})")
+        if kind == "qwen-image-edit":
+            # Not met at a tenth: a few of the served img_mod elements are
+            # one bf16 ulp from PyTorch's GEMM (temb's parity), which this
+            # tiny random model carries to 1.2e-3.
+            budget = max(budget, exact_sum_move(
+                kind, models[torch.bfloat16], plain16))
         assert error16 <= budget
 
 
-@pytest.mark.parametrize("kind", ("qwen-image", "sd3.5", "flux.2-klein",
-                                  "sdxl-unet"))
+@pytest.mark.parametrize("kind", ("qwen-image", "qwen-image-edit", "sd3.5",
+                                  "flux.2-klein", "sdxl-unet"))
 def test_a_schedule_costs_one_call_and_a_repeat_none(kind, client):
     dtype = torch.bfloat16
     plain = build(kind, dtype)
@@ -413,8 +478,9 @@ def test_a_schedule_costs_one_call_and_a_repeat_none(kind, client):
     offload = temb.torch.offload_conditioning(
         patched, client=client, model=served_name(kind, dtype),
         schedule=scheduler_for(kind).timesteps)
-    if kind in ("qwen-image", "flux.2-klein"):
-        # t alone: the schedule is fetched in the background at once.
+    if kind in ("qwen-image", "qwen-image-edit", "flux.2-klein"):
+        # t alone: the schedule is fetched in the background at once (the
+        # edit model's with the row of t * 0).
         offload.wait()
         assert client.calls - calls == 1
     first = denoise(kind, patched, dtype)
@@ -438,8 +504,37 @@ def test_a_schedule_costs_one_call_and_a_repeat_none(kind, client):
     calls = client.calls
     assert torch.equal(first, denoise(kind, uncached, dtype))
     assert client.calls - calls == STEPS * (
-        2 if kind in ("qwen-image", "flux.2-klein") else 1)
+        2 if kind in ("qwen-image", "qwen-image-edit", "flux.2-klein")
+        else 1)
     assert offload.cache_info()["entries"] == 0
+
+
+def test_compiled_patched_transformer_denoises_to_the_same_latents(client):
+    """torch.compile of a patched transformer: the call to temb runs
+    eagerly (one graph break per forward), its rows enter the graph as
+    inputs, and the steps after the first compile nothing new."""
+    import torch._dynamo
+    kind, dtype = "qwen-image", torch.float32
+    plain = build(kind, dtype)
+    expected = denoise(kind, plain, dtype)
+    patched = copy.deepcopy(plain)
+    temb.torch.offload_conditioning(patched, client=client,
+                                    model=served_name(kind, dtype))
+    torch._dynamo.reset()
+    compiled = torch.compile(patched)
+    latents, prompts = inputs(kind, dtype)
+    scheduler = scheduler_for(kind)
+    # The first step compiles; the others would raise on a recompile.
+    first = copy.deepcopy(scheduler)
+    with torch.no_grad():
+        compiled(hidden_states=latents, timestep=first.timesteps[:1].expand(
+            BATCH) / 1000, **prompts[0], return_dict=False)
+    with torch._dynamo.config.patch(error_on_recompile=True):
+        got = denoise(kind, compiled, dtype)
+    error = relative(got, expected)
+    print(f"{kind} compiled: patched vs unpatched relative L2 {error:.3g}")
+    assert error <= 1e-5
+    torch._dynamo.reset()
 
 
 def test_copies_pickles_moves_and_workers(client):
@@ -826,12 +921,10 @@ def test_table_and_video_families_denoise_to_the_same_latents(kind, client):
         # Not met at a tenth: temb's float32 time MLP sums in another order
         # than PyTorch's, and its rounding to bf16 differs by one ulp at
         # t = 0 (test_wan_per_token_timesteps_ask_for_distinct_rows), which
-        # this tiny random model carries to 7e-3.  Bounded by the bf16 vs
-        # fp32 distance itself (docs/offload.md).
-        budget *= 10
+        # this tiny random model carries to 7e-3.
+        budget = max(budget, exact_sum_move(kind, plain, plain16))
     error16 = relative(patched16, plain16)
-    print(f"{kind} bf16: {error16:.3g} (a tenth of bf16 vs fp32: "
-          f"{budget:.3g})")
+    print(f"{kind} bf16: {error16:.3g} (bound {budget:.3g})")
     assert error16 <= budget
 
 
