@@ -70,8 +70,9 @@ KINDS = ("qwen-image", "qwen-image-edit", "flux.1-dev", "flux.1-schnell",
          "sd3.5")
 # FLUX.2, HunyuanVideo-1.5 and SDXL's UNet: built, fed, scheduled and
 # stepped by the functions of their block below.
-MORE_KINDS = ("flux.2-dev", "flux.2-klein", "hunyuanvideo-1.5", "sdxl-unet")
-KINDS += MORE_KINDS
+FLUX2_HUNYUAN_UNET_KINDS = ("flux.2-dev", "flux.2-klein", "hunyuanvideo-1.5",
+                            "sdxl-unet")
+KINDS += FLUX2_HUNYUAN_UNET_KINDS
 # Wan, PixArt and CogVideoX: their own block below, and their own test of
 # the latents (tables counted as parameters, TI2V's looser bf16 bound).
 TABLE_KINDS = ("wan", "wan2.2-ti2v", "pixart-sigma", "pixart-alpha",
@@ -79,8 +80,8 @@ TABLE_KINDS = ("wan", "wan2.2-ti2v", "pixart-sigma", "pixart-alpha",
 
 
 def build(kind, dtype):
-    if kind in MORE_KINDS:
-        return build_more(kind, dtype)
+    if kind in FLUX2_HUNYUAN_UNET_KINDS:
+        return build_flux2_hunyuan_unet(kind, dtype)
     if kind in TABLE_KINDS:
         return build_table_kind(kind, dtype)
     if kind.startswith("qwen-image"):
@@ -164,8 +165,8 @@ def client(server, repository):
 
 def inputs(kind, dtype):
     """The pipeline's inputs to the transformer, but the timestep."""
-    if kind in MORE_KINDS:
-        return inputs_more(kind, dtype)
+    if kind in FLUX2_HUNYUAN_UNET_KINDS:
+        return inputs_flux2_hunyuan_unet(kind, dtype)
     generator = torch.Generator().manual_seed(11)
 
     def randn(*shape):
@@ -209,7 +210,7 @@ def inputs(kind, dtype):
 def scheduler_for(kind):
     """The pipeline's scheduler and its 4-step schedule."""
     if kind in ("hunyuanvideo-1.5", "sdxl-unet"):
-        return scheduler_more(kind)
+        return scheduler_hunyuan_unet(kind)
     if kind in TABLE_KINDS:
         return table_scheduler(kind)
     if kind == "sd3.5":
@@ -230,7 +231,7 @@ def denoise(kind, model, dtype, latents=None, prompts=None):
     if latents is None:
         latents, prompts = inputs(kind, dtype)
     if kind in ("hunyuanvideo-1.5", "sdxl-unet"):
-        return denoise_more(kind, model, latents, prompts)
+        return denoise_hunyuan_unet(kind, model, latents, prompts)
     scheduler = scheduler_for(kind)
     with torch.no_grad():
         for t in scheduler.timesteps:
@@ -266,7 +267,7 @@ def denoise(kind, model, dtype, latents=None, prompts=None):
 
 # --- FLUX.2, HunyuanVideo-1.5 and SDXL's UNet ---------------------------------
 
-def build_more(kind, dtype):
+def build_flux2_hunyuan_unet(kind, dtype):
     if kind == "sdxl-unet":
         return sdxl_unet(dtype)
     if kind == "hunyuanvideo-1.5":
@@ -274,11 +275,11 @@ def build_more(kind, dtype):
     return flux2_model(dtype, kind == "flux.2-dev")
 
 
-def inputs_more(kind, dtype):
+def inputs_flux2_hunyuan_unet(kind, dtype):
     """As inputs(): the latents, and one set of the model's other arguments
     per call of a step (CFG: [positive, negative] for the separate calls of
     FLUX.2-klein and HunyuanVideo-1.5; SDXL's [negative, positive] are
-    batched by denoise_more)."""
+    batched by denoise_hunyuan_unet)."""
     generator = torch.Generator().manual_seed(11)
 
     def randn(*shape):
@@ -318,7 +319,7 @@ def inputs_more(kind, dtype):
     return latents, prompts
 
 
-def scheduler_more(kind):
+def scheduler_hunyuan_unet(kind):
     if kind == "sdxl-unet":
         # SDXL base's scheduler config.
         scheduler = diffusers.EulerDiscreteScheduler(
@@ -333,9 +334,9 @@ def scheduler_more(kind):
     return scheduler
 
 
-def denoise_more(kind, model, latents, prompts):
+def denoise_hunyuan_unet(kind, model, latents, prompts):
     """denoise() for HunyuanVideo-1.5 and SDXL's UNet."""
-    scheduler = scheduler_more(kind)
+    scheduler = scheduler_hunyuan_unet(kind)
     with torch.no_grad():
         if kind == "sdxl-unet":
             latents = latents * scheduler.init_noise_sigma
@@ -671,7 +672,7 @@ def test_unserved_variants_and_inexact_time_ids_are_refused(client):
     assert "time_ids" in str(error.value)
 
 
-@pytest.mark.parametrize("kind", MORE_KINDS)
+@pytest.mark.parametrize("kind", FLUX2_HUNYUAN_UNET_KINDS)
 def test_conditioning_modules_on_the_meta_device(kind):
     """The same modules, with the same shapes, as on the CPU: what the
     released-config table in docs/offload.md counts."""
