@@ -247,6 +247,7 @@ absl::StatusOr<ConditioningModelInfo> ConditioningService::Model(
   info.dtype = model.dtype();
   info.width = model.width();
   info.weight_bytes = model.weight_bytes();
+  info.weight_fingerprints = model.weight_fingerprints();
   info.inputs = model.inputs();
   for (models::InputInfo& input : info.inputs) {
     input.name = ProtocolInputName(input.name);

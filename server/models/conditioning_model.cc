@@ -18,6 +18,7 @@
 #include "temb/kernels/cpu_backend.h"
 #include "temb/kernels/embedding_spec.h"
 #include "temb/kernels/linear.h"
+#include "temb/models/weight_fingerprint.h"
 
 namespace temb::models {
 
@@ -299,6 +300,12 @@ absl::StatusOr<LoadedTensor> LoadAs(const Checkpoint& checkpoint,
 
 ConditioningModel::~ConditioningModel() = default;
 
+void ConditioningModel::Fingerprint(const std::string& name, DType dtype,
+                                    const LoadedTensor& tensor) {
+  weight_fingerprints_[name] = WeightFingerprint(
+      dtype, absl::MakeConstSpan(tensor.data.data(), tensor.data.size()));
+}
+
 absl::StatusOr<std::unique_ptr<ConditioningModel>> ConditioningModel::Load(
     const std::string& dir, const ConditioningOptions& options) {
   if (options.threads < 1) {
@@ -511,6 +518,7 @@ absl::Status ConditioningModel::Plan(const Checkpoint& checkpoint) {
           ASSIGN_OR_RETURN(LoadedTensor table,
                            LoadAs(checkpoint, name, dtype, shape, convert));
           weight_bytes_ += static_cast<int64_t>(table.data.size());
+          Fingerprint(name, dtype, table);
           std::vector<float> values(static_cast<size_t>(table_width));
           DecodeInto(reinterpret_cast<const char*>(table.data.data()),
                      table_width, dtype, values.data());
@@ -576,6 +584,10 @@ absl::Status ConditioningModel::Plan(const Checkpoint& checkpoint) {
           }
           weight_bytes_ +=
               static_cast<int64_t>(weight.data.size() + bias.data.size());
+          Fingerprint(prefix + ".weight", planned.weight_dtype, weight);
+          if (op.has_bias) {
+            Fingerprint(prefix + ".bias", planned.weight_dtype, bias);
+          }
           planned.weights.push_back(std::move(weight));
           planned.biases.push_back(std::move(bias));
         }

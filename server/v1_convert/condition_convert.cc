@@ -172,6 +172,8 @@ void ConditioningModelToProto(const ConditioningModelInfo& model,
   out->set_dtype(DTypeToProto(model.dtype));
   out->set_width(model.width);
   out->set_weight_bytes(model.weight_bytes);
+  out->mutable_weight_fingerprints()->insert(model.weight_fingerprints.begin(),
+                                             model.weight_fingerprints.end());
   for (const models::InputInfo& input : model.inputs) {
     v1::ConditioningInput* in = out->add_inputs();
     in->set_name(input.name);

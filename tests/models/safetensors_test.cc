@@ -18,6 +18,7 @@
 #include "temb/base/file_reader.h"
 #include "temb/models/checkpoint.h"
 #include "temb/models/conditioning_model.h"
+#include "temb/models/weight_fingerprint.h"
 #include "test_checkpoints.h"
 
 namespace temb::models {
@@ -74,6 +75,22 @@ TEST(SafetensorsTest, LargeTensorsAreReadIntoHugePageAlignedBuffers) {
   ASSERT_TRUE(little.ok()) << little.status();
   EXPECT_EQ(std::vector<uint8_t>(little->begin(), little->end()),
             (std::vector<uint8_t>{1, 2, 3, 4, 5, 6, 7, 8}));
+}
+
+// The fingerprint's definition (weight_fingerprint.h), pinned by values
+// computed from it independently (Python's hashlib): the whole of a small
+// tensor, 16 windows of a large one.
+TEST(WeightFingerprintTest, FollowsItsDefinition) {
+  std::vector<uint8_t> small(1000);
+  for (size_t i = 0; i < small.size(); ++i) small[i] = i % 251;
+  EXPECT_EQ(WeightFingerprint(DType::kBFloat16, small), "162b595cfd01a874");
+  std::vector<uint8_t> large(200003);
+  for (size_t i = 0; i < large.size(); ++i) large[i] = (i * 7 + 3) % 256;
+  EXPECT_EQ(WeightFingerprint(DType::kFloat32, large), "bb488d3dee6d22be");
+  // A byte inside a window changes it; the dtype does too.
+  large[0] ^= 1;
+  EXPECT_NE(WeightFingerprint(DType::kFloat32, large), "bb488d3dee6d22be");
+  EXPECT_NE(WeightFingerprint(DType::kFloat16, small), "162b595cfd01a874");
 }
 
 TEST(SafetensorsTest, RefusesTruncatedFile) {

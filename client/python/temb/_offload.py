@@ -44,6 +44,7 @@ from __future__ import annotations
 import collections
 import copy
 import dataclasses
+import hashlib
 import inspect
 import math
 import os
@@ -508,6 +509,49 @@ def _scheduler_values(seen: torch.Tensor, forward: Callable, factor: float,
     return candidates.gather(0, first[None])[0]
 
 
+# --- the weights' identity ------------------------------------------------------
+
+_SAFETENSORS_DTYPES = {torch.float32: "F32", torch.bfloat16: "BF16",
+                       torch.float16: "F16"}
+
+
+def _fingerprint(tensor: torch.Tensor) -> Optional[str]:
+    """The server's fingerprint of a weight tensor's bytes (defined in
+    server/models/include/temb/models/weight_fingerprint.h): SHA-256 over
+    the dtype, the byte count and the bytes, or 16 windows of 4 KiB of
+    them, the first 16 hex digits.  None on the meta device."""
+    if tensor.is_meta or tensor.dtype not in _SAFETENSORS_DTYPES:
+        return None
+    data = tensor.detach().contiguous().reshape(-1).view(torch.uint8)
+    size = data.numel()
+    digest = hashlib.sha256(
+        f"{_SAFETENSORS_DTYPES[tensor.dtype]}\n{size}\n".encode())
+    if size <= 65536:
+        digest.update(data.cpu().numpy().tobytes())
+    else:
+        for i in range(16):
+            offset = i * (size - 4096) // 15
+            digest.update(data[offset:offset + 4096].cpu().numpy().tobytes())
+    return digest.hexdigest()[:16]
+
+
+def _weight_fingerprints(transformer: torch.nn.Module
+                         ) -> Dict[str, str]:
+    """{checkpoint name: fingerprint} of the tensors the patch replaces:
+    the names are the transformer's parameter names, which are its
+    checkpoint's."""
+    found = {}
+    for path, value in conditioning_modules(transformer).items():
+        named = ([(path, value)] if isinstance(value, torch.Tensor) else
+                 [(f"{path}.{name}", tensor)
+                  for name, tensor in value.named_parameters()])
+        for name, tensor in named:
+            fingerprint = _fingerprint(tensor)
+            if fingerprint is not None:
+                found[name] = fingerprint
+    return found
+
+
 # --- the client, its reconnection after pickle and fork -----------------------
 
 def _recipe_of(client: Any) -> Tuple[str, Any]:
@@ -581,6 +625,9 @@ class OffloadedConditioning:
         self._cached_bytes = 0
         self._lock = threading.Lock()
         self._checked = False
+        # The transformer's weight fingerprints by checkpoint name, compared
+        # with the served model's by check_served_model().
+        self.fingerprints: Dict[str, str] = {}
         self.current: Optional["_Answer"] = None
         self._prefetch: Optional[threading.Thread] = None
         self._prefetch_error: Optional[BaseException] = None
@@ -754,6 +801,21 @@ class OffloadedConditioning:
                 f"inputs: the served model takes {sorted(served_extras)} "
                 f"besides the timesteps, the transformer "
                 f"{sorted(self.extra_inputs)}")
+        served_weights = getattr(served, "weight_fingerprints", None) or {}
+        if not problems and served_weights and self.fingerprints:
+            # Same shapes, other weights: another checkpoint, or another
+            # fine-tune of the same model.
+            common = sorted(set(served_weights) & set(self.fingerprints))
+            differ = [name for name in common
+                      if served_weights[name] != self.fingerprints[name]]
+            if not common:
+                problems.append("weights: no tensor of the transformer's "
+                                "is among the served model's")
+            elif differ:
+                problems.append(
+                    f"weights: {len(differ)} of {len(common)} tensors "
+                    f"differ from the served model's ({', '.join(differ[:3])}"
+                    f"{', ...' if len(differ) > 3 else ''})")
         self._raise_if_mismatched(problems)
         self._checked = True
         return True
@@ -1464,6 +1526,7 @@ def offload_conditioning(transformer: torch.nn.Module, *, client: Any,
                                   cache_bytes, timeout, extra_inputs)
     if family.pooled_width is not None:
         state.pooled_columns = family.pooled_width(transformer)
+    state.fingerprints = _weight_fingerprints(transformer)
     state.check_served_model()
     state.set_schedule(schedule)
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 import enum
 import pathlib
-from typing import Optional, Tuple, Union
+from typing import Dict, Optional, Tuple, Union
 
 __all__ = ["ConditioningInput", "ConditioningModel", "ConditioningOutput",
            "HealthStatus", "Limits", "Preset", "RowCacheStats", "ServerInfo",
@@ -131,6 +131,10 @@ class ConditioningModel:
     weight_bytes: int = 0
     inputs: Tuple[ConditioningInput, ...] = ()
     outputs: Tuple[ConditioningOutput, ...] = ()
+    # Checkpoint tensor name -> a 16-hex-digit fingerprint of its bytes
+    # (temb.torch.offload_conditioning compares its own weights').
+    weight_fingerprints: Dict[str, str] = dataclasses.field(
+        default_factory=dict, compare=False, hash=False)
 
     @property
     def row_bytes(self) -> int:

@@ -618,6 +618,19 @@ def test_a_model_that_does_not_match_is_refused(client):
     message = refused(build("flux.1-schnell", torch.float32),
                       "flux.1-dev-fp32")
     assert "guidance" in message
+    # Weights: the same shapes and dtype, another checkpoint (the edit
+    # model's weights in a plain Qwen-Image), or one tensor fine-tuned.
+    other = qwen_model(torch.bfloat16, zero_cond_t=False)
+    other.load_state_dict(build("qwen-image-edit",
+                                torch.bfloat16).state_dict())
+    message = refused(other, "qwen-image-bf16")
+    assert "weights: " in message and "tensors differ" in message
+    tuned = build("qwen-image", torch.bfloat16)
+    with torch.no_grad():
+        tuned.transformer_blocks[1].txt_mod[1].bias[-1] += 1
+    message = refused(tuned, "qwen-image-bf16")
+    assert ("weights: 1 of " in message and
+            "transformer_blocks.1.txt_mod.1.bias" in message), message
     # A client that cannot list its models: the first answer is checked.
     class ConditionOnly:
         def __init__(self, inner):

@@ -11,6 +11,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <thread>
@@ -56,6 +57,8 @@ struct ConditioningModelInfo {
   DType dtype = DType::kFloat32;
   int64_t width = 0;
   int64_t weight_bytes = 0;
+  // Checkpoint name -> models::WeightFingerprint of the tensor.
+  std::map<std::string, std::string> weight_fingerprints;
   std::vector<models::InputInfo> inputs;  // protocol names
   std::vector<models::OutputInfo> outputs;
 };

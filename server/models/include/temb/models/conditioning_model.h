@@ -112,6 +112,11 @@ class ConditioningModel {
   int64_t working_bytes_per_row() const;
   // Bytes of checkpoint tensors held.
   int64_t weight_bytes() const { return weight_bytes_; }
+  // Each tensor read, by checkpoint name: WeightFingerprint of its bytes
+  // in the dtype computed with (weight_fingerprint.h).
+  const std::map<std::string, std::string>& weight_fingerprints() const {
+    return weight_fingerprints_;
+  }
   const std::string& cache_key() const { return cache_key_; }
 
   // The outputs named in `names` (all of the family's when empty), each
@@ -133,6 +138,9 @@ class ConditioningModel {
   absl::Status Plan(const Checkpoint& checkpoint);
   // Hands every Linear's parameters to options_.linear_engine.
   absl::Status UploadLinears();
+  // Records tensor `name`'s fingerprint; `dtype`: the one it was read as.
+  void Fingerprint(const std::string& name, DType dtype,
+                   const LoadedTensor& tensor);
   absl::Status Run(const PlannedOp& op, int64_t rows,
                    std::map<std::string, std::vector<float>>* values) const;
 
@@ -143,6 +151,7 @@ class ConditioningModel {
   std::optional<DType> torch_dtype_;
   int64_t width_ = 0;
   int64_t weight_bytes_ = 0;
+  std::map<std::string, std::string> weight_fingerprints_;
   std::string cache_key_;
   std::vector<InputSpec> inputs_;
   // The family's outputs this model has: all but those over an empty
