@@ -584,6 +584,14 @@ void PairSumTiled(const X* x, const PairRows& pairs, int64_t rows, int64_t in,
 void PairSumAvx512Dp(const PairRows& x, int64_t rows, int64_t in,
                      const uint16_t* w, int64_t begin, int64_t end, float* sums,
                      int64_t stride) {
+  if (rows == 1) {
+    // One row (a step of a schedule) is a read of the weights: 8 weight
+    // rows at a time keep more of them in flight than 4, and measured
+    // 7-9% faster on the Qwen-Image slice (16 spill registers: slower).
+    PairSumTiled<DpTiles, 1, 8>(x.halves.data(), x, rows, in, w, begin, end,
+                                sums, stride);
+    return;
+  }
   PairSumTiled<DpTiles, 6, 4>(x.halves.data(), x, rows, in, w, begin, end, sums,
                               stride);
 }
