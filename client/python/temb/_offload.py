@@ -633,7 +633,18 @@ class OffloadedConditioning:
         self._prefetch_error: Optional[BaseException] = None
         self._recipe = _recipe_of(client)
         self._client = client
-        self._pid = os.getpid()
+        self._pid = os.getpid()  # the process the client was opened in
+        self._owner_pid = os.getpid()  # ... and the lock and thread made in
+
+    def _own(self) -> None:
+        """In a new process (forked, or unpickled), a lock and prefetch
+        thread of its own: the parent's threads did not come along, and one
+        may have held the lock at the fork."""
+        if self._owner_pid != os.getpid():
+            self._lock = threading.Lock()
+            self._prefetch = None
+            self._prefetch_error = None
+            self._owner_pid = os.getpid()
 
     # The client: the caller's, or one reopened from the recipe in a new
     # process (unpickled, or a forked DataLoader worker).
@@ -651,6 +662,7 @@ class OffloadedConditioning:
         (Qwen-Image) fetches them now, in the background, while the
         pipeline encodes its prompt; for the others the first step that
         misses the cache fetches every step's rows in the same call."""
+        self._own()
         self.wait()
         if schedule is None:
             self._schedule = None
@@ -661,9 +673,10 @@ class OffloadedConditioning:
                 self._schedule = torch.cat([self._schedule,
                                             self._schedule.new_zeros(1)])
         self._scheduled = set()
+        # Rows of t alone: none of guidance, pooled or extra inputs.
         if (self._schedule is not None and not self.extra_inputs
-                and set(self.family.arguments) <= {"timestep", "-"}):
-            self._scheduled.add((None, None, None))
+                and not {"guidance", "pooled"} & set(self.family.arguments)):
+            self._scheduled.add(self._t_alone(self.dtype))
             self._prefetch = threading.Thread(
                 target=self._prefetch_schedule,
                 args=(self._schedule, self.dtype), daemon=True,
@@ -674,6 +687,7 @@ class OffloadedConditioning:
         """Waits for a schedule being fetched in the background.  If that
         failed, the steps fetch their own rows (and raise what the server
         says)."""
+        self._own()
         thread = self._prefetch
         if thread is None:
             return
@@ -681,7 +695,14 @@ class OffloadedConditioning:
         self._prefetch = None
         if self._prefetch_error is not None:
             self._prefetch_error = None
-            self._scheduled.discard((None, None, None))
+            self._scheduled.discard(self._t_alone(self.dtype))
+
+    @staticmethod
+    def _t_alone(dtype: torch.dtype) -> Tuple:
+        # _scheduled's entry for the rows of t alone, fetched for the
+        # transformer's dtype then: after .to(dtype) the embedder receives
+        # other bits, and the schedule is fetched again for those.
+        return (dtype, None, None, None)
 
     def _prefetch_schedule(self, schedule: torch.Tensor,
                            dtype: torch.dtype) -> None:
@@ -709,6 +730,7 @@ class OffloadedConditioning:
                 "bytes": self._cached_bytes}
 
     def clear_cache(self) -> None:
+        self._own()
         self.wait()
         with self._lock:
             self._cache.clear()
@@ -902,11 +924,7 @@ class OffloadedConditioning:
         ([B, seq], flattened) hold two distinct values, and neither the call
         nor the answer grows with the tokens."""
         dtype = dtype or self.dtype
-        if self._pid != os.getpid():
-            # A forked child: the parent's threads did not come along, and
-            # one may have held the lock at the fork.
-            self._lock = threading.Lock()
-            self._prefetch = None
+        self._own()
         if self._prefetch is not None:
             self.wait()
         t_seen = timestep.detach().reshape(-1).to("cpu")
@@ -968,18 +986,19 @@ class OffloadedConditioning:
         keys = [(t_bits[i], None if g_bits is None else g_bits[i],
                  p_keys[i], e_keys[i]) for i in range(count)]
         with self._lock:
-            missing = [i for i in range(count) if keys[i] not in self._cache]
-            fetched = {}
-            if missing:
-                fetched = self._fetch(keys, missing, t_seen, g_seen, p_rows,
-                                      dtype, e_rows, layout)
-            rows = []
+            # The hits are taken before the fetch, whose rows may evict
+            # them from a cache smaller than the rows in play.
+            found = {}
             for k in keys:
-                row = fetched.get(k)
-                if row is None:
-                    row = self._cache[k]
+                row = self._cache.get(k)
+                if row is not None:
                     self._cache.move_to_end(k)
-                rows.append(row)
+                    found[k] = row
+            missing = [i for i in range(count) if keys[i] not in found]
+            if missing:
+                found.update(self._fetch(keys, missing, t_seen, g_seen,
+                                         p_rows, dtype, e_rows, layout))
+            rows = [found[k] for k in keys]
         return _Answer({name: torch.stack([row[name] for row in rows])
                         for name in self.expected}, index)
 
@@ -1006,10 +1025,12 @@ class OffloadedConditioning:
             value = torch.as_tensor(extras[name]).detach().to("cpu")
             value = value.reshape(value.shape[0] if value.dim() else 1, -1)
             exact = value.to(torch.float32)
-            if not torch.equal(exact.to(dtype).to(torch.float32), exact):
+            held = exact.to(dtype).to(torch.float32) == exact
+            if not bool(held.all()):
+                bad = exact[~held][0].item()
                 raise ValueError(
                     f"offload_conditioning: the transformer received {name} "
-                    f"{value.flatten()[0].item()!r}, not a {dtype} value as "
+                    f"{bad!r}, not a {dtype} value as "
                     "its pipeline passes it; is the transformer called the "
                     "way its pipeline calls it?")
             values.append(exact)
@@ -1033,15 +1054,16 @@ class OffloadedConditioning:
         first = {}
         for i in missing:
             wanted.setdefault(keys[i], ("seen", i))
+        scheduled = []  # recorded once the call has answered
         if self._schedule is not None:
             for i, key in enumerate(keys):
                 first.setdefault(key[1:], i)
             seen_t = family.timestep(self._schedule, dtype).to(torch.float32)
             s_bits = seen_t.view(torch.int32).tolist()
             for rest, i in first.items():
-                if rest in self._scheduled:
+                if (dtype,) + rest in self._scheduled:
                     continue
-                self._scheduled.add(rest)
+                scheduled.append((dtype,) + rest)
                 for s, bits in enumerate(s_bits):
                     key = (bits,) + rest
                     if key not in self._cache:
@@ -1081,6 +1103,7 @@ class OffloadedConditioning:
                 extras[name] = value[:, 0] if width == 1 else value
                 at += width
         result = self._request(timesteps, guidance, pooled, extras)
+        self._scheduled.update(scheduled)
         fetched = {}
         for j, key in enumerate(wanted):
             row = {name: result[name][j].to(self.row_dtype(name)).clone()
@@ -1125,6 +1148,7 @@ class OffloadedConditioning:
         self.__dict__.update(state)
         self._lock = threading.Lock()
         self._pid = -1  # reopen on first use
+        self._owner_pid = os.getpid()
 
 
 # --- the modules ------------------------------------------------------------------
@@ -1227,8 +1251,9 @@ class ConditioningEmbedder(torch.nn.Module):
             pooled = given["pooled"] = pooled[..., :state.pooled_columns]
         for path, name in state.taps:
             if name not in tapped:
+                where = path or "the transformer's forward"
                 raise RuntimeError(
-                    f"offload_conditioning: {path} did not run before the "
+                    f"offload_conditioning: {where} did not run before the "
                     f"{state.family.name} model's embedder; is the model "
                     "called the way its pipeline calls it?")
             value = tapped[name]

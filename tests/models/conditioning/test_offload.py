@@ -538,6 +538,59 @@ def test_compiled_patched_transformer_denoises_to_the_same_latents(client):
     torch._dynamo.reset()
 
 
+def test_small_caches_copies_and_casts_keep_one_call_per_schedule(client):
+    """The cache and the schedule where they meet their edges: a cache of
+    one row while a forward needs two (the edit model's rows of t and of
+    0), a schedule set again in an unpickled copy, a schedule fetched for
+    bf16 steps that then run in float32, and PixArt-Sigma (t alone,
+    though its embedder takes size arguments) fetched in the
+    background."""
+    kind, dtype = "qwen-image-edit", torch.bfloat16
+    roomy = build(kind, dtype)
+    offload = temb.torch.offload_conditioning(
+        roomy, client=client, model=served_name(kind, dtype))
+    expected = denoise(kind, roomy, dtype)
+    row_bytes = offload.cache_info()["bytes"] // offload.cache_info()[
+        "entries"]
+    tiny = build(kind, dtype)
+    offload = temb.torch.offload_conditioning(
+        tiny, client=client, model=served_name(kind, dtype),
+        cache_bytes=row_bytes)
+    assert torch.equal(denoise(kind, tiny, dtype), expected)
+    assert offload.cache_info()["entries"] == 1
+
+    kind = "qwen-image"
+    patched = build(kind, dtype)
+    temb.torch.offload_conditioning(patched, client=client,
+                                    model=served_name(kind, dtype))
+    restored = pickle.loads(pickle.dumps(patched))
+    state = restored.time_text_embed.state
+    state.clear_cache()
+    calls = state.calls
+    state.set_schedule(scheduler_for(kind).timesteps)
+    denoise(kind, restored, dtype)
+    assert state.calls - calls == 1
+
+    state.clear_cache()
+    state.set_schedule(scheduler_for(kind).timesteps)
+    state.wait()
+    calls = state.calls
+    moved = restored.to(torch.float32)
+    denoise(kind, moved, torch.float32)
+    # The float32 embedder receives other bits than the bf16 schedule's:
+    # the schedule is fetched again, once.
+    assert state.calls - calls == 1
+
+    kind = "pixart-sigma"
+    calls = client.calls
+    offload = temb.torch.offload_conditioning(
+        build(kind, dtype), client=client, model=served_name(kind, dtype),
+        schedule=scheduler_for(kind).timesteps)
+    offload.wait()
+    assert client.calls - calls == 1 and offload.cache_info()["entries"] == \
+        STEPS
+
+
 def test_copies_pickles_moves_and_workers(client):
     kind, dtype = "flux.1-dev", torch.bfloat16
     patched = build(kind, dtype)
