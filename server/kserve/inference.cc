@@ -107,7 +107,22 @@ absl::Status RunInference(const ServedModels& models,
   return status;
 }
 
-int64_t TimestepsAnswered(const inference::ModelInferResponse& response) {
+int64_t TimestepsAnswered(const ServedModels& models,
+                          const inference::ModelInferResponse& response) {
+  if (models.IsConditioning(response.model_name())) {
+    // Every output holds the same rows; per-token timesteps are as many
+    // as the index's elements.
+    for (const auto& output : response.outputs()) {
+      if (output.name() == kConditionIndex) {
+        int64_t tokens = 1;
+        for (const int64_t extent : output.shape()) tokens *= extent;
+        return tokens;
+      }
+    }
+    return response.outputs().empty() || response.outputs(0).shape().empty()
+               ? 0
+               : response.outputs(0).shape(0);
+  }
   int64_t batch = 0;
   for (const auto& output : response.outputs()) {
     int64_t rows = 1;

@@ -260,9 +260,10 @@ grpc::ServerUnaryReactor* KServeService::ModelInfer(
   }
   if (status.ok()) {
     stats.Lap(InferPhase::kComputeOutput);
-    stats.Finish(status, request.model_name(), TimestepsAnswered(head));
-    timer.Finish(status, TimestepsAnswered(head), OutputBytesOf(head, output),
-                 request.id());
+    stats.Finish(status, request.model_name(),
+                 TimestepsAnswered(models_, head));
+    timer.Finish(status, TimestepsAnswered(models_, head),
+                 OutputBytesOf(head, output), request.id());
   } else {
     stats.Finish(status, request.model_name(), 0);
     timer.Finish(status, 0, 0, request.id());
@@ -296,9 +297,10 @@ absl::Status KServeService::AnswerInStream(
   status = bytes.status();
   if (status.ok()) {
     stats.Lap(InferPhase::kComputeOutput);
-    stats.Finish(status, request.model_name(), TimestepsAnswered(head));
-    timer.Finish(status, TimestepsAnswered(head), OutputBytesOf(head, output),
-                 request.id());
+    stats.Finish(status, request.model_name(),
+                 TimestepsAnswered(models_, head));
+    timer.Finish(status, TimestepsAnswered(models_, head),
+                 OutputBytesOf(head, output), request.id());
   } else {
     stats.Finish(status, request.model_name(), 0);
     timer.Finish(status, 0, 0, request.id());

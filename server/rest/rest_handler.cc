@@ -362,7 +362,7 @@ absl::StatusOr<EncodedInferResponse> RestHandler::Answer(
   call->stats.Lap(kserve::InferPhase::kComputeInfer);
   // JSON outputs take several times their raw bytes: held like them.
   RETURN_IF_ERROR(call->ticket.Reserve(ExtraJsonBytes(body, answer)));
-  call->batch = kserve::TimestepsAnswered(answer);
+  call->batch = kserve::TimestepsAnswered(models_, answer);
   return EncodeInferResponse(body, &answer);
 }
 

@@ -299,6 +299,24 @@ def test_per_token_timesteps_give_distinct_rows_and_an_index(server,
     assert np.array_equal(rows, plain)
 
 
+def test_statistics_count_the_timesteps_asked_for(server, grpc_client):
+    """KServe's inference_count of a conditioning model grows by the
+    timesteps of a request (N, or per token B * L), not by the rows of
+    every output added up."""
+    def count():
+        stats = grpc_client.get_inference_statistics("qwen", as_json=True)
+        return int(stats["model_stats"][0].get("inference_count", 0))
+
+    before = count()
+    infer(triton_grpc, grpc_client, "qwen")
+    assert count() - before == len(TIMESTEPS)
+    before = count()
+    infer(triton_grpc, grpc_client, "qwen",
+          timesteps=[999.0, 0.0, 0.0, 999.0, 999.0, 0.0], shape=[2, 3],
+          outputs=["norm_out", "index"])
+    assert count() - before == 6
+
+
 def test_damaged_models_are_refused_naming_the_cause(server, grpc_client,
                                                      repository):
     _, cases = repository

@@ -58,9 +58,13 @@ absl::Status RunInference(const ServedModels& models,
                           AdmissionTicket* ticket,
                           OutputAllocator* output = nullptr);
 
-// Timesteps a response answers: the rows of every output (all its extents
-// but the last), for the request logs and statistics.
-int64_t TimestepsAnswered(const inference::ModelInferResponse& response);
+// Timesteps a response answers, for the request logs and statistics
+// (KServe's inference_count): for an embedding model the rows of every
+// output (all its extents but the last); for a conditioning model the
+// request's timesteps (its outputs' rows, or per token the index's
+// elements), not the rows of each of its outputs added up.
+int64_t TimestepsAnswered(const ServedModels& models,
+                          const inference::ModelInferResponse& response);
 
 }  // namespace temb::kserve
 
