@@ -101,12 +101,19 @@ def _qwen_slots(model: torch.nn.Module) -> List[_Slot]:
     return slots
 
 
-def _flux_slots(model: torch.nn.Module) -> List[_Slot]:
+def _dual_stream_slots(model: torch.nn.Module) -> List[_Slot]:
+    # Every block's AdaLayerNormZero pair, norm1 (image) and norm1_context
+    # (text): FLUX.1's double blocks and HunyuanVideo-1.5's blocks.
     slots = []
     for i in range(len(model.transformer_blocks)):
         slots.append(_adanorm(f"transformer_blocks.{i}.norm1", "img_mod", i))
         slots.append(_adanorm(f"transformer_blocks.{i}.norm1_context",
                               "txt_mod", i))
+    return slots
+
+
+def _flux_slots(model: torch.nn.Module) -> List[_Slot]:
+    slots = _dual_stream_slots(model)
     for i in range(len(model.single_transformer_blocks)):
         slots.append(_adanorm(f"single_transformer_blocks.{i}.norm",
                               "single_mod", i))
@@ -243,11 +250,7 @@ def _hunyuan_video15_slots(model: torch.nn.Module) -> List[_Slot]:
     # The main path only: the token refiner (context_embedder) embeds t
     # with the prompt's masked mean, which the conditioning model does not
     # serve, so it keeps its own time embedding and modulations.
-    slots = []
-    for i in range(len(model.transformer_blocks)):
-        slots.append(_adanorm(f"transformer_blocks.{i}.norm1", "img_mod", i))
-        slots.append(_adanorm(f"transformer_blocks.{i}.norm1_context",
-                              "txt_mod", i))
+    slots = _dual_stream_slots(model)
     slots.append(_adanorm("norm_out", "norm_out", None))
     return slots
 
