@@ -8,13 +8,20 @@
 #          flight) and the CPU engine tests on this CPU; a missing GPU is a
 #          failure here, not a skip.  Then Nsight Compute's view of the large
 #          fp32 and bf16 kernels, where ncu can read the counters.
+#   conditioning
+#          the time conditioning's Linears on the GPU (cuBLASLt): the
+#          conditioning parity suite with `temb condition --device=cuda`
+#          against diffusers' own models (every family, bf16 and fp32,
+#          rows batch-invariant), then bench/conditioning_gpu.py at
+#          Qwen-Image's real width against diffusers' modules on the same
+#          GPU, bit for bit and in time.
 #   bench  bench/run.py --gpu --quick: the benchmark report with its CUDA
 #          parts.
-# Needs python3 with numpy, matplotlib, pytest, grpcio and grpcio-tools
-# (PyTorch is used when present).
-#   scripts/gpu-check.sh [--phase=tests|bench|all] [RESULTS_DIR]
-# writes RESULTS_DIR/{gpu-check.log,ncu-*.txt,benchmarks-gpu.md,bench_results.json}
-# and the report's plots.
+# Needs python3 with numpy, matplotlib, pytest, grpcio and grpcio-tools, and
+# for the conditioning phase PyTorch, safetensors and diffusers.
+#   scripts/gpu-check.sh [--phase=tests|conditioning|bench|all] [RESULTS_DIR]
+# writes RESULTS_DIR/{gpu-check.log,ncu-*.txt,conditioning-gpu.json,
+# benchmarks-gpu.md,bench_results.json} and the report's plots.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 PHASE=all
@@ -71,6 +78,15 @@ if [[ "$PHASE" == tests || "$PHASE" == all ]]; then
   unset TEMB_REQUIRE_CUDA
   profile_kernel fp32 'SinusoidKernel<.*Fp32Out, float'
   profile_kernel bf16 'SinusoidKernel<.*Bf16Out, float'
+fi
+
+if [[ "$PHASE" == conditioning || "$PHASE" == all ]]; then
+  check env TEMB_CONDITIONING_DEVICE=cuda TEMB_CLI_BIN="$BUNDLE/bin/temb" \
+    python3 -m pytest -q -p no:cacheprovider -rs \
+    --confcutdir=tests/models/conditioning \
+    tests/models/conditioning/test_conditioning_parity.py
+  check python3 bench/conditioning_gpu.py --temb "$BUNDLE/bin/temb" \
+    --json "$RESULTS/conditioning-gpu.json"
 fi
 
 if [[ "$PHASE" == bench || "$PHASE" == all ]]; then

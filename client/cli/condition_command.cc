@@ -31,6 +31,7 @@
 #include "temb/cli/output.h"
 #include "temb/client/temb_client.h"
 #include "temb/core/conditioning_service.h"
+#include "temb/kernels/registry.h"
 #include "temb/models/conditioning_model.h"
 #include "temb/models/safetensors.h"
 
@@ -71,6 +72,9 @@ std::vector<FlagSpec> ConditionFlags() {
        "report timings"},
       {"cache_mib", FlagType::kInt,
        "with --model_dir: row cache capacity in MiB (default 256)"},
+      {"device", FlagType::kString,
+       "with --model_dir: where the Linear layers run: cpu (default) or "
+       "cuda (cuBLASLt on GPU 0, as the server's --conditioning_device)"},
       {"help", FlagType::kBool, "show this help"},
   };
   // --target (a server) and its connection flags.
@@ -331,6 +335,12 @@ int RunCondition(const std::vector<std::string>& argv) {
                       "process only, with --model_dir",
                       specs);
   }
+  if (remote && args->Has("device")) {
+    return PrintUsage("condition",
+                      "--device is for --model_dir; a server's models run "
+                      "where its --conditioning_device puts them",
+                      specs);
+  }
   if (remote && args->Has("torch_dtype")) {
     return PrintUsage("condition",
                       "--torch_dtype is for --model_dir; a server's model "
@@ -410,6 +420,22 @@ int RunCondition(const std::vector<std::string>& argv) {
     options.torch_dtype = *dtype;
   }
   options.cache = std::make_shared<models::RowCache>(cache_mib << 20);
+  const std::string device = args->String("device").value_or("cpu");
+  if (device == "cuda") {
+    absl::StatusOr<std::unique_ptr<LinearEngine>> engine =
+        CreateGpuLinearEngine();
+    if (!engine.ok()) {
+      return PrintError(absl::Status(
+          engine.status().code(),
+          absl::StrCat("--device=cuda: ", engine.status().message())));
+    }
+    options.linear_engine = *std::move(engine);
+  } else if (device != "cpu") {
+    return PrintUsage(
+        "condition",
+        absl::StrCat("--device must be cpu or cuda, got \"", device, "\""),
+        specs);
+  }
   const auto load_start = std::chrono::steady_clock::now();
   absl::StatusOr<std::unique_ptr<models::ConditioningModel>> model =
       models::ConditioningModel::Load(*args->String("model_dir"), options);

@@ -52,6 +52,7 @@ import copy
 import importlib.util
 import json
 import math
+import os
 import subprocess
 import tempfile
 import types
@@ -462,11 +463,16 @@ def float64_reference(kind, model32, args32):
             handle.remove()
 
 
+# TEMB_CONDITIONING_DEVICE=cuda runs temb's Linears on the GPU (cuBLASLt)
+# in every comparison below: the same rules hold there (scripts/gpu-check.sh).
+DEVICE = os.environ.get("TEMB_CONDITIONING_DEVICE", "cpu")
+
+
 def run_temb(cli, folder, out, timesteps, kind, pooled_file=None,
              outputs=None, time_ids_file=None, flags=()):
     command = [str(cli), "condition", f"--model_dir={folder}",
                "--timesteps=" + ",".join(repr(t) for t in timesteps),
-               f"--out={out}", "--threads=2", *flags]
+               f"--out={out}", "--threads=2", f"--device={DEVICE}", *flags]
     extra = {name: ",".join(repr(v) for v in values)
              for name, values in (FAMILIES[kind].extra_inputs(len(timesteps))
                                   if kind in FAMILIES else {}).items()}
@@ -1828,3 +1834,11 @@ def test_cli_refuses_bad_requests_naming_the_cause(saved, temb_cli, tmp_path):
                             f"--pooled={pooled_file}",
                             f"--inputs=time_ids=@{narrow}", out)
     assert code == 1 and "time_ids: expected 6 or 6 values" in err
+    # The device: a name it does not know; CUDA where no GPU runs.
+    code, err = run_failing(temb_cli, f"--model_dir={qwen}", "--timesteps=1",
+                            "--device=tpu", out)
+    assert code == 2 and '--device must be cpu or cuda, got "tpu"' in err
+    if DEVICE != "cuda":
+        code, err = run_failing(temb_cli, f"--model_dir={qwen}",
+                                "--timesteps=1", "--device=cuda", out)
+        assert code == 1 and "--device=cuda: " in err
