@@ -145,7 +145,9 @@ def main():
               " UTC", flush=True)
 
         # Bits.
-        temb_run(args.temb, folder, plan, device, scratch / "gpu.safetensors")
+        loaded = temb_run(args.temb, folder, plan, device,
+                          scratch / "gpu.safetensors").splitlines()[0]
+        print("temb condition --device=" + device + ": " + loaded, flush=True)
         temb_run(args.temb, folder, plan, "cpu", scratch / "cpu.safetensors")
         on_gpu = load_file(str(scratch / "gpu.safetensors"))
         on_cpu = load_file(str(scratch / "cpu.safetensors"))
@@ -208,7 +210,7 @@ def main():
               "step by step")
         if args.json:
             pathlib.Path(args.json).write_text(json.dumps({
-                "gpu": gpu, "cpu": cpu, "commit": commit,
+                "gpu": gpu, "cpu": cpu, "commit": commit, "temb": loaded,
                 "weight_bytes": weight_bytes, "rounds": results,
                 "bits": bits}, indent=1))
 

@@ -444,9 +444,11 @@ int RunCondition(const std::vector<std::string>& argv) {
                             std::chrono::steady_clock::now() - load_start)
                             .count();
   std::cerr << absl::StrFormat(
-      "%s (%s, D=%d): %.1f MiB of conditioning weights loaded in %.3f s\n",
+      "%s (%s, D=%d): %.1f MiB of conditioning weights loaded in %.3f s "
+      "(Linears on %s)\n",
       (*model)->family().name, DTypeName((*model)->dtype()), (*model)->width(),
-      (*model)->weight_bytes() / 1048576.0, load_s);
+      (*model)->weight_bytes() / 1048576.0, load_s,
+      options.linear_engine != nullptr ? options.linear_engine->name() : "cpu");
 
   absl::StatusOr<std::vector<models::ConditioningOutput>> result;
   for (int64_t i = 0; i < repeat; ++i) {

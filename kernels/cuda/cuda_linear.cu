@@ -188,6 +188,7 @@ struct CublasLinearEngine::Impl {
     cublasLtMatmulDesc_t op = nullptr;
     BlasLayout a, b, c;
     cublasLtMatmulAlgo_t algo;
+    bool pedantic = false;  // IEEE float32 accumulation (see Upload)
   };
 
   int device = 0;
@@ -204,6 +205,13 @@ struct CublasLinearEngine::Impl {
   size_t sums_bytes = 0;
   std::unique_ptr<float, DeviceFree> staged_in;
   size_t staged_in_bytes = 0;
+  // The call's rows in and out through page-locked host memory: a copy
+  // from or to pageable memory goes through the driver's own bounce buffer
+  // in small synchronous pieces.
+  std::unique_ptr<float, PinnedFree> host_in;
+  size_t host_in_bytes = 0;
+  std::unique_ptr<float, PinnedFree> host_out;
+  size_t host_out_bytes = 0;
 
   ~Impl() {
     for (auto& linear : linears) {
@@ -220,6 +228,59 @@ struct CublasLinearEngine::Impl {
     void* p = nullptr;
     RETURN_IF_ERROR(Check(cudaMalloc(&p, wanted), "cudaMalloc"));
     buffer->reset(static_cast<T*>(p));
+    *size = wanted;
+    return absl::OkStatus();
+  }
+
+  // The operation of `compute` for `linear`'s layouts and one algorithm
+  // for it without split-K (whose partial sums could be combined in
+  // another order): every call runs exactly it.
+  cublasStatus_t ChooseAlgorithm(cublasComputeType_t compute, Linear* linear) {
+    cublasStatus_t status =
+        Api().cublasLtMatmulDescCreate(&linear->op, compute, CUDA_R_32F);
+    const cublasOperation_t transpose = CUBLAS_OP_T;
+    const cublasOperation_t keep = CUBLAS_OP_N;
+    if (status == CUBLAS_STATUS_SUCCESS) {
+      status = Api().cublasLtMatmulDescSetAttribute(
+          linear->op, CUBLASLT_MATMUL_DESC_TRANSA, &transpose,
+          sizeof(transpose));
+    }
+    if (status == CUBLAS_STATUS_SUCCESS) {
+      status = Api().cublasLtMatmulDescSetAttribute(
+          linear->op, CUBLASLT_MATMUL_DESC_TRANSB, &keep, sizeof(keep));
+    }
+    if (status != CUBLAS_STATUS_SUCCESS) return status;
+    cublasLtMatmulPreference_t preference = nullptr;
+    status = Api().cublasLtMatmulPreferenceCreate(&preference);
+    if (status != CUBLAS_STATUS_SUCCESS) return status;
+    const size_t workspace_bytes = kWorkspaceBytes;
+    const uint32_t reduction = CUBLASLT_REDUCTION_SCHEME_NONE;
+    Api().cublasLtMatmulPreferenceSetAttribute(
+        preference, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace_bytes,
+        sizeof(workspace_bytes));
+    Api().cublasLtMatmulPreferenceSetAttribute(
+        preference, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, &reduction,
+        sizeof(reduction));
+    cublasLtMatmulHeuristicResult_t result = {};
+    int found = 0;
+    status = Api().cublasLtMatmulAlgoGetHeuristic(
+        handle, linear->op, linear->a.layout, linear->b.layout,
+        linear->c.layout, linear->c.layout, preference, 1, &result, &found);
+    Api().cublasLtMatmulPreferenceDestroy(preference);
+    if (status != CUBLAS_STATUS_SUCCESS) return status;
+    if (found < 1) return CUBLAS_STATUS_NOT_SUPPORTED;
+    linear->algo = result.algo;
+    return CUBLAS_STATUS_SUCCESS;
+  }
+
+  absl::Status Grow(std::unique_ptr<float, PinnedFree>* buffer, size_t* size,
+                    size_t wanted) {
+    if (*size >= wanted) return absl::OkStatus();
+    buffer->reset();
+    *size = 0;
+    void* p = nullptr;
+    RETURN_IF_ERROR(Check(cudaMallocHost(&p, wanted), "cudaMallocHost"));
+    buffer->reset(static_cast<float*>(p));
     *size = wanted;
     return absl::OkStatus();
   }
@@ -318,19 +379,6 @@ absl::StatusOr<int> CublasLinearEngine::Upload(const LinearWeights& w) {
 
   // Row-major Y[M, N] = X[M, K] W^T is column-major Y^T[N, M] =
   // op(A) B with A = W stored K x N (transposed) and B = X^T stored K x M.
-  RETURN_IF_ERROR(CheckBlas(Api().cublasLtMatmulDescCreate(
-                                &linear->op, CUBLAS_COMPUTE_32F, CUDA_R_32F),
-                            "cublasLtMatmulDescCreate"));
-  const cublasOperation_t transpose = CUBLAS_OP_T;
-  const cublasOperation_t keep = CUBLAS_OP_N;
-  RETURN_IF_ERROR(CheckBlas(Api().cublasLtMatmulDescSetAttribute(
-                                linear->op, CUBLASLT_MATMUL_DESC_TRANSA,
-                                &transpose, sizeof(transpose)),
-                            "cublasLtMatmulDescSetAttribute"));
-  RETURN_IF_ERROR(CheckBlas(
-      Api().cublasLtMatmulDescSetAttribute(
-          linear->op, CUBLASLT_MATMUL_DESC_TRANSB, &keep, sizeof(keep)),
-      "cublasLtMatmulDescSetAttribute"));
   const cudaDataType_t type = BlasType(w.dtype);
   RETURN_IF_ERROR(CheckBlas(
       Api().cublasLtMatrixLayoutCreate(&linear->a.layout, type, w.in_features,
@@ -344,32 +392,29 @@ absl::StatusOr<int> CublasLinearEngine::Upload(const LinearWeights& w) {
                                 &linear->c.layout, CUDA_R_32F, w.out_features,
                                 kRowTile, w.out_features),
                             "cublasLtMatrixLayoutCreate"));
-  // One algorithm for this shape, without split-K (whose partial sums
-  // could be combined in another order): every call runs exactly it.
-  cublasLtMatmulPreference_t preference = nullptr;
-  RETURN_IF_ERROR(CheckBlas(Api().cublasLtMatmulPreferenceCreate(&preference),
-                            "cublasLtMatmulPreferenceCreate"));
-  const size_t workspace = kWorkspaceBytes;
-  const uint32_t reduction = CUBLASLT_REDUCTION_SCHEME_NONE;
-  Api().cublasLtMatmulPreferenceSetAttribute(
-      preference, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace,
-      sizeof(workspace));
-  Api().cublasLtMatmulPreferenceSetAttribute(
-      preference, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, &reduction,
-      sizeof(reduction));
-  cublasLtMatmulHeuristicResult_t result = {};
-  int found = 0;
-  const cublasStatus_t heuristic = Api().cublasLtMatmulAlgoGetHeuristic(
-      impl_->handle, linear->op, linear->a.layout, linear->b.layout,
-      linear->c.layout, linear->c.layout, preference, 1, &result, &found);
-  Api().cublasLtMatmulPreferenceDestroy(preference);
-  RETURN_IF_ERROR(CheckBlas(heuristic, "cublasLtMatmulAlgoGetHeuristic"));
-  if (found < 1) {
+  // Float32 for every stage of the sum first (PEDANTIC: IEEE float32
+  // accumulation, the CPU kernel's contract); where cuBLASLt has no such
+  // algorithm, its float32 accumulation on the tensor cores, whose partial
+  // sums round less exactly (docs/conditioning.md).
+  cublasStatus_t chosen = CUBLAS_STATUS_NOT_SUPPORTED;
+  for (const cublasComputeType_t compute :
+       {CUBLAS_COMPUTE_32F_PEDANTIC, CUBLAS_COMPUTE_32F}) {
+    if (linear->op != nullptr) {
+      Api().cublasLtMatmulDescDestroy(linear->op);
+      linear->op = nullptr;
+    }
+    chosen = impl_->ChooseAlgorithm(compute, linear.get());
+    if (chosen == CUBLAS_STATUS_SUCCESS) {
+      linear->pedantic = compute == CUBLAS_COMPUTE_32F_PEDANTIC;
+      break;
+    }
+  }
+  if (chosen != CUBLAS_STATUS_SUCCESS) {
     return absl::UnavailableError(
         absl::StrCat("cuBLASLt has no algorithm for a [", w.out_features, ", ",
-                     w.in_features, "] ", DTypeName(w.dtype), " Linear"));
+                     w.in_features, "] ", DTypeName(w.dtype),
+                     " Linear: cuBLAS status ", static_cast<int>(chosen)));
   }
-  linear->algo = result.algo;
   impl_->bytes += bytes;
   impl_->linears.push_back(std::move(linear));
   return static_cast<int>(impl_->linears.size() - 1);
@@ -400,6 +445,11 @@ absl::Status CublasLinearEngine::Forward(int id, absl::Span<const float> x,
                               static_cast<size_t>(tile_in) * element));
   RETURN_IF_ERROR(impl_->Grow(&impl_->sums, &impl_->sums_bytes,
                               static_cast<size_t>(tile_out) * 4 * 2));
+  RETURN_IF_ERROR(impl_->Grow(&impl_->host_in, &impl_->host_in_bytes,
+                              x.size() * sizeof(float)));
+  RETURN_IF_ERROR(impl_->Grow(&impl_->host_out, &impl_->host_out_bytes,
+                              out.size() * sizeof(float)));
+  std::copy(x.begin(), x.end(), impl_->host_in.get());
   float* sums = impl_->sums.get();
   float* rounded = sums + tile_out;
   const float alpha = 1.0f;
@@ -407,11 +457,12 @@ absl::Status CublasLinearEngine::Forward(int id, absl::Span<const float> x,
   constexpr int kThreads = 256;
   for (int64_t first = 0; first < rows; first += kRowTile) {
     const int64_t count = std::min(kRowTile, rows - first);
-    RETURN_IF_ERROR(Check(
-        cudaMemcpyAsync(impl_->staged_in.get(), x.data() + first * linear.in,
-                        static_cast<size_t>(count * linear.in) * 4,
-                        cudaMemcpyHostToDevice, impl_->stream),
-        "cudaMemcpyAsync"));
+    RETURN_IF_ERROR(
+        Check(cudaMemcpyAsync(impl_->staged_in.get(),
+                              impl_->host_in.get() + first * linear.in,
+                              static_cast<size_t>(count * linear.in) * 4,
+                              cudaMemcpyHostToDevice, impl_->stream),
+              "cudaMemcpyAsync"));
     const unsigned blocks =
         static_cast<unsigned>((tile_in + kThreads - 1) / kThreads);
     const float* staged = impl_->staged_in.get();
@@ -448,13 +499,14 @@ absl::Status CublasLinearEngine::Forward(int id, absl::Span<const float> x,
         static_cast<int>(out_dtype));
     RETURN_IF_ERROR(Check(cudaGetLastError(), "AddBiasAndRound"));
     RETURN_IF_ERROR(
-        Check(cudaMemcpyAsync(out.data() + first * linear.out, rounded,
-                              static_cast<size_t>(produced) * 4,
+        Check(cudaMemcpyAsync(impl_->host_out.get() + first * linear.out,
+                              rounded, static_cast<size_t>(produced) * 4,
                               cudaMemcpyDeviceToHost, impl_->stream),
               "cudaMemcpyAsync"));
   }
   RETURN_IF_ERROR(
       Check(cudaStreamSynchronize(impl_->stream), "cudaStreamSynchronize"));
+  std::copy_n(impl_->host_out.get(), out.size(), out.begin());
   return absl::OkStatus();
 }
 

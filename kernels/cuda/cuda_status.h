@@ -44,6 +44,11 @@ struct DeviceFree {
   void operator()(void* p) const { (void)cudaFree(p); }
 };
 
+// Page-locked host memory (cudaMallocHost).
+struct PinnedFree {
+  void operator()(void* p) const { (void)cudaFreeHost(p); }
+};
+
 }  // namespace cuda
 }  // namespace temb
 

@@ -230,10 +230,12 @@ def test_auto_routes_by_size_under_load(tmp_path, pb):
 def test_sigterm_drains_gpu_calls_in_flight(tmp_path, pb):
     """SIGTERM while large GPU calls are being answered: every admitted call
     completes whole, later ones are refused UNAVAILABLE, the server exits
-    0.  Only these calls run, so the in-flight gauge counts them alone."""
+    0.  Only these calls run, so the in-flight gauge counts them alone.
+    The memory budget admits all six (the default 512 MiB would refuse the
+    fourth with RESOURCE_EXHAUSTED, which is not what this test is about)."""
     v1, v1_grpc = pb
     server = start_or_skip(tmp_path, "--backend=cuda", "--drain_grace=30s",
-                           metrics=True)
+                           f"--max_queued_bytes={1 << 30}", metrics=True)
     rows, dim = 16384, 2048  # 128 MiB fp32 per answer
     request = v1.EmbedRequest(preset="ldm", spec=v1.EmbeddingSpec(dim=dim),
                               timesteps=np.resize(TIMESTEPS, rows).tolist())

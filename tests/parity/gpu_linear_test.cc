@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <iostream>
 #include <memory>
 #include <random>
 #include <vector>
@@ -151,7 +152,9 @@ TEST_P(GpuLinearTest, AgreesWithFloat64AndIsBatchInvariant) {
         0)
         << "row " << m;
   }
-  // Against the CPU kernel: the same values up to the summation order.
+  // Against the CPU kernel: the same values up to the summation order.  A
+  // 16-bit output hides most order differences in its last rounding, so
+  // most elements are bit-equal; float32 outputs show every one of them.
   std::vector<float> cpu(rows * layer.out);
   LinearParams params;
   params.weight = layer.weight;
@@ -164,7 +167,13 @@ TEST_P(GpuLinearTest, AgreesWithFloat64AndIsBatchInvariant) {
   int64_t equal = 0;
   for (size_t i = 0; i < cpu.size(); ++i) equal += cpu[i] == out[i];
   RecordProperty("bitwise_equal_to_cpu", static_cast<int>(equal));
-  EXPECT_GT(equal, static_cast<int64_t>(cpu.size()) / 2);
+  std::cout << DTypeName(dtype) << ": " << equal << " of " << cpu.size()
+            << " elements bit-equal to the CPU kernel's, " << beyond
+            << " beyond the bound against float64, on " << engine_->name()
+            << "\n";
+  if (dtype != DType::kFloat32) {
+    EXPECT_GT(equal, static_cast<int64_t>(cpu.size()) / 2);
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Dtypes, GpuLinearTest,

@@ -1745,7 +1745,8 @@ def test_repeated_calls_hit_the_row_cache(saved, temb_cli, tmp_path):
     done = subprocess.run(
         [str(temb_cli), "condition", f"--model_dir={folder}",
          f"--timesteps={timesteps}", f"--out={tmp_path / 'cached.safetensors'}",
-         "--repeat=3"], capture_output=True, text=True, timeout=300)
+         "--repeat=3", f"--device={DEVICE}"],
+        capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
     assert "run 1: " in done.stderr and "(cache: 0 hits, 8 misses" in done.stderr
     assert "run 3: " in done.stderr and "(cache: 16 hits, 8 misses" in done.stderr

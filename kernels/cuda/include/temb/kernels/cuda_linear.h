@@ -3,8 +3,11 @@
 //
 // The numerics follow the CPU kernel's contract (temb/kernels/linear.h):
 // weights stay in their stored dtype (bf16, fp16 or fp32, uploaded once),
-// products accumulate in float32 (CUBLAS_COMPUTE_32F, no TF32), the bias is
-// added to the float32 sum and the result rounded once to the output dtype.
+// products accumulate in IEEE float32 (CUBLAS_COMPUTE_32F_PEDANTIC; where
+// cuBLASLt has no such algorithm for a shape, CUBLAS_COMPUTE_32F on the
+// tensor cores, whose partial sums round less exactly, and name() says
+// so), the bias is added to the float32 sum and the result rounded once to
+// the output dtype.
 // The summation order is cuBLAS's, not the CPU's: a row's bits may differ
 // from the CPU's by the rounding of a different order (so a row cache must
 // key the engine too).
