@@ -300,7 +300,12 @@ CublasLinearEngine::~CublasLinearEngine() {
 int64_t CublasLinearEngine::device_bytes() const { return impl_->bytes; }
 
 std::string CublasLinearEngine::name() const {
-  return absl::StrCat("cuda:", impl_->device, ":cublaslt");
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  const bool pedantic =
+      std::all_of(impl_->linears.begin(), impl_->linears.end(),
+                  [](const auto& linear) { return linear->pedantic; });
+  return absl::StrCat("cuda:", impl_->device,
+                      ":cublaslt:", pedantic ? "float32" : "tensor-cores");
 }
 
 absl::StatusOr<std::unique_ptr<CublasLinearEngine>> CublasLinearEngine::Create(

@@ -98,15 +98,6 @@ uint16_t DoubleToHalf(double value) {
   return FloatToHalf(static_cast<float>(RoundToFormat(value, 11, -14)));
 }
 
-uint16_t FloatToBFloat16(float value) {
-  const uint32_t bits = FloatBits(value);
-  if ((bits & 0x7fffffffu) > 0x7f800000u) {  // nan stays a quiet nan
-    return static_cast<uint16_t>((bits >> 16) | 0x0040u);
-  }
-  const uint32_t odd = (bits >> 16) & 1u;
-  return static_cast<uint16_t>((bits + 0x7fffu + odd) >> 16);
-}
-
 uint16_t DoubleToBFloat16(double value) {
   const double rounded = RoundToFormat(value, 8, -126);
   if (std::fabs(rounded) > 3.3895313892515355e38) {  // beyond bf16 max

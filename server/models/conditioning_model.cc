@@ -231,9 +231,15 @@ void AppendEncoded(const float* values, int64_t count, DType dtype,
     std::memcpy(dst, values, 4 * static_cast<size_t>(count));
     return;
   }
+  if (dtype == DType::kBFloat16) {
+    for (int64_t i = 0; i < count; ++i) {
+      const uint16_t bits = FloatToBFloat16(values[i]);
+      std::memcpy(dst + 2 * i, &bits, 2);
+    }
+    return;
+  }
   for (int64_t i = 0; i < count; ++i) {
-    const uint16_t bits = dtype == DType::kBFloat16 ? FloatToBFloat16(values[i])
-                                                    : FloatToHalf(values[i]);
+    const uint16_t bits = FloatToHalf(values[i]);
     std::memcpy(dst + 2 * i, &bits, 2);
   }
 }
@@ -243,16 +249,20 @@ void DecodeInto(const char* bytes, int64_t count, DType dtype, float* out) {
     std::memcpy(out, bytes, 4 * static_cast<size_t>(count));
     return;
   }
+  if (dtype == DType::kBFloat16) {
+    for (int64_t i = 0; i < count; ++i) {
+      // A bf16 is the upper half of a float32 (BFloat16ToFloat, inline).
+      uint16_t bits;
+      std::memcpy(&bits, bytes + 2 * i, 2);
+      const uint32_t wide = static_cast<uint32_t>(bits) << 16;
+      std::memcpy(&out[i], &wide, 4);
+    }
+    return;
+  }
   for (int64_t i = 0; i < count; ++i) {
     uint16_t bits;
     std::memcpy(&bits, bytes + 2 * i, 2);
-    if (dtype == DType::kBFloat16) {
-      // A bf16 is the upper half of a float32 (BFloat16ToFloat, inline).
-      const uint32_t wide = static_cast<uint32_t>(bits) << 16;
-      std::memcpy(&out[i], &wide, 4);
-    } else {
-      out[i] = HalfToFloat(bits);
-    }
+    out[i] = HalfToFloat(bits);
   }
 }
 

@@ -9,6 +9,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <string>
 
 #include "absl/status/statusor.h"
@@ -36,10 +37,20 @@ absl::StatusOr<DType> ParseDType(absl::string_view name);
 // Round-to-nearest-even conversions (bit patterns of IEEE binary16/bfloat16).
 uint16_t FloatToHalf(float value);
 uint16_t DoubleToHalf(double value);  // rounds once, from double
-uint16_t FloatToBFloat16(float value);
 uint16_t DoubleToBFloat16(double value);  // rounds once, from double
 float HalfToFloat(uint16_t bits);
 float BFloat16ToFloat(uint16_t bits);
+
+// Inline and branch-free, so that loops over outputs vectorise: a model's
+// 50-step plan encodes millions of values.  NaN stays a quiet NaN.
+inline uint16_t FloatToBFloat16(float value) {
+  uint32_t bits;
+  std::memcpy(&bits, &value, sizeof bits);
+  const uint32_t rounded = (bits + 0x7fffu + ((bits >> 16) & 1u)) >> 16;
+  const uint32_t quiet_nan = (bits >> 16) | 0x0040u;
+  return static_cast<uint16_t>(
+      (bits & 0x7fffffffu) > 0x7f800000u ? quiet_nan : rounded);
+}
 
 // Element `index` of a little-endian buffer of `dtype`, widened to double
 // (exactly: every dtype here is a subset of double).  For readers of
