@@ -30,6 +30,7 @@ usage: conditioning_gpu.py --temb build/bin/temb [--rounds 3] [--json F]
 import argparse
 import datetime
 import json
+import os
 import pathlib
 import statistics
 import subprocess
@@ -128,6 +129,9 @@ def main():
     plan = [1000.0 * (1 - i / STEPS) for i in range(STEPS)]
     gpu = torch.cuda.get_device_name() if device == "cuda" else "no GPU"
     cpu, commit = slice_bench.machine()
+    # scripts/gpu-check.sh names the commit its binaries were built at: a
+    # GPU machine's copy of the tree may carry no history of its own.
+    commit = os.environ.get("BENCH_COMMIT", commit)
     with tempfile.TemporaryDirectory() as scratch_name, torch.no_grad():
         scratch = pathlib.Path(scratch_name)
         folder = scratch / "qwen_image_slice"
