@@ -611,7 +611,10 @@ class OffloadedConditioning:
         # (_Family.taps, _Family.pooled_width).
         self.extra_inputs = tuple(extra_inputs)
         self.taps: Tuple[Tuple[str, str], ...] = ()
-        self.tapped: Dict[str, Any] = {}
+        # What one forward leaves for its own modules (the taps' values,
+        # the step's answer) is kept per thread: threads may share one
+        # patched model as they may share an unpatched one.
+        self._per_thread = threading.local()
         self.pooled_columns: Optional[int] = None
         self.model = model
         self.expected = expected
@@ -631,13 +634,38 @@ class OffloadedConditioning:
         # The transformer's weight fingerprints by checkpoint name, compared
         # with the served model's by check_served_model().
         self.fingerprints: Dict[str, str] = {}
-        self.current: Optional["_Answer"] = None
         self._prefetch: Optional[threading.Thread] = None
         self._prefetch_error: Optional[BaseException] = None
         self._recipe = _recipe_of(client)
         self._client = client
         self._pid = os.getpid()  # the process the client was opened in
         self._owner_pid = os.getpid()  # ... and the lock and thread made in
+
+    # This thread's forward: what the taps recorded for its coming embedder
+    # call, and the embedder's latest answer, which modules read where the
+    # tensor they are given no longer carries it.  Eager under
+    # torch.compile: per-thread storage is no graph's input.
+    @_not_compiled
+    def record_tap(self, name: str, value: Any) -> None:
+        if not hasattr(self._per_thread, "tapped"):
+            self._per_thread.tapped = {}
+        self._per_thread.tapped[name] = value
+
+    @_not_compiled
+    def take_tapped(self) -> Dict[str, Any]:
+        """What this thread's taps recorded since its last answer."""
+        tapped = getattr(self._per_thread, "tapped", {})
+        self._per_thread.tapped = {}
+        return tapped
+
+    @_not_compiled
+    def set_current(self, answer: Optional["_Answer"]) -> None:
+        self._per_thread.current = answer
+
+    @_not_compiled
+    def current(self) -> Optional["_Answer"]:
+        """This thread's latest answer of the embedder, if any."""
+        return getattr(self._per_thread, "current", None)
 
     def _own(self) -> None:
         """In a new process (forked, or unpickled), a lock and prefetch
@@ -1125,9 +1153,11 @@ class OffloadedConditioning:
         state = self.__dict__.copy()
         shared = {name: state.pop(name)
                   for name in ("_client", "_recipe", "_lock", "family")}
+        del state["_per_thread"]
         clone.__dict__.update(copy.deepcopy(state, memo))
         clone.__dict__.update(shared)
         clone._lock = threading.Lock()
+        clone._per_thread = threading.local()
         return clone
 
     # pickle: the recipe travels, never a live channel; the cache too.
@@ -1136,8 +1166,7 @@ class OffloadedConditioning:
         state = self.__dict__.copy()
         state["_client"] = None
         state["_lock"] = None
-        state["current"] = None
-        state["tapped"] = {}
+        del state["_per_thread"]
         try:
             pickle.dumps(self._recipe)
         except Exception as e:
@@ -1150,6 +1179,7 @@ class OffloadedConditioning:
     def __setstate__(self, state: Dict[str, Any]) -> None:
         self.__dict__.update(state)
         self._lock = threading.Lock()
+        self._per_thread = threading.local()
         self._pid = -1  # reopen on first use
         self._owner_pid = os.getpid()
 
@@ -1241,14 +1271,14 @@ class ConditioningEmbedder(torch.nn.Module):
         temb = answer.take(state.family.temb_output, None,
                            (answer.index.numel(),))
         setattr(temb, _ANSWER, answer)
-        state.current = answer
+        state.set_current(answer)
         return temb
 
     def _add_tapped(self, given: Dict[str, Any]) -> None:
         """Completes `given` with what the taps recorded since the last
         answer, and cuts the pooled row out of a wider argument."""
         state = self.state
-        tapped, state.tapped = state.tapped, {}
+        tapped = state.take_tapped()
         pooled = given.get("pooled")
         if state.pooled_columns is not None and pooled is not None:
             pooled = given["pooled"] = pooled[..., :state.pooled_columns]
@@ -1298,7 +1328,7 @@ class ModulationLookup(torch.nn.Module):
             # TI2V's unflatten, CogVideoX's ofs sum, in the UNet the
             # resnet's SiLU of its sum emb): the step's answer is still the
             # embedder's latest one.
-            answer = getattr(self.state, "current", None)
+            answer = self.state.current()
             if (answer is not None and self.state.family.zero_rows
                     and answer.index.numel() == 2 * _product(lead)):
                 # The rows of t, without those of t * 0 (zero_rows).
@@ -1380,7 +1410,7 @@ class TableLookup(torch.nn.Module):
         return self
 
     def __add__(self, other: torch.Tensor) -> torch.Tensor:
-        answer = self.state.current
+        answer = self.state.current()
         lead = other.shape[:-2]
         if answer is None or not answer.fits(lead):
             raise RuntimeError(
@@ -1419,7 +1449,7 @@ class InputTap:
         else:
             value = inspect.signature(module.forward).bind_partial(
                 *args, **kwargs).arguments.get(self.name)
-        self.state.tapped[self.name] = value
+        self.state.record_tap(self.name, value)
 
 
 # --- patching --------------------------------------------------------------------

@@ -38,6 +38,7 @@ import os
 import pathlib
 import pickle
 import sys
+import threading
 import time
 import weakref
 
@@ -780,6 +781,47 @@ def test_a_patched_unet_copies_and_pickles(client):
     assert zero.dtype == dtype and torch.equal(zero, torch.zeros_like(zero))
 
 
+def test_threads_share_one_patched_model(client):
+    """Threads may share one patched model as they may share an unpatched
+    one: what a forward's taps record and the answer its modules read are
+    its own.  Four threads call one patched SDXL UNet (taps for its time
+    ids, resnets that read the step's answer) at once with different
+    timesteps and time ids; every result equals the same call made alone."""
+    kind, dtype = "sdxl-unet", torch.float32
+    patched = build(kind, dtype)
+    temb.torch.offload_conditioning(patched, client=client,
+                                    model=served_name(kind, dtype))
+    latents, prompts = inputs(kind, dtype)
+
+    def run(t, prompt):
+        with torch.no_grad():
+            return patched(
+                latents, t,
+                encoder_hidden_states=prompt["encoder_hidden_states"],
+                added_cond_kwargs={
+                    "text_embeds": prompt["text_embeds"],
+                    "time_ids": prompt["time_ids"].repeat(BATCH, 1)},
+                return_dict=False)[0]
+
+    cases = [(torch.tensor(t), prompts[i % 2])
+             for i, t in enumerate((999, 751, 501, 251, 1))]
+    alone = [run(*case) for case in cases]
+    mismatches = []
+
+    def worker(first):
+        for call in range(12):
+            i = (first + call) % len(cases)
+            if not torch.equal(run(*cases[i]), alone[i]):
+                mismatches.append((first, call, i))
+
+    threads = [threading.Thread(target=worker, args=(k,)) for k in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert not mismatches, mismatches
+
+
 # --- Wan 2.1/2.2, PixArt-Sigma/alpha, CogVideoX (1.5) ---------------------------
 #
 # The table and video families, each driven as its pipeline drives it:
@@ -1060,9 +1102,9 @@ def test_cogvideox_ofs_and_pixart_sizes_are_read(client):
                 timestep=torch.tensor([500]), return_dict=False)
     with torch.no_grad():
         model(**args, ofs=torch.full((1,), 2.0, dtype=dtype))
-        first = offload.current.rows["temb"].clone()
+        first = offload.current().rows["temb"].clone()
         model(**args, ofs=torch.full((1,), 3.0, dtype=dtype))
-        assert not torch.equal(first, offload.current.rows["temb"])
+        assert not torch.equal(first, offload.current().rows["temb"])
         with pytest.raises(ValueError, match="ofs"):
             model(**args)
     model = build("pixart-alpha", dtype)
@@ -1073,11 +1115,12 @@ def test_cogvideox_ofs_and_pixart_sizes_are_read(client):
                      aspect_ratio=torch.tensor([[0.5]], dtype=dtype))
         model.adaln_single.emb(torch.tensor([500]), **sizes, batch_size=1,
                                hidden_dtype=dtype)
-        first = offload.current.rows["embedded_timestep"].clone()
+        first = offload.current().rows["embedded_timestep"].clone()
         sizes["aspect_ratio"] = torch.tensor([[0.75]], dtype=dtype)
         model.adaln_single.emb(torch.tensor([500]), **sizes, batch_size=1,
                                hidden_dtype=dtype)
-        assert not torch.equal(first, offload.current.rows["embedded_timestep"])
+        assert not torch.equal(
+            first, offload.current().rows["embedded_timestep"])
         # A float32 aspect ratio that bf16 does not hold.
         sizes["aspect_ratio"] = torch.tensor([[0.7777]])
         with pytest.raises(ValueError, match="aspect_ratio"):

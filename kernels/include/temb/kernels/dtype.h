@@ -36,7 +36,7 @@ absl::StatusOr<DType> ParseDType(absl::string_view name);
 
 // Round-to-nearest-even conversions (bit patterns of IEEE binary16/bfloat16).
 uint16_t FloatToHalf(float value);
-uint16_t DoubleToHalf(double value);  // rounds once, from double
+uint16_t DoubleToHalf(double value);      // rounds once, from double
 uint16_t DoubleToBFloat16(double value);  // rounds once, from double
 float HalfToFloat(uint16_t bits);
 float BFloat16ToFloat(uint16_t bits);
@@ -48,8 +48,8 @@ inline uint16_t FloatToBFloat16(float value) {
   std::memcpy(&bits, &value, sizeof bits);
   const uint32_t rounded = (bits + 0x7fffu + ((bits >> 16) & 1u)) >> 16;
   const uint32_t quiet_nan = (bits >> 16) | 0x0040u;
-  return static_cast<uint16_t>(
-      (bits & 0x7fffffffu) > 0x7f800000u ? quiet_nan : rounded);
+  return static_cast<uint16_t>((bits & 0x7fffffffu) > 0x7f800000u ? quiet_nan
+                                                                  : rounded);
 }
 
 // Element `index` of a little-endian buffer of `dtype`, widened to double
