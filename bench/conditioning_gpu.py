@@ -138,7 +138,7 @@ def main():
         folder.mkdir()
         model, tensors = slice_bench.make_slice(folder)
         gpu_tensors = {k: v.to(device) for k, v in tensors.items()}
-        load_on(model, gpu_tensors)
+        slice_bench.load_slice(model, gpu_tensors)
         weight_bytes = sum(t.numel() * t.element_size()
                            for t in tensors.values())
         print(f"Qwen-Image-shaped slice: D {model.inner_dim}, "
@@ -217,21 +217,6 @@ def main():
                 "gpu": gpu, "cpu": cpu, "commit": commit, "temb": loaded,
                 "weight_bytes": weight_bytes, "rounds": results,
                 "bits": bits}, indent=1))
-
-
-def load_on(model, tensors):
-    """Puts the slice's weights (on the GPU) into diffusers' modules."""
-    def load(module, prefix):
-        module.load_state_dict(
-            {key[len(prefix):]: value for key, value in tensors.items()
-             if key.startswith(prefix)}, assign=True)
-
-    load(model.time_text_embed, "time_text_embed.")
-    load(model.norm_out, "norm_out.")
-    for block in range(slice_bench.LAYERS):
-        for mod in ("img_mod", "txt_mod"):
-            load(getattr(model.transformer_blocks[block], mod),
-                 f"transformer_blocks.{block}.{mod}.")
 
 
 if __name__ == "__main__":

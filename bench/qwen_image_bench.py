@@ -76,7 +76,13 @@ def make_slice(folder):
     tensors = conditioning_tensors(dict(model.config),
                                    torch.Generator().manual_seed(0))
     save_file(tensors, str(folder / "diffusion_pytorch_model.safetensors"))
+    load_slice(model, tensors)
+    return model, tensors
 
+
+def load_slice(model, tensors):
+    """Puts the slice's tensors (on whatever device they are) into
+    diffusers' conditioning modules of `model`."""
     def load(module, prefix):
         module.load_state_dict(
             {key[len(prefix):]: value for key, value in tensors.items()
@@ -88,7 +94,6 @@ def make_slice(folder):
         for mod in ("img_mod", "txt_mod"):
             load(getattr(model.transformer_blocks[block], mod),
                  f"transformer_blocks.{block}.{mod}.")
-    return model, tensors
 
 
 def temb_times(binary, folder, timesteps, threads, repeat, scratch):

@@ -281,3 +281,82 @@ def test_bench_against_the_gpu_server_has_no_errors(tmp_path):
         assert report["ok"] > 100, report
     finally:
         server.kill()
+
+
+def test_conditioning_served_on_the_gpu(tmp_path, pb):
+    """A conditioning model served with --conditioning_device=cuda, built
+    and saved by diffusers: 8 threads asking at once, for rows alone and in
+    batches, get the bits `temb condition --device=cuda` computes for the
+    whole schedule in one call (rows are batch-invariant; calls share the
+    engine's stream one at a time).  Skips without diffusers."""
+    torch = pytest.importorskip("torch")
+    diffusers = pytest.importorskip("diffusers")
+    safetensors_torch = pytest.importorskip("safetensors.torch")
+    v1, v1_grpc = pb
+    repository = tmp_path / "models"
+    torch.manual_seed(0)
+    diffusers.QwenImageTransformer2DModel(
+        patch_size=2, in_channels=16, out_channels=4, num_layers=3,
+        attention_head_dim=64, num_attention_heads=4, joint_attention_dim=24,
+        axes_dims_rope=(16, 24, 24)).to(torch.bfloat16).save_pretrained(
+            repository / "qwen")
+    schedule = [1000.0, 937.5, 871.25, 500.0, 333.0, 41.75, 1.0, 0.0]
+    reference = tmp_path / "reference.safetensors"
+    done = subprocess.run(
+        [str(TEMB), "condition", f"--model_dir={repository / 'qwen'}",
+         "--device=cuda", "--timesteps=" + ",".join(map(str, schedule)),
+         f"--out={reference}"], capture_output=True, text=True, timeout=120)
+    if done.returncode != 0 and not os.environ.get("TEMB_REQUIRE_CUDA"):
+        pytest.skip(f"no GPU Linear engine: {done.stderr.strip()}")
+    assert done.returncode == 0, done.stderr
+    assert "Linears on cuda:0:cublaslt" in done.stderr, done.stderr
+    expected = {name: value.view(torch.int16).numpy()
+                for name, value in safetensors_torch.load_file(
+                    str(reference)).items()}
+    server = start_or_skip(tmp_path, "--backend=cuda",
+                           "--conditioning_device=cuda",
+                           f"--model_repository={repository}")
+    try:
+        with grpc.insecure_channel(server.target, options=OPTIONS) as channel:
+            stub = v1_grpc.EmbeddingServiceStub(channel)
+            for _ in range(600):
+                info = stub.GetServerInfo(v1.GetServerInfoRequest())
+                states = [m.state for m in info.conditioning_models]
+                if states and all(s != v1.MODEL_STATE_LOADING
+                                  for s in states):
+                    break
+                time.sleep(0.1)
+            assert states == [v1.MODEL_STATE_READY], info
+
+            def ask(rows):
+                timesteps = np.float32([schedule[i] for i in rows])
+                request = v1.ConditionRequest(model="qwen", inputs=[
+                    v1.NamedTensor(name="timesteps", tensor=v1.Tensor(
+                        shape=[len(rows)], dtype=v1.DTYPE_FP32,
+                        data=timesteps.tobytes()))])
+                response = stub.Condition(request, timeout=60)
+                return {out.name: np.frombuffer(
+                    out.tensor.data, np.int16).reshape(out.tensor.shape)
+                    for out in response.outputs}
+
+            failures = []
+
+            def client(k):
+                for call in range(6):
+                    first = (k + call) % len(schedule)
+                    rows = list(range(first, min(len(schedule),
+                                                 first + 1 + call % 3)))
+                    got = ask(rows)
+                    for name, bits in expected.items():
+                        if not np.array_equal(got[name], bits[rows]):
+                            failures.append((k, call, name, rows))
+
+            threads = [threading.Thread(target=client, args=(k,))
+                       for k in range(8)]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+            assert not failures, failures[:5]
+    finally:
+        server.kill()
