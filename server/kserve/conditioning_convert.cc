@@ -189,6 +189,12 @@ void FillConditioningConfig(const ConditioningModelInfo& model,
     for (const int64_t extent : info.row_shape) output->add_dims(extent);
     if (info.row_shape.empty()) output->add_dims(1);
   }
+  // The weights' identity (temb/models/weight_fingerprint.h), for a client
+  // that holds the same checkpoint and would check it is served this one.
+  for (const auto& [tensor, fingerprint] : model.weight_fingerprints) {
+    (*config->mutable_parameters())[absl::StrCat(kWeightFingerprintKey, tensor)]
+        .set_string_value(fingerprint);
+  }
 }
 
 }  // namespace temb::kserve

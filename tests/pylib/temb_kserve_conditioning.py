@@ -71,8 +71,16 @@ class KServeConditioning:
                         tuple(int(d) for d in o["shape"][1:]))
                 for o in metadata["outputs"])
             inputs = tuple(_Input(i["name"]) for i in metadata["inputs"])
+            # The weights' fingerprints ride in the model config's
+            # parameters, one "weight_fingerprint:<tensor>" each.
+            config = self.client.get_model_config(name, as_json=True)
+            prefix = "weight_fingerprint:"
+            fingerprints = {
+                key[len(prefix):]: value["string_value"]
+                for key, value in config["config"].get(
+                    "parameters", {}).items() if key.startswith(prefix)}
             found.append(_Model(name, "ready", outputs[0].dtype, inputs,
-                                outputs))
+                                outputs, fingerprints))
         return found
 
 
@@ -87,7 +95,9 @@ class _Input:
 
 
 class _Model:
-    def __init__(self, name, state, dtype, inputs, outputs):
+    def __init__(self, name, state, dtype, inputs, outputs,
+                 weight_fingerprints):
         self.name, self.state, self.dtype = name, state, dtype
         self.inputs, self.outputs = inputs, outputs
+        self.weight_fingerprints = weight_fingerprints
         self.family, self.message = "", ""

@@ -685,6 +685,21 @@ def test_a_model_that_does_not_match_is_refused(client):
     message = refused(tuned, "qwen-image-bf16")
     assert ("weights: 1 of " in message and
             "transformer_blocks.1.txt_mod.1.bias" in message), message
+    # The same over KServe v2, whose model config carries the fingerprints
+    # as parameters: the native API's, and a changed bias is refused.
+    kserve = KServeConditioning(client.target, ["qwen-image-bf16"])
+    (served,) = kserve.models()
+    native = {m.name: m for m in client.models()}["qwen-image-bf16"]
+    assert served.weight_fingerprints == dict(native.weight_fingerprints)
+    tuned = build("qwen-image", torch.bfloat16)
+    with torch.no_grad():
+        tuned.transformer_blocks[1].txt_mod[1].bias[-1] += 1
+    with pytest.raises(ValueError) as error:
+        temb.torch.offload_conditioning(tuned, client=kserve,
+                                        model="qwen-image-bf16")
+    assert "transformer_blocks.1.txt_mod.1.bias" in str(error.value)
+    temb.torch.offload_conditioning(build("qwen-image", torch.bfloat16),
+                                    client=kserve, model="qwen-image-bf16")
     # A client that cannot list its models: the first answer is checked.
     class ConditionOnly:
         def __init__(self, inner):

@@ -245,7 +245,8 @@ def test_every_protocol_answers_the_clis_bits(protocol, server, repository,
             assert np.array_equal(bf16_bits(got), bits), (model, name)
 
 
-def test_metadata_config_and_readiness(server, grpc_client, repository):
+def test_metadata_config_and_readiness(server, grpc_client, http_client,
+                                      repository):
     _, cases = repository
     metadata = grpc_client.get_model_metadata("flux-dev", as_json=True)
     inputs = {i["name"]: i for i in metadata["inputs"]}
@@ -260,6 +261,17 @@ def test_metadata_config_and_readiness(server, grpc_client, repository):
     assert outputs["img_mod"]["shape"] == ["-1", "2", str(6 * 256)]
     config = grpc_client.get_model_config("qwen", as_json=True)["config"]
     assert [i["name"] for i in config["input"]] == ["timesteps"]
+    # The weights' fingerprints as config parameters, one per tensor read,
+    # the same over REST.
+    fingerprints = {key: value["string_value"]
+                    for key, value in config["parameters"].items()}
+    assert ("weight_fingerprint:time_text_embed.timestep_embedder.linear_1."
+            "weight") in fingerprints
+    assert all(key.startswith("weight_fingerprint:") and len(value) == 16
+               for key, value in fingerprints.items())
+    rest = http_client.get_model_config("qwen")
+    assert {key: value["string_value"] for key, value in
+            rest["parameters"].items()} == fingerprints
     assert grpc_client.is_model_ready("qwen")
     assert grpc_client.is_model_ready("flux-dev")
     for name in cases:

@@ -59,7 +59,12 @@ absl::StatusOr<ConditioningModelInfo> FindConditioningModel(
 // Shapes with the batch dimension as -1.
 void FillConditioningMetadata(const ConditioningModelInfo& model,
                               inference::ModelMetadataResponse* response);
-// max_batch_size: the rows one call may hold; dims leave the batch out.
+// The ModelConfig parameter of each checkpoint tensor's weight fingerprint
+// (temb/models/weight_fingerprint.h): this prefix, then the tensor's name.
+inline constexpr char kWeightFingerprintKey[] = "weight_fingerprint:";
+
+// max_batch_size: the rows one call may hold; dims leave the batch out;
+// parameters: the weight fingerprints.
 void FillConditioningConfig(const ConditioningModelInfo& model,
                             const Limits& limits,
                             inference::ModelConfig* config);
