@@ -98,8 +98,8 @@ class GpuLinearTest : public ::testing::TestWithParam<DType> {
 
 TEST_P(GpuLinearTest, AgreesWithFloat64AndIsBatchInvariant) {
   const DType dtype = GetParam();
-  // A modulation-shaped Linear (K = 256, N = 6 x 96) and 150 rows: three
-  // row tiles, the last one partial.
+  // A modulation-shaped Linear (K = 256, N = 6 x 96) and 150 rows: several
+  // row tiles (CublasLinearEngine::kRowTile), the last one partial.
   const Layer layer = RandomLayer(dtype, 256, 576, 7);
   LinearWeights weights;
   weights.weight = layer.weight;
@@ -138,9 +138,10 @@ TEST_P(GpuLinearTest, AgreesWithFloat64AndIsBatchInvariant) {
   }
   EXPECT_EQ(beyond, 0);
 
-  // Batch invariance: every row alone, and rows 63/64 (a tile's end and the
-  // next one's start) in a 2-row call, give the same bits as in 150 rows.
-  for (const int64_t m : {int64_t{0}, int64_t{63}, int64_t{64}, int64_t{149}}) {
+  // Batch invariance: rows alone give the same bits as in 150 rows, among
+  // them a tile's last row and the next one's first (for tiles of 16 or 64
+  // rows) and the partial tile's last.
+  for (const int64_t m : {0, 15, 16, 63, 64, 149}) {
     std::vector<float> alone(layer.out);
     ASSERT_TRUE(
         engine_
