@@ -33,7 +33,6 @@ import json
 import os
 import pathlib
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -45,18 +44,6 @@ sys.path.insert(0, str(pathlib.Path(__file__).parent))
 import qwen_image_bench as slice_bench  # noqa: E402
 
 STEPS = slice_bench.STEPS
-
-
-def temb_run(binary, folder, timesteps, device, out, repeat=1):
-    done = subprocess.run(
-        [binary, "condition", f"--model_dir={folder}",
-         "--timesteps=" + ",".join(f"{t:.6f}" for t in timesteps),
-         f"--out={out}", f"--device={device}", f"--repeat={repeat}",
-         "--cache_mib=0"],
-        capture_output=True, text=True)
-    if done.returncode != 0:
-        raise SystemExit(f"temb condition --device={device}: {done.stderr}")
-    return done.stderr
 
 
 def diffusers_outputs(model, timesteps, device):
@@ -149,10 +136,12 @@ def main():
               " UTC", flush=True)
 
         # Bits.
-        loaded = temb_run(args.temb, folder, plan, device,
-                          scratch / "gpu.safetensors").splitlines()[0]
+        loaded = slice_bench.temb_condition(
+            args.temb, folder, plan, scratch / "gpu.safetensors",
+            f"--device={device}").splitlines()[0]
         print("temb condition --device=" + device + ": " + loaded, flush=True)
-        temb_run(args.temb, folder, plan, "cpu", scratch / "cpu.safetensors")
+        slice_bench.temb_condition(args.temb, folder, plan,
+                                   scratch / "cpu.safetensors", "--device=cpu")
         on_gpu = load_file(str(scratch / "gpu.safetensors"))
         on_cpu = load_file(str(scratch / "cpu.safetensors"))
         reference = diffusers_outputs(model, plan, device)
@@ -184,11 +173,10 @@ def main():
                          gpu_tensors[p + ".bias"])
 
         def temb_ms(timesteps):
-            err = temb_run(args.temb, folder, timesteps, device,
-                           scratch / "t.safetensors", repeat=args.repeat)
-            return statistics.median(
-                float(line.split(": ", 1)[1].split(" ms")[0])
-                for line in err.splitlines() if line.startswith("run "))
+            return statistics.median(slice_bench.run_times(
+                slice_bench.temb_condition(
+                    args.temb, folder, timesteps, scratch / "t.safetensors",
+                    f"--device={device}", f"--repeat={args.repeat}")))
 
         results = {k: [] for k in ("read", "temb1", "temb50", "cublas50",
                                    "diffusers50")}

@@ -96,15 +96,28 @@ def load_slice(model, tensors):
                  f"transformer_blocks.{block}.{mod}.")
 
 
-def temb_times(binary, folder, timesteps, threads, repeat, scratch):
+def temb_condition(binary, folder, timesteps, out, *flags):
+    """`temb condition` of the slice with the row cache off; its stderr."""
     done = subprocess.run(
         [binary, "condition", f"--model_dir={folder}",
          "--timesteps=" + ",".join(f"{t:.6f}" for t in timesteps),
-         f"--out={scratch / 'out.safetensors'}", f"--threads={threads}",
-         f"--repeat={repeat}", "--cache_mib=0"],
-        capture_output=True, text=True, check=True)
-    return [float(ms) for ms in re.findall(r"run \d+: ([0-9.]+) ms",
-                                           done.stderr)]
+         f"--out={out}", "--cache_mib=0", *flags],
+        capture_output=True, text=True)
+    if done.returncode != 0:
+        raise SystemExit(f"temb condition {' '.join(flags)}: {done.stderr}")
+    return done.stderr
+
+
+def run_times(stderr):
+    """The milliseconds of each `--repeat` run that `temb condition`
+    reported."""
+    return [float(ms) for ms in re.findall(r"run \d+: ([0-9.]+) ms", stderr)]
+
+
+def temb_times(binary, folder, timesteps, threads, repeat, scratch):
+    return run_times(temb_condition(
+        binary, folder, timesteps, scratch / "out.safetensors",
+        f"--threads={threads}", f"--repeat={repeat}"))
 
 
 def median_ms(repeat, run):
