@@ -50,6 +50,13 @@ RELEASED = {
         patch_size=2, in_channels=64, out_channels=16, num_layers=60,
         attention_head_dim=128, num_attention_heads=24,
         joint_attention_dim=3584, axes_dims_rope=(16, 56, 56))),
+    # Qwen-Image's widths and depth with the layered model's flags: one
+    # nn.Embedding(2, D) more in time_text_embed.
+    "Qwen-Image-Layered": (diffusers.QwenImageTransformer2DModel, dict(
+        patch_size=2, in_channels=64, out_channels=16, num_layers=60,
+        attention_head_dim=128, num_attention_heads=24,
+        joint_attention_dim=3584, axes_dims_rope=(16, 56, 56),
+        use_additional_t_cond=True, use_layer3d_rope=True)),
     "FLUX.1-dev": (diffusers.FluxTransformer2DModel, dict(
         patch_size=1, in_channels=64, num_layers=19, num_single_layers=38,
         attention_head_dim=128, num_attention_heads=24,

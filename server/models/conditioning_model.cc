@@ -541,6 +541,37 @@ absl::Status ConditioningModel::Plan(const Checkpoint& checkpoint) {
         out.scalar = false;
         break;
       }
+      case OpKind::kEmbedding: {
+        const auto index = std::find_if(
+            family_->inputs.begin(), family_->inputs.end(),
+            [&](const InputSpec& spec) { return spec.name == op.in[0]; });
+        if (!in[0]->scalar || index == family_->inputs.end() ||
+            op.table_shape.size() != 1 ||
+            index->index_count != op.table_shape[0]) {
+          return absl::InternalError(absl::StrCat(
+              family_->name, ": ", op.out, " is not indexed by an input of ",
+              op.table_shape.empty() ? 0 : op.table_shape[0], " indices"));
+        }
+        if (!dtype_known) {
+          ASSIGN_OR_RETURN(dtype_, checkpoint.StoredDType(op.weight));
+          dtype_known = true;
+        }
+        ASSIGN_OR_RETURN(LoadedTensor table,
+                         LoadAs(checkpoint, op.weight, dtype_,
+                                {op.table_shape[0], width_}, convert));
+        weight_bytes_ += static_cast<int64_t>(table.data.size());
+        Fingerprint(op.weight, dtype_, table);
+        std::vector<float> values(
+            static_cast<size_t>(op.table_shape[0] * width_));
+        DecodeInto(reinterpret_cast<const char*>(table.data.data()),
+                   static_cast<int64_t>(values.size()), dtype_, values.data());
+        planned.tables.push_back(std::move(values));
+        planned.in_width = 1;
+        planned.out_width = width_;
+        out.cols = width_;
+        out.scalar = false;
+        break;
+      }
       case OpKind::kAdd:
         if (in[1]->cols != in[0]->cols) {
           return absl::InternalError(
@@ -726,6 +757,18 @@ absl::Status ConditioningModel::Run(
       }
       break;
     }
+    case OpKind::kEmbedding: {
+      // The index was checked against the table's rows with the inputs.
+      const int64_t width = planned.out_width;
+      for (int64_t row = 0; row < rows; ++row) {
+        const float* picked =
+            planned.tables[0].data() + static_cast<int64_t>(in[row]) * width;
+        for (int64_t j = 0; j < width; ++j) {
+          out[row * width + j] = Rounded(picked[j], op.dtype, dtype_);
+        }
+      }
+      break;
+    }
     case OpKind::kTableAdd: {
       const int64_t width = planned.out_width;
       for (int64_t row = 0; row < rows; ++row) {
@@ -817,8 +860,9 @@ absl::StatusOr<std::vector<ConditioningOutput>> ConditioningModel::Compute(
   }
   // Inputs, broadcast to N rows and checked.
   std::map<std::string, std::vector<float>> values;
-  auto take = [&](const std::string& name,
+  auto take = [&](const InputSpec& spec,
                   const std::vector<float>& given) -> absl::Status {
+    const std::string& name = spec.name;
     const auto info = value_info_.find(name);
     if (info == value_info_.end()) {
       if (!given.empty()) {
@@ -844,6 +888,13 @@ absl::StatusOr<std::vector<ConditioningOutput>> ConditioningModel::Compute(
         return absl::InvalidArgumentError(
             absl::StrCat(name, "[", i, "] must be finite, got ", given[i]));
       }
+      if (spec.index_count > 0 &&
+          (given[i] != std::floor(given[i]) || given[i] < 0 ||
+           given[i] >= static_cast<float>(spec.index_count))) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(name, "[", i, "] must be an integer in [0, ",
+                         spec.index_count, "), got ", given[i]));
+      }
     }
     std::vector<float>& value = values[name];
     value.resize(static_cast<size_t>(rows * cols));
@@ -856,7 +907,7 @@ absl::StatusOr<std::vector<ConditioningOutput>> ConditioningModel::Compute(
     return absl::OkStatus();
   };
   for (const InputSpec& input : family_->inputs) {
-    RETURN_IF_ERROR(take(input.name, inputs.Get(input.name)));
+    RETURN_IF_ERROR(take(input, inputs.Get(input.name)));
   }
 
   // Outputs asked for, and the ops they need.  Besides the family's

@@ -242,12 +242,11 @@ TEST(CheckpointTest, RefusesUnsupportedVariant) {
   WriteText(dir.File("config.json"),
             R"({"_class_name": "QwenImageTransformer2DModel",
                 "num_layers": 2, "num_attention_heads": 2,
-                "attention_head_dim": 4, "use_additional_t_cond": true})");
+                "attention_head_dim": 4, "guidance_embeds": true})");
   auto model = ConditioningModel::Load(dir.path(), {});
-  EXPECT_THAT(
-      Message(model.status()),
-      AllOf(HasSubstr("config.json"), HasSubstr("field use_additional_t_cond"),
-            HasSubstr("not supported")));
+  EXPECT_THAT(Message(model.status()), AllOf(HasSubstr("config.json"),
+                                             HasSubstr("field guidance_embeds"),
+                                             HasSubstr("not supported")));
 }
 
 // Edit-2511's zero_cond_t only stacks a second row at t = 0, which the
@@ -347,8 +346,9 @@ TEST(ConditioningModelTest, RefusesBadInputs) {
               HasSubstr("t[1] must be finite"));
   inputs.values["t"] = {1.0f};
   inputs.values["guidance"] = {3.5f};
-  EXPECT_THAT(Message((*model)->Compute(inputs, {}).status()),
-              HasSubstr("guidance: not an input of qwen-image (t)"));
+  EXPECT_THAT(
+      Message((*model)->Compute(inputs, {}).status()),
+      HasSubstr("guidance: not an input of qwen-image (t, addition_t_cond)"));
   inputs.values["guidance"].clear();
   EXPECT_THAT(Message((*model)->Compute(inputs, {"single_mod"}).status()),
               HasSubstr("outputs: \"single_mod\" is not an output"));

@@ -227,6 +227,11 @@ def _pixart_inputs(model: torch.nn.Module) -> Tuple[str, ...]:
             if model.adaln_single.emb.use_additional_conditions else ())
 
 
+def _qwen_layered_inputs(model: torch.nn.Module) -> Tuple[str, ...]:
+    # The forward's additional_t_cond, the embedder's third argument.
+    return ("addition_t_cond",)
+
+
 def _cogvideox_inputs(model: torch.nn.Module) -> Tuple[str, ...]:
     # CogVideoX 1.5 I2V: the forward's `ofs` (its pipeline passes 2.0).
     return ("ofs",) if model.ofs_embedding is not None else ()
@@ -369,6 +374,12 @@ _QWEN = _Family("qwen-image", ("timestep", "-", "-"), _t_over_1000, 1e-3,
                 _qwen_slots)
 _QWEN_EDIT = dataclasses.replace(_QWEN, name="qwen-image-edit",
                                  zero_rows=True)
+# Qwen-Image-Layered: the embedder's third argument picks a row of its
+# addition_t_embedding (the pipeline's is_rgb, 0), served by index.
+_QWEN_LAYERED = dataclasses.replace(
+    _QWEN, name="qwen-image-layered",
+    arguments=("timestep", "-", "addition_t_cond"),
+    extra_inputs=_qwen_layered_inputs)
 _FLUX_DEV = _Family("flux.1-dev", ("timestep", "guidance", "pooled"),
                     _t_flux, 1.0, _flux_slots, _guidance_flux, 1000.0)
 _FLUX_SCHNELL = _Family("flux.1-schnell", ("timestep", "pooled"), _t_flux,
@@ -427,11 +438,18 @@ def _family_of(model: torch.nn.Module) -> _Family:
     name = type(model).__name__
     config = getattr(model, "config", {})
     if name == "QwenImageTransformer2DModel":
-        for flag in ("use_additional_t_cond", "guidance_embeds"):
-            if config.get(flag):
+        if config.get("guidance_embeds"):
+            raise ValueError(
+                "offload_conditioning: QwenImageTransformer2DModel with "
+                "guidance_embeds=True is not served by temb's conditioning "
+                "models")
+        if config.get("use_additional_t_cond"):
+            if config.get("zero_cond_t"):
                 raise ValueError(
-                    f"offload_conditioning: QwenImageTransformer2DModel with "
-                    f"{flag}=True is not served by temb's conditioning models")
+                    "offload_conditioning: QwenImageTransformer2DModel with "
+                    "both use_additional_t_cond and zero_cond_t is not "
+                    "served by temb's conditioning models")
+            return _QWEN_LAYERED
         return _QWEN_EDIT if config.get("zero_cond_t") else _QWEN
     if name == "FluxTransformer2DModel":
         return _FLUX_DEV if config.get("guidance_embeds") else _FLUX_SCHNELL

@@ -1019,7 +1019,74 @@ class CogVideoX(Family):
         return checks
 
 
+class QwenLayered(Family):
+    """Qwen-Image-Layered (use_additional_t_cond): temb is the timestep
+    MLP's output plus the row of addition_t_embedding, an nn.Embedding(2,
+    D), that the forward's additional_t_cond picks.  Its pipeline passes 0;
+    the rows here alternate 0 and 1, so both are compared."""
+    sinusoids = ("time_text_embed.time_proj",)
+    scalar_names = ("t_model",)
+    shard = "30KB"
+
+    @staticmethod
+    def indices(rows):
+        return [i % 2 for i in range(rows)]
+
+    def build(self, dtype):
+        torch.manual_seed(12)
+        model = diffusers.QwenImageTransformer2DModel(
+            patch_size=2, in_channels=16, out_channels=4, num_layers=3,
+            attention_head_dim=WIDTH // 4, num_attention_heads=4,
+            joint_attention_dim=24, axes_dims_rope=ROPE,
+            use_additional_t_cond=True)
+        return model.to(dtype).eval()
+
+    def extra_inputs(self, rows):
+        return {"addition_t_cond": [float(i) for i in self.indices(rows)]}
+
+    def modules(self, model):
+        found = [("temb", None, model.time_text_embed)]
+        for i, block in enumerate(model.transformer_blocks):
+            found.append(("img_mod", i, block.img_mod[1]))
+            found.append(("txt_mod", i, block.txt_mod[1]))
+        return found + [("norm_out", None, model.norm_out.linear)]
+
+    def inputs(self, dtype, t, generator):
+        # The layered pipeline's call, as Qwen-Image's, with is_rgb.
+        batch = t.shape[0]
+        return dict(
+            hidden_states=torch.randn(batch, 4, 16,
+                                      generator=generator).to(dtype),
+            encoder_hidden_states=torch.randn(
+                batch, TEXT_TOKENS, 24, generator=generator).to(dtype),
+            encoder_hidden_states_mask=torch.ones(batch, TEXT_TOKENS),
+            timestep=t.to(dtype) / 1000, img_shapes=[[(1, 2, 2)]] * batch,
+            additional_t_cond=torch.tensor(self.indices(batch)))
+
+    def scalars(self, values, embedded):
+        return [(values["t_model"],
+                 embedded["time_text_embed.time_proj"][0])]
+
+    def op_checks(self, model):
+        embed, blocks = model.time_text_embed, model.transformer_blocks
+        picked = torch.tensor(self.indices(len(TIMESTEPS)))
+        return [("t_proj", Sinusoid(embed.time_proj, "t_model"))] + \
+            mlp_checks("t_emb", embed.timestep_embedder, "t_proj") + [
+                ("addition_emb", Exact(
+                    lambda v: embed.addition_t_embedding(picked))),
+                ("temb", Exact(lambda v: v["t_emb"] + v["addition_emb"])),
+                ("temb_silu",
+                 Exact(lambda v: blocks[0].img_mod[0](v["temb"]))),
+                ("img_mod", Linear([b.img_mod[1] for b in blocks],
+                                   "temb_silu", stacked=True)),
+                ("txt_mod", Linear([b.txt_mod[1] for b in blocks],
+                                   "temb_silu", stacked=True)),
+                ("norm_out", Linear([model.norm_out.linear], "temb_silu")),
+            ]
+
+
 FAMILIES = {
+    "qwen-image-layered": QwenLayered(),
     "wan": Wan(),
     "wan-bf16-stored": WanBf16Stored(),
     "pixart-sigma": PixArt(alpha=False),
@@ -1521,7 +1588,8 @@ def op_checks(kind, model):
     norm_out = ("norm_out", Linear([model.norm_out.linear], "temb_silu"))
     if kind.startswith("qwen-image"):
         return ([("t_proj", Sinusoid(embed.time_proj, "t_model"))] +
-                mlp("temb", embed.timestep_embedder, "t_proj", "act") + [
+                mlp("t_emb", embed.timestep_embedder, "t_proj", "act") + [
+                    ("temb", Exact(lambda v: v["t_emb"])),
                     ("temb_silu",
                      Exact(lambda v: blocks[0].img_mod[0](v["temb"]))),
                     ("img_mod", Linear([b.img_mod[1] for b in blocks],
@@ -1793,7 +1861,8 @@ def test_cli_refuses_bad_requests_naming_the_cause(saved, temb_cli, tmp_path):
     out = f"--out={tmp_path / 'x.safetensors'}"
     code, err = run_failing(temb_cli, f"--model_dir={qwen}", "--timesteps=1",
                             "--guidance=3.5", out)
-    assert code == 1 and "guidance: not an input of qwen-image (t)" in err
+    assert code == 1 and \
+        "guidance: not an input of qwen-image (t, addition_t_cond)" in err
     code, err = run_failing(temb_cli, f"--model_dir={qwen}", "--timesteps=1")
     assert code == 2 and "--out is required" in err
     narrow = tmp_path / "narrow.npy"
@@ -1845,6 +1914,23 @@ def test_cli_refuses_bad_requests_naming_the_cause(saved, temb_cli, tmp_path):
     code, err = run_failing(temb_cli, f"--model_dir={sigma}", "--timesteps=1",
                             "--inputs=resolution=1024,1024", out)
     assert code == 1 and "resolution: pixart model does not take" in err
+    # Qwen-Image-Layered's index: missing, given to a plain Qwen-Image, or
+    # not a row of its two-row table.
+    _, layered, _ = saved[("qwen-image-layered", "bf16")]
+    code, err = run_failing(temb_cli, f"--model_dir={layered}",
+                            "--timesteps=1", out)
+    assert code == 1 and \
+        "addition_t_cond: required by this qwen-image model" in err
+    code, err = run_failing(temb_cli, f"--model_dir={qwen}", "--timesteps=1",
+                            "--inputs=addition_t_cond=0", out)
+    assert code == 1 and \
+        "addition_t_cond: qwen-image model does not take" in err
+    for bad in ("2", "0.5", "-1"):
+        code, err = run_failing(temb_cli, f"--model_dir={layered}",
+                                "--timesteps=1,2",
+                                f"--inputs=addition_t_cond=0,{bad}", out)
+        assert code == 1 and ("addition_t_cond[1] must be an integer in "
+                              f"[0, 2), got {bad}") in err, err
     # The SDXL UNet: time ids missing, malformed, or of the wrong width.
     _, sdxl, _ = saved[("sdxl-unet", "bf16")]
     pooled_file = tmp_path / "pooled.npy"

@@ -67,8 +67,8 @@ STEPS = 4
 BATCH = 2
 # qwen-image-edit: Qwen-Image-Edit-2511's zero_cond_t, whose reference
 # image's tokens read the rows of t * 0.
-KINDS = ("qwen-image", "qwen-image-edit", "flux.1-dev", "flux.1-schnell",
-         "sd3.5")
+KINDS = ("qwen-image", "qwen-image-edit", "qwen-image-layered", "flux.1-dev",
+         "flux.1-schnell", "sd3.5")
 # FLUX.2, HunyuanVideo-1.5 and SDXL's UNet: built, fed, scheduled and
 # stepped by the functions of their block below.
 FLUX2_HUNYUAN_UNET_KINDS = ("flux.2-dev", "flux.2-klein", "hunyuanvideo-1.5",
@@ -85,6 +85,8 @@ def build(kind, dtype):
         return build_flux2_hunyuan_unet(kind, dtype)
     if kind in TABLE_KINDS:
         return build_table_kind(kind, dtype)
+    if kind == "qwen-image-layered":
+        return FAMILIES[kind].build(dtype)
     if kind.startswith("qwen-image"):
         return qwen_model(dtype, zero_cond_t=(kind == "qwen-image-edit"))
     if kind == "sd3.5":
@@ -185,6 +187,11 @@ def inputs(kind, dtype):
                         encoder_hidden_states_mask=torch.ones(
                             batch, TEXT_TOKENS),
                         img_shapes=[[(1, 2, 2)]] * batch) for _ in range(2)]
+        if kind == "qwen-image-layered":
+            # The layered pipeline's is_rgb: index 0 for every sample.
+            for prompt in prompts:
+                prompt["additional_t_cond"] = torch.zeros(batch,
+                                                          dtype=torch.long)
         if kind == "qwen-image-edit":
             # The edit pipeline puts the reference image's latents after
             # the latents, and its tokens after theirs.
@@ -470,7 +477,8 @@ def test_patched_transformer_denoises_to_the_same_latents(kind, client):
         assert error16 <= budget
 
 
-@pytest.mark.parametrize("kind", ("qwen-image", "qwen-image-edit", "sd3.5",
+@pytest.mark.parametrize("kind", ("qwen-image", "qwen-image-edit",
+                                  "qwen-image-layered", "sd3.5",
                                   "flux.2-klein", "sdxl-unet"))
 def test_a_schedule_costs_one_call_and_a_repeat_none(kind, client):
     dtype = torch.bfloat16
@@ -497,8 +505,8 @@ def test_a_schedule_costs_one_call_and_a_repeat_none(kind, client):
     temb.torch.offload_conditioning(stepwise, client=client,
                                     model=served_name(kind, dtype))
     assert torch.equal(first, denoise(kind, stepwise, dtype))
-    # With the cache off, every forward asks (Qwen-Image and klein's CFG:
-    # twice a step).
+    # With the cache off, every forward asks (Qwen-Image's and klein's
+    # CFG: twice a step).
     uncached = copy.deepcopy(plain)
     offload = temb.torch.offload_conditioning(
         uncached, client=client, model=served_name(kind, dtype),
@@ -506,8 +514,7 @@ def test_a_schedule_costs_one_call_and_a_repeat_none(kind, client):
     calls = client.calls
     assert torch.equal(first, denoise(kind, uncached, dtype))
     assert client.calls - calls == STEPS * (
-        2 if kind in ("qwen-image", "qwen-image-edit", "flux.2-klein")
-        else 1)
+        2 if kind.startswith("qwen-image") or kind == "flux.2-klein" else 1)
     assert offload.cache_info()["entries"] == 0
 
 
@@ -672,6 +679,22 @@ def test_a_model_that_does_not_match_is_refused(client):
     message = refused(build("flux.1-schnell", torch.float32),
                       "flux.1-dev-fp32")
     assert "guidance" in message
+    # Qwen-Image-Layered's index: a layered transformer against a plain
+    # Qwen-Image model, and the other way round; layered with zero_cond_t
+    # is not served.
+    message = refused(build("qwen-image-layered", torch.bfloat16),
+                      "qwen-image-bf16")
+    assert "inputs: the served model takes [] besides the timesteps, the " \
+        "transformer ['addition_t_cond']" in message, message
+    message = refused(build("qwen-image", torch.bfloat16),
+                      "qwen-image-layered-bf16")
+    assert "takes ['addition_t_cond']" in message, message
+    with torch.device("meta"):
+        both = diffusers.QwenImageTransformer2DModel.from_config(
+            build("qwen-image-layered", torch.float32).config,
+            zero_cond_t=True)
+    message = refused(both, "qwen-image-layered-fp32")
+    assert "use_additional_t_cond and zero_cond_t" in message
     # Weights: the same shapes and dtype, another checkpoint (the edit
     # model's weights in a plain Qwen-Image), or one tensor fine-tuned.
     other = qwen_model(torch.bfloat16, zero_cond_t=False)
@@ -1042,10 +1065,12 @@ def test_table_and_video_families_denoise_to_the_same_latents(kind, client):
     plain16, patched16 = results[torch.bfloat16]
     budget = relative(plain16, plain32) / 10
     if kind == "wan2.2-ti2v":
-        # Not met at a tenth: temb's float32 time MLP sums in another order
-        # than PyTorch's, and its rounding to bf16 differs by one ulp at
-        # t = 0 (test_wan_per_token_timesteps_ask_for_distinct_rows), which
-        # this tiny random model carries to 7e-3.
+        # Not met at a tenth: 3 served temb elements (at t = 937 and 833)
+        # are one bf16 ulp from PyTorch's, where temb's correctly rounded
+        # frequencies and its float32 time MLP's summation order put a
+        # float32 value on the other side of a bf16 rounding boundary
+        # (test_wan_per_token_timesteps_ask_for_distinct_rows checks the
+        # ulp); this tiny random model carries that to 7e-3.
         budget = max(budget, exact_sum_move(kind, plain, plain16))
     error16 = relative(patched16, plain16)
     print(f"{kind} bf16: {error16:.3g} (bound {budget:.3g})")

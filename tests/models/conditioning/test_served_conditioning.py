@@ -33,8 +33,9 @@ from tritonclient.utils import InferenceServerException  # noqa: E402
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2] / "pylib"))
 from temb_testing import TembServer, generate_stubs  # noqa: E402
 
-from test_conditioning_parity import (GUIDANCE, POOLED,  # noqa: E402
-                                      TIMESTEPS, flux_model, qwen_model)
+from test_conditioning_parity import (FAMILIES, GUIDANCE,  # noqa: E402
+                                      POOLED, TIMESTEPS, flux_model,
+                                      qwen_model)
 
 WEIGHTS = "diffusion_pytorch_model.safetensors"
 
@@ -124,6 +125,9 @@ def repository(tmp_path_factory):
     # Qwen-Image in bf16, sharded (the index.json path), and FLUX.1-dev.
     qwen_model(torch.bfloat16).save_pretrained(root / "qwen", max_shard_size="30KB")
     flux_model(torch.bfloat16, True).save_pretrained(root / "flux-dev")
+    # Qwen-Image-Layered: one more input, an index into a two-row table.
+    FAMILIES["qwen-image-layered"].build(torch.bfloat16).save_pretrained(
+        root / "qwen-layered")
     good = tmp_path_factory.mktemp("qwen-fp32")
     qwen_model(torch.float32).save_pretrained(good)
     shutil.copytree(good, root / "qwen32")
@@ -177,10 +181,20 @@ def pooled_rows():
         torch.bfloat16)
 
 
-def cli_outputs(temb_cli, folder, tmp_path, guidance=None, pooled=None):
+# Qwen-Image-Layered's index per timestep: both rows of its table.
+LAYERED_INDEX = np.array([i % 2 for i in range(len(TIMESTEPS))],
+                         dtype=np.float32)
+
+
+def cli_outputs(temb_cli, folder, tmp_path, guidance=None, pooled=None,
+                extra=None):
     command = [str(temb_cli), "condition", f"--model_dir={folder}",
                "--timesteps=" + ",".join(repr(t) for t in TIMESTEPS),
                f"--out={tmp_path / 'cli.safetensors'}"]
+    if extra:
+        command.append("--inputs=" + ";".join(
+            f"{name}=" + ",".join(repr(float(v)) for v in values)
+            for name, values in extra.items()))
     if guidance is not None:
         command.append(f"--guidance={guidance}")
     if pooled is not None:
@@ -202,7 +216,7 @@ def bf16_bits(array):
 
 
 def infer(module, client, model, guidance=None, pooled=None, outputs=None,
-          timesteps=TIMESTEPS, shape=None):
+          timesteps=TIMESTEPS, shape=None, extra=None):
     t = np.asarray(timesteps, dtype=np.float32).reshape(
         shape or [len(timesteps)])
     inputs = [module.InferInput("timesteps", list(t.shape), "FP32")]
@@ -216,6 +230,9 @@ def infer(module, client, model, guidance=None, pooled=None, outputs=None,
         inputs.append(module.InferInput("pooled_projections", list(p.shape),
                                         "FP32"))
         inputs[-1].set_data_from_numpy(p)
+    for name, values in (extra or {}).items():
+        inputs.append(module.InferInput(name, list(values.shape), "FP32"))
+        inputs[-1].set_data_from_numpy(values)
     requested = None
     if outputs:
         requested = [module.InferRequestedOutput(name) for name in outputs]
@@ -230,11 +247,14 @@ def test_every_protocol_answers_the_clis_bits(protocol, server, repository,
     module, client = ((triton_grpc, grpc_client) if protocol == "grpc"
                       else (triton_http, http_client))
     pooled = pooled_rows()
-    for model, guidance, rows in (("qwen", None, None),
-                                  ("flux-dev", GUIDANCE, pooled)):
+    layered = {"addition_t_cond": LAYERED_INDEX}
+    for model, guidance, rows, extra in (
+            ("qwen", None, None, None),
+            ("flux-dev", GUIDANCE, pooled, None),
+            ("qwen-layered", None, None, layered)):
         expected = cli_outputs(temb_cli, root / model, tmp_path, guidance,
-                               rows)
-        result = infer(module, client, model, guidance, rows)
+                               rows, extra)
+        result = infer(module, client, model, guidance, rows, extra=extra)
         names = [o["name"] for o in result.get_response(as_json=True)[
             "outputs"]] if protocol == "grpc" else [
             o["name"] for o in result.get_response()["outputs"]]
@@ -376,6 +396,15 @@ def test_rest_refusals_have_their_http_codes(server):
                                   "datatype": "FP32", "data": [3.5]}]})
     code, answer = post("qwen", bad)
     assert code == 400 and "inputs[0]" in answer["error"]
+    # Qwen-Image-Layered's index outside its table's two rows.
+    index = json.dumps({"inputs": [
+        {"name": "timesteps", "shape": [2], "datatype": "FP32",
+         "data": [999, 1]},
+        {"name": "addition_t_cond", "shape": [2], "datatype": "FP32",
+         "data": [0, 2]}]})
+    code, answer = post("qwen-layered", index)
+    assert code == 400 and ("addition_t_cond[1] must be an integer in "
+                            "[0, 2), got 2") in answer["error"], answer
 
 
 def test_repeated_schedule_is_taken_from_the_cache(server, grpc_client):

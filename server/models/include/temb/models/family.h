@@ -42,6 +42,12 @@ enum class OpKind {
   // table is wider (Wan's and PixArt's scale_shift_table + temb).  Stacked
   // over `blocks` like a linear.
   kTableAdd,
+  // The row of a checkpoint tensor (`weight`, the full name) of shape
+  // [table_shape[0], D] that in[0], an index, picks (nn.Embedding:
+  // Qwen-Image-Layered's addition_t_embedding).  in[0] is an input whose
+  // InputSpec::index_count is that row count, so every index is checked
+  // before any op runs.
+  kEmbedding,
   // in[0], in[1], ... side by side in each row ([N, W0 + W1 + ...]; a
   // scalar input is one column), rounded to dtype.
   kConcat,
@@ -100,7 +106,7 @@ struct Op {
   // of a bf16 or fp16 tensor, so both stored forms give the loaded model's
   // values.  Such tensors do not set the model's dtype.
   ValueDType weight_dtype = ValueDType::kModel;
-  std::vector<int64_t> table_shape;  // kTableAdd: dimensions before D
+  std::vector<int64_t> table_shape;  // kTableAdd, kEmbedding: before D
   // kLinear output width, when not width_d * D: width_d times the config
   // expression `width_field` (CogVideoX's time_embed_dim, the UNet's
   // resnets' "block_out_channels[1]"), or width_d * (D / width_div),
@@ -135,6 +141,9 @@ struct InputSpec {
   std::string width_field;
   std::string when;  // as Op::when: required exactly when the flag holds
   std::string help;
+  // > 0: each value is an index into a table of this many rows
+  // (kEmbedding), an integer in [0, index_count).
+  int index_count = 0;
 };
 
 // One output, laid out as the model consumes it: [N, W] or, for a stacked
