@@ -141,6 +141,13 @@ RELEASED = {
         caption_channels=4096, sample_size=128, patch_size=2,
         norm_type="ada_norm_single", interpolation_scale=2,
         use_additional_conditions=False)),
+    # LTX-Video 2B (0.9.x) is the class defaults; 13B (0.9.7) D = 4096.
+    "LTX-Video-2B": (diffusers.LTXVideoTransformer3DModel, dict(
+        num_attention_heads=32, attention_head_dim=64, num_layers=28,
+        cross_attention_dim=2048)),
+    "LTX-Video-13B": (diffusers.LTXVideoTransformer3DModel, dict(
+        num_attention_heads=32, attention_head_dim=128, num_layers=48,
+        cross_attention_dim=4096)),
 }
 
 GIB = float(1 << 30)

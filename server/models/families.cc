@@ -370,6 +370,32 @@ FamilyDescription Wan() {
   return family;
 }
 
+// AdaLayerNormSingle `prefix` after its embedder (value "temb", the
+// embedded timestep): linear(silu(temb)), one Linear D -> 6D shared by every
+// block, each block's scale_shift_table (6, D) added to it, and the
+// output's table (2, D) added to temb, every sum in the model's dtype
+// (PixArt's BasicTransformerBlock and LTX-Video's blocks).
+void AppendAdaLayerNormSingle(FamilyDescription* family,
+                              const std::string& prefix) {
+  std::vector<Op>& ops = family->ops;
+  ops.push_back(Silu("temb_silu", "temb"));
+  ops.push_back(Linear("timestep", "temb_silu", prefix + ".linear", 6));
+  ops.push_back(TableAdd("block_mod", "timestep",
+                         "transformer_blocks.{i}.scale_shift_table", {6},
+                         ValueDType::kModel, "num_layers"));
+  ops.push_back(TableAdd("norm_out", "temb", "scale_shift_table", {2},
+                         ValueDType::kModel));
+  family->outputs = {
+      {"embedded_timestep", "temb", "[N, D]", 0},
+      {"timestep", "timestep", "[N, 6D]: " + prefix + "'s Linear", 0},
+      {"block_mod", "block_mod",
+       "[N, L, 6, D]: shift_msa, scale_msa, gate_msa, shift_mlp, scale_mlp, "
+       "gate_mlp",
+       6},
+      {"norm_out", "norm_out", "[N, 2, D]: shift, scale", 2},
+  };
+}
+
 FamilyDescription PixArt() {
   FamilyDescription family;
   family.class_name = "PixArtTransformer2DModel";
@@ -413,27 +439,29 @@ FamilyDescription PixArt() {
   ops.push_back(When(extra, Concat("size_emb", {"res_emb", "ar_emb"})));
   ops.push_back(When(extra, Add("temb", "t_emb", "size_emb")));
   ops.push_back(When("!" + extra, Cast("temb", "t_emb", ValueDType::kModel)));
-  // AdaLayerNormSingle: linear(silu(embedded_timestep)), one Linear D -> 6D
-  // shared by every block.
-  ops.push_back(Silu("temb_silu", "temb"));
-  ops.push_back(Linear("timestep", "temb_silu", "adaln_single.linear", 6));
-  // BasicTransformerBlock (ada_norm_single): scale_shift_table[None] (6, D)
-  // + timestep.reshape(B, 6, -1), both in the model's dtype.
-  ops.push_back(TableAdd("block_mod", "timestep",
-                         "transformer_blocks.{i}.scale_shift_table", {6},
-                         ValueDType::kModel, "num_layers"));
-  // Output: scale_shift_table[None] (2, D) + embedded_timestep[:, None].
-  ops.push_back(TableAdd("norm_out", "temb", "scale_shift_table", {2},
-                         ValueDType::kModel));
-  family.outputs = {
-      {"embedded_timestep", "temb", "[N, D]", 0},
-      {"timestep", "timestep", "[N, 6D]: adaln_single's Linear", 0},
-      {"block_mod", "block_mod",
-       "[N, L, 6, D]: shift_msa, scale_msa, gate_msa, shift_mlp, scale_mlp, "
-       "gate_mlp",
-       6},
-      {"norm_out", "norm_out", "[N, 2, D]: shift, scale", 2},
-  };
+  AppendAdaLayerNormSingle(&family, "adaln_single");
+  return family;
+}
+
+FamilyDescription Ltx() {
+  FamilyDescription family;
+  family.class_name = "LTXVideoTransformer3DModel";
+  family.name = "ltx-video";
+  family.width_fields = {"num_attention_heads", "attention_head_dim"};
+  family.inputs = {{"t", "", "", "the scheduler's timesteps (0..1000)"}};
+  std::vector<Op>& ops = family.ops;
+  // Pipelines: t.expand(B) (image-to-video: per token, t * (1 - mask)),
+  // float32 as the scheduler gives it; the model embeds timestep.flatten()
+  // with PixArt's embedder, without size conditions: Timesteps(256, flip,
+  // shift 0) in float32, cast to hidden_states' dtype.
+  ops.push_back(Cast("t_model", "t", ValueDType::kFloat32));
+  ops.push_back(Sinusoid("t_sinus", "t_model", 1));
+  ops.push_back(Cast("t_proj", "t_sinus", ValueDType::kModel));
+  AppendMlp(&ops, "temb", "t_proj", "time_embed.emb.timestep_embedder");
+  // LTXVideoTransformerBlock adds its table as [None, None] to temb viewed
+  // [B, T, 6, D], and the output its table to embedded_timestep [B, T, 1,
+  // D]: per row the same sums as PixArt's.
+  AppendAdaLayerNormSingle(&family, "time_embed");
   return family;
 }
 
@@ -714,8 +742,8 @@ FamilyDescription SdxlUnet() {
 
 const std::vector<FamilyDescription>& Families() {
   static const auto* families = new std::vector<FamilyDescription>{
-      QwenImage(), Flux1(),          Sd3(),   Wan(),     PixArt(),
-      CogVideoX(), HunyuanVideo15(), Flux2(), SdxlUnet()};
+      QwenImage(), Flux1(),          Sd3(),   Wan(),      PixArt(),
+      CogVideoX(), HunyuanVideo15(), Flux2(), SdxlUnet(), Ltx()};
   return *families;
 }
 

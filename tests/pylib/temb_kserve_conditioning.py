@@ -40,7 +40,8 @@ class KServeConditioning:
                   pooled_projections=None, outputs=None, return_tensors=None,
                   **extras):
         """`extras`: a family's other inputs by name (SDXL's time_ids,
-        PixArt-alpha's resolution and aspect_ratio, CogVideoX 1.5's ofs)."""
+        PixArt-alpha's resolution and aspect_ratio, CogVideoX 1.5's ofs,
+        Qwen-Image-Layered's addition_t_cond)."""
         self.calls += 1
         inputs = []
         for name, value in (("timesteps", timesteps), ("guidance", guidance),

@@ -21,8 +21,9 @@ A family is a table (_FAMILIES): how its pipeline turns the scheduler's t
 (and the guidance scale) into what the embedder receives, and which module
 reads which output at which block position.  Besides those:
 
-  * additive ``scale_shift_table``s (Wan, PixArt) become parameter-free
-    stand-ins whose sum with the model's addend is the served sum;
+  * additive ``scale_shift_table``s (Wan, PixArt, LTX-Video) become
+    parameter-free stand-ins whose sum with the model's addend is the
+    served sum;
   * weighted modules on the time path that are not modulation Linears pass
     the served temb on (Wan's float32 time MLP, CogVideoX's time
     embedding) or add nothing to it, where the served temb already holds
@@ -147,12 +148,13 @@ def _sd3_slots(model: torch.nn.Module) -> List[_Slot]:
     return slots
 
 
-# --- table and video families: Wan, PixArt, CogVideoX ------------------------
+# --- table and video families: Wan, PixArt, LTX-Video, CogVideoX ------------
 #
-# These end in sums with a checkpoint table (Wan, PixArt) or read the time
-# embedding through modules that are not one embedder (Wan's time MLP sits
-# beside the text and image embedders; CogVideoX adds an ofs embedding to it
-# in the model's forward).  Besides _Slot, their rows in the table use:
+# These end in sums with a checkpoint table (Wan, PixArt, LTX-Video) or read
+# the time embedding through modules that are not one embedder (Wan's time
+# MLP sits beside the text and image embedders; CogVideoX adds an ofs
+# embedding to it in the model's forward).  Besides _Slot, their rows in the
+# table use:
 
 
 @dataclasses.dataclass(frozen=True)
@@ -194,17 +196,28 @@ def _wan_slots(model: torch.nn.Module) -> List[Any]:
     return slots
 
 
-def _pixart_slots(model: torch.nn.Module) -> List[Any]:
-    # AdaLayerNormSingle: emb (the embedder) -> linear(silu(.)), one Linear
-    # shared by every block, each of which adds its own table; the output
-    # adds its table to the embedder's result.
-    slots: List[Any] = [_Slot("adaln_single.linear", "adaln_single.silu",
+def _ada_layer_norm_single_slots(model: torch.nn.Module,
+                                 prefix: str) -> List[Any]:
+    # AdaLayerNormSingle `prefix`: emb (the embedder) -> linear(silu(.)),
+    # one Linear shared by every block, each of which adds its own table;
+    # the output adds its table to the embedder's result.
+    slots: List[Any] = [_Slot(f"{prefix}.linear", f"{prefix}.silu",
                               "timestep", None)]
     slots += [_Table(f"transformer_blocks.{i}.scale_shift_table",
                      "block_mod", i)
               for i in range(len(model.transformer_blocks))]
     slots.append(_Table("scale_shift_table", "norm_out", None))
     return slots
+
+
+def _pixart_slots(model: torch.nn.Module) -> List[Any]:
+    return _ada_layer_norm_single_slots(model, "adaln_single")
+
+
+def _ltx_slots(model: torch.nn.Module) -> List[Any]:
+    # PixArt's AdaLayerNormSingle as time_embed; the tables are added per
+    # token ([B, T, k, D]) to rows of timestep.flatten().
+    return _ada_layer_norm_single_slots(model, "time_embed")
 
 
 def _cogvideox_slots(model: torch.nn.Module) -> List[Any]:
@@ -397,6 +410,11 @@ _PIXART = _Family("pixart", ("timestep", "resolution", "aspect_ratio"),
                   _t_as_is, 1.0, _pixart_slots, embedder="adaln_single.emb",
                   temb_output="embedded_timestep",
                   extra_inputs=_pixart_inputs)
+# LTX-Video's pipelines pass the scheduler's float32 t (image-to-video: per
+# token, t * (1 - mask)); the model flattens it before the embedder.
+_LTX = _Family("ltx-video", ("timestep", "resolution", "aspect_ratio"),
+               _t_as_is, 1.0, _ltx_slots, embedder="time_embed.emb",
+               temb_output="embedded_timestep")
 _COGVIDEOX = _Family("cogvideox", ("timestep",), _t_as_is, 1.0,
                      _cogvideox_slots, embedder="time_proj",
                      dtype_module="time_embedding",
@@ -460,6 +478,8 @@ def _family_of(model: torch.nn.Module) -> _Family:
         return _WAN
     if name == "PixArtTransformer2DModel":
         return _PIXART
+    if name == "LTXVideoTransformer3DModel":
+        return _LTX
     if name == "CogVideoXTransformer3DModel":
         activation = config.get("timestep_activation_fn", "silu")
         if activation != "silu":
@@ -491,7 +511,8 @@ def _family_of(model: torch.nn.Module) -> _Family:
         "family temb serves (QwenImageTransformer2DModel, "
         "FluxTransformer2DModel, SD3Transformer2DModel, "
         "WanTransformer3DModel, PixArtTransformer2DModel, "
-        "CogVideoXTransformer3DModel, Flux2Transformer2DModel, "
+        "LTXVideoTransformer3DModel, CogVideoXTransformer3DModel, "
+        "Flux2Transformer2DModel, "
         "HunyuanVideo15Transformer3DModel, UNet2DConditionModel)")
 
 
@@ -1397,7 +1418,7 @@ class ZeroContribution(torch.nn.Module):
 
 class TableLookup(torch.nn.Module):
     """Stands in for an additive ``scale_shift_table`` parameter (Wan,
-    PixArt).  The model adds the table to its modulation (a block's) or to
+    PixArt, LTX-Video).  The model adds the table to its modulation (a block's) or to
     temb (the output's); the stand-in's sum is output `output` at block
     position `index` of the step's answer, which is that sum, laid out as
     the model's addend is ([N, k, D], or [B, seq, k, D] per token).  It
@@ -1406,11 +1427,15 @@ class TableLookup(torch.nn.Module):
     sum's type promotion."""
 
     def __init__(self, state: OffloadedConditioning, output: str,
-                 index: Optional[int], dtype: torch.dtype) -> None:
+                 index: Optional[int], dtype: torch.dtype,
+                 shape: Tuple[int, ...] = ()) -> None:
         super().__init__()
         self.state = state
         self.output = output
         self.index = index
+        # The table's shape, which LTX-Video reads (its row count is the
+        # number of chunks).
+        self.shape = torch.Size(shape)
         self.register_buffer("dtype_marker", torch.empty(0, dtype=dtype),
                              persistent=False)
 
@@ -1419,7 +1444,8 @@ class TableLookup(torch.nn.Module):
         return self.dtype_marker.device
 
     def __getitem__(self, item: Any) -> "TableLookup":
-        if item is None or item == (None,):
+        # table[None] (PixArt), table[None, None] (LTX-Video).
+        if item is None or item in ((None,), (None, None)):
             return self
         raise TypeError(f"offload_conditioning: {self.output} table indexed "
                         f"with {item!r}")
@@ -1635,7 +1661,8 @@ def offload_conditioning(transformer: torch.nn.Module, *, client: Any,
                   else transformer)
         parameter = getattr(parent, name)
         lookup = TableLookup(state, table.output, table.index,
-                             parameter.dtype).to(parameter.device)
+                             parameter.dtype, parameter.shape).to(
+                                 parameter.device)
         del parameter
         delattr(parent, name)
         setattr(parent, name, lookup)

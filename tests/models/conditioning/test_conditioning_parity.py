@@ -388,7 +388,10 @@ def capture(kind, model, args, time_proj_override=None,
             captured.setdefault(name, {})[block] = value.detach().clone()
 
         if how is TABLE:
-            restores.append(record_table_adds(module, keep))
+            # A per-token sum [B, T, k, D] (LTX-Video's) is B * T rows.
+            restores.append(record_table_adds(
+                module, lambda value, keep=keep: keep(
+                    value.flatten(0, 1) if value.dim() == 4 else value)))
             continue
         if isinstance(how, Argument):
             handles.append(module.register_forward_pre_hook(
@@ -833,6 +836,20 @@ PIXART_WIDTH = 288
 PIXART_RESOLUTION = (896.0, 1152.0)
 
 
+def ada_layer_norm_single_modules(model, adaln):
+    """conditioning_modules of PixArt's and LTX-Video's AdaLayerNormSingle
+    `adaln`: its two results, and the sums with every block's table and
+    with the output's."""
+    found = [
+        ("embedded_timestep", None, adaln, lambda out: out[1]),
+        ("timestep", None, adaln, lambda out: out[0]),
+    ]
+    found += [("block_mod", i, block, TABLE)
+              for i, block in enumerate(model.transformer_blocks)]
+    found.append(("norm_out", None, model, TABLE))
+    return found
+
+
 class PixArt(Family):
     """PixArt-Sigma (use_additional_conditions false) or alpha (true).  The
     alpha model leaves the flag null at sample_size 128, as diffusers
@@ -865,15 +882,7 @@ class PixArt(Family):
                 "aspect_ratio": [float(height / width)]}
 
     def modules(self, model):
-        adaln = model.adaln_single
-        found = [
-            ("embedded_timestep", None, adaln, lambda out: out[1]),
-            ("timestep", None, adaln, lambda out: out[0]),
-        ]
-        found += [("block_mod", i, block, TABLE)
-                  for i, block in enumerate(model.transformer_blocks)]
-        found.append(("norm_out", None, model, TABLE))
-        return found
+        return ada_layer_norm_single_modules(model, model.adaln_single)
 
     def inputs(self, dtype, t, generator):
         # PixArt(-Sigma)Pipeline: current_timestep.expand(B), the
@@ -935,6 +944,58 @@ class PixArt(Family):
                  for b in blocks], dim=1))),
             ("norm_out", Exact(lambda v: model.scale_shift_table[None] +
                                v["temb"][:, None])),
+        ]
+        return checks
+
+
+class Ltx(Family):
+    """LTX-Video: PixArt-Sigma's AdaLayerNormSingle as `time_embed`, its
+    tables added per token ([B, T, k, D]).  The text-to-video pipeline's
+    call: timestep [B], so T = 1."""
+    sinusoids = ("time_embed.emb.time_proj",)
+    scalar_names = ("t_model",)
+
+    def build(self, dtype):
+        torch.manual_seed(13)
+        model = diffusers.LTXVideoTransformer3DModel(
+            in_channels=8, out_channels=8, num_attention_heads=4,
+            attention_head_dim=WIDTH // 4, cross_attention_dim=WIDTH,
+            num_layers=3, caption_channels=24)
+        return model.to(dtype).eval()
+
+    def modules(self, model):
+        return ada_layer_norm_single_modules(model, model.time_embed)
+
+    def inputs(self, dtype, t, generator):
+        # LTXPipeline: t.expand(B), the scheduler's float32 t; a 1 x 2 x 2
+        # latent video of 4 tokens.
+        batch = t.shape[0]
+        return dict(
+            hidden_states=torch.randn(batch, 4, 8,
+                                      generator=generator).to(dtype),
+            encoder_hidden_states=torch.randn(
+                batch, TEXT_TOKENS, 24, generator=generator).to(dtype),
+            encoder_attention_mask=torch.ones(batch, TEXT_TOKENS),
+            timestep=t, num_frames=1, height=2, width=2)
+
+    def scalars(self, values, embedded):
+        return [(values["t_model"], embedded[self.sinusoids[0]][0])]
+
+    def op_checks(self, model):
+        embed, blocks = model.time_embed, model.transformer_blocks
+        checks = [("t_proj", Sinusoid(embed.emb.time_proj, "t_model"))]
+        checks += mlp_checks("temb", embed.emb.timestep_embedder, "t_proj")
+        checks += [
+            ("temb_silu", Exact(lambda v: embed.silu(v["temb"]))),
+            ("timestep", Linear([embed.linear], "temb_silu")),
+            # As the blocks and the output compute them, on temb's inputs.
+            ("block_mod", Exact(lambda v: torch.stack(
+                [(b.scale_shift_table[None, None] + v["timestep"].reshape(
+                    v["timestep"].shape[0], 1, 6, -1)).flatten(0, 1)
+                 for b in blocks], dim=1))),
+            ("norm_out", Exact(lambda v: (
+                model.scale_shift_table[None, None] +
+                v["temb"][:, None, None]).flatten(0, 1))),
         ]
         return checks
 
@@ -1093,6 +1154,7 @@ FAMILIES = {
     "pixart-alpha": PixArt(alpha=True),
     "cogvideox": CogVideoX(ofs=False),
     "cogvideox-1.5-i2v": CogVideoX(ofs=True),
+    "ltx-video": Ltx(),
 }
 
 KINDS = ["qwen-image", "qwen-image-edit", "flux.1-dev", "flux.1-schnell", "sd3", "sd3.5",

@@ -77,7 +77,7 @@ KINDS += FLUX2_HUNYUAN_UNET_KINDS
 # Wan, PixArt and CogVideoX: their own block below, and their own test of
 # the latents (tables counted as parameters, TI2V's looser bf16 bound).
 TABLE_KINDS = ("wan", "wan2.2-ti2v", "pixart-sigma", "pixart-alpha",
-               "cogvideox", "cogvideox-1.5-i2v")
+               "cogvideox", "cogvideox-1.5-i2v", "ltx-video", "ltx-video-i2v")
 
 
 def build(kind, dtype):
@@ -95,6 +95,9 @@ def build(kind, dtype):
 
 
 def served_name(kind, dtype):
+    # The image-to-video LTX model is the text-to-video one, called per
+    # token.
+    kind = "ltx-video" if kind == "ltx-video-i2v" else kind
     return f"{kind}-{'bf16' if dtype == torch.bfloat16 else 'fp32'}"
 
 
@@ -102,6 +105,8 @@ def served_name(kind, dtype):
 def repository(tmp_path_factory):
     root = tmp_path_factory.mktemp("repository")
     for kind in KINDS + TABLE_KINDS:
+        if kind == "ltx-video-i2v":
+            continue  # served as ltx-video
         for dtype in (torch.float32, torch.bfloat16):
             if kind == "flux.1-schnell" and dtype == torch.bfloat16:
                 continue
@@ -892,6 +897,8 @@ def build_table_kind(kind, dtype):
         import tempfile
         with tempfile.TemporaryDirectory() as scratch:
             return FAMILIES["wan"].save(dtype, scratch)
+    if kind.startswith("ltx-video"):
+        return FAMILIES["ltx-video"].build(dtype)
     if kind == "cogvideox-1.5-i2v":
         # The parity test's 1.5 I2V model, with the image latents' channels
         # beside the latents' as the I2V pipeline concatenates them.
@@ -914,6 +921,14 @@ def table_scheduler(kind):
             flow_shift=5.0 if kind == "wan2.2-ti2v" else 3.0)
     elif kind.startswith("pixart"):
         scheduler = diffusers.DPMSolverMultistepScheduler()
+    elif kind.startswith("ltx-video"):
+        # LTX-Video's scheduler config; its pipelines' sigmas and a shift.
+        scheduler = diffusers.FlowMatchEulerDiscreteScheduler(
+            use_dynamic_shifting=True, base_shift=0.95, max_shift=2.05,
+            shift_terminal=0.1)
+        scheduler.set_timesteps(sigmas=np.linspace(1.0, 1 / STEPS, STEPS),
+                                mu=0.95)
+        return scheduler
     else:
         scheduler = diffusers.CogVideoXDPMScheduler(
             beta_schedule="scaled_linear", beta_start=0.00085,
@@ -941,6 +956,13 @@ def table_inputs(kind, dtype):
                     text=text)
     if kind.startswith("pixart"):
         return dict(latents=randn(batch, 4, 4, 4), text=text)
+    if kind.startswith("ltx-video"):
+        # Packed latents, float32 as the pipeline keeps them: 1 frame of
+        # 2 x 2 tokens, or for image-to-video 2 frames, the first the
+        # image's.
+        tokens = 8 if kind == "ltx-video-i2v" else 4
+        return dict(latents=randn(batch, tokens, 8, dt=torch.float32),
+                    text=text)
     frames, channels = (2, 4)
     found = dict(latents=randn(batch, frames, channels, 8, 8), text=text)
     if kind == "cogvideox-1.5-i2v":
@@ -981,6 +1003,31 @@ def denoise_table(kind, model, dtype):
                 continue
             model_input = torch.cat([latents] * 2)
             text = torch.cat([negative, positive])
+            if kind.startswith("ltx-video"):
+                # CFG rows batched; image-to-video: per token, t * (1 -
+                # mask), 0 on the image frame's tokens, which the step
+                # leaves as they are.
+                timestep = t.expand(2 * batch)
+                frames = 1
+                if kind == "ltx-video-i2v":
+                    frames = 2
+                    mask = torch.zeros(2 * batch, latents.shape[1])
+                    mask[:, :4] = 1.0
+                    timestep = timestep.unsqueeze(-1) * (1 - mask)
+                noise = model(hidden_states=model_input.to(dtype),
+                              encoder_hidden_states=text,
+                              timestep=timestep,
+                              encoder_attention_mask=torch.ones(
+                                  2 * batch, TEXT_TOKENS),
+                              num_frames=frames, height=2, width=2,
+                              return_dict=False)[0].float()
+                uncond, cond = noise.chunk(2)
+                noise = uncond + 3.0 * (cond - uncond)
+                first = latents.shape[1] - 4
+                latents = torch.cat([latents[:, :first], scheduler.step(
+                    noise[:, first:], t, latents[:, first:],
+                    return_dict=False)[0]], dim=1)
+                continue
             if kind.startswith("pixart"):
                 model_input = scheduler.scale_model_input(model_input, t)
                 added = {"resolution": None, "aspect_ratio": None}
@@ -1087,6 +1134,26 @@ class RecordingClient(CountingClient):
     def condition(self, model, timesteps, *args, **kwargs):
         self.rows.append(int(torch.as_tensor(timesteps).numel()))
         return super().condition(model, timesteps, *args, **kwargs)
+
+
+def test_ltx_per_token_timesteps_ask_for_distinct_rows(server):
+    """LTX-Video's image-to-video call: 2 x 8 tokens per step, of two
+    values (t, and 0 on the image frame's tokens).  Each step asks for the
+    rows it has not seen, never a row per token, and the latents are the
+    unpatched model's."""
+    if not hasattr(temb.Client, "condition"):
+        pytest.skip("needs temb.Client.condition")
+    kind, dtype = "ltx-video-i2v", torch.bfloat16
+    plain = build(kind, dtype)
+    expected = denoise(kind, copy.deepcopy(plain), dtype)
+    client = RecordingClient(server.target)
+    patched = copy.deepcopy(plain)
+    offload = temb.torch.offload_conditioning(
+        patched, client=client, model=served_name(kind, dtype))
+    assert torch.equal(denoise(kind, patched, dtype), expected)
+    # t and 0 at the first step, then each step's t alone.
+    assert client.rows == [2] + [1] * (STEPS - 1)
+    assert offload.cache_info()["entries"] == STEPS + 1
 
 
 def test_wan_per_token_timesteps_ask_for_distinct_rows(server):
