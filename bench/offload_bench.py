@@ -141,6 +141,15 @@ RELEASED = {
         caption_channels=4096, sample_size=128, patch_size=2,
         norm_type="ada_norm_single", interpolation_scale=2,
         use_additional_conditions=False)),
+    # HiDream-I1 (Full, Dev and Fast share the transformer's shape): its
+    # llama_layers lists one llama3 layer per block.
+    "HiDream-I1": (diffusers.HiDreamImageTransformer2DModel, dict(
+        patch_size=2, in_channels=16, num_layers=16, num_single_layers=32,
+        attention_head_dim=128, num_attention_heads=20,
+        caption_channels=[4096, 4096], text_emb_dim=2048,
+        num_routed_experts=4, num_activated_experts=2,
+        axes_dims_rope=(64, 32, 32), max_resolution=(128, 128),
+        llama_layers=list(range(48)))),
     # LTX-Video 2B (0.9.x) is the class defaults; 13B (0.9.7) D = 4096.
     "LTX-Video-2B": (diffusers.LTXVideoTransformer3DModel, dict(
         num_attention_heads=32, attention_head_dim=64, num_layers=28,

@@ -370,6 +370,53 @@ FamilyDescription Wan() {
   return family;
 }
 
+FamilyDescription HiDream() {
+  FamilyDescription family;
+  family.class_name = "HiDreamImageTransformer2DModel";
+  family.name = "hidream-i1";
+  family.width_fields = {"num_attention_heads", "attention_head_dim"};
+  family.inputs = {
+      {"t", "", "", "the scheduler's timesteps (0..1000)"},
+      {"pooled", "text_emb_dim", "",
+       "the pooled CLIP-L + CLIP-G text embedding"},
+  };
+  std::vector<Op>& ops = family.ops;
+  // Pipeline: t.expand(B), the scheduler's float32 t; HiDreamImage-
+  // TimestepEmbed: Timesteps(256, flip, shift 0) in float32, cast to
+  // hidden_states' dtype, then its MLP.
+  ops.push_back(Cast("t_model", "t", ValueDType::kFloat32));
+  ops.push_back(Sinusoid("t_sinus", "t_model", 1));
+  ops.push_back(Cast("t_proj", "t_sinus", ValueDType::kModel));
+  AppendMlp(&ops, "t_emb", "t_proj", "t_embedder.timestep_embedder");
+  // HiDreamImagePooledEmbed: an MLP of the pipeline's pooled embedding, in
+  // the model's dtype; temb = t_emb + p_emb.
+  ops.push_back(Cast("pooled_model", "pooled", ValueDType::kModel));
+  AppendMlp(&ops, "p_emb", "pooled_model", "p_embedder.pooled_embedder");
+  ops.push_back(Add("temb", "t_emb", "p_emb"));
+  ops.push_back(Silu("temb_silu", "temb"));
+  // adaLN_modulation = Sequential(SiLU, Linear): 12D in the double-stream
+  // blocks (image then text), 6D in the single-stream ones, 2D at the end.
+  ops.push_back(Linear("double_mod", "temb_silu",
+                       "double_stream_blocks.{i}.block.adaLN_modulation.1", 12,
+                       "num_layers"));
+  ops.push_back(Linear("single_mod", "temb_silu",
+                       "single_stream_blocks.{i}.block.adaLN_modulation.1", 6,
+                       "num_single_layers"));
+  ops.push_back(
+      Linear("final_mod", "temb_silu", "final_layer.adaLN_modulation.1", 2));
+  family.outputs = {
+      {"temb", "temb", "[N, D]"},
+      {"double_mod", "double_mod",
+       "[N, L, 12D]: shift_msa_i, scale_msa_i, gate_msa_i, shift_mlp_i, "
+       "scale_mlp_i, gate_mlp_i, then the same six for the text stream (_t)"},
+      {"single_mod", "single_mod",
+       "[N, L_single, 6D]: shift_msa, scale_msa, gate_msa, shift_mlp, "
+       "scale_mlp, gate_mlp"},
+      {"final_mod", "final_mod", "[N, 2D]: shift, scale"},
+  };
+  return family;
+}
+
 // AdaLayerNormSingle `prefix` after its embedder (value "temb", the
 // embedded timestep): linear(silu(temb)), one Linear D -> 6D shared by every
 // block, each block's scale_shift_table (6, D) added to it, and the
@@ -742,8 +789,8 @@ FamilyDescription SdxlUnet() {
 
 const std::vector<FamilyDescription>& Families() {
   static const auto* families = new std::vector<FamilyDescription>{
-      QwenImage(), Flux1(),          Sd3(),   Wan(),      PixArt(),
-      CogVideoX(), HunyuanVideo15(), Flux2(), SdxlUnet(), Ltx()};
+      QwenImage(),      Flux1(), Sd3(),      Wan(), PixArt(), CogVideoX(),
+      HunyuanVideo15(), Flux2(), SdxlUnet(), Ltx(), HiDream()};
   return *families;
 }
 

@@ -62,6 +62,10 @@ __all__ = ["OffloadedConditioning", "conditioning_modules",
 _not_compiled = getattr(getattr(torch, "compiler", None), "disable",
                         lambda function: function)
 
+# The names the pooled text embedding goes by in the embedders' and the
+# transformers' arguments (HiDream-I1's forward: pooled_embeds).
+_POOLED_NAMES = ("pooled_projection", "pooled_projections", "pooled_embeds")
+
 # The attribute of the embedder's output that carries the step's answer.
 _ANSWER = "_temb_conditioning"
 
@@ -218,6 +222,22 @@ def _ltx_slots(model: torch.nn.Module) -> List[Any]:
     # PixArt's AdaLayerNormSingle as time_embed; the tables are added per
     # token ([B, T, k, D]) to rows of timestep.flatten().
     return _ada_layer_norm_single_slots(model, "time_embed")
+
+
+def _hidream_slots(model: torch.nn.Module) -> List[Any]:
+    # t_embedder (the embedder) + p_embedder, summed in the forward: the
+    # served temb holds both, so p_embedder adds -0.0.  Every block's and
+    # the final layer's adaLN_modulation = Sequential(SiLU, Linear).
+    slots: List[Any] = [_StandIn("p_embedder", "zero")]
+    for kind, count in (("double", len(model.double_stream_blocks)),
+                        ("single", len(model.single_stream_blocks))):
+        for i in range(count):
+            prefix = f"{kind}_stream_blocks.{i}.block.adaLN_modulation"
+            slots.append(_Slot(f"{prefix}.1", f"{prefix}.0", f"{kind}_mod",
+                               i))
+    slots.append(_Slot("final_layer.adaLN_modulation.1",
+                       "final_layer.adaLN_modulation.0", "final_mod", None))
+    return slots
 
 
 def _cogvideox_slots(model: torch.nn.Module) -> List[Any]:
@@ -410,6 +430,12 @@ _PIXART = _Family("pixart", ("timestep", "resolution", "aspect_ratio"),
                   _t_as_is, 1.0, _pixart_slots, embedder="adaln_single.emb",
                   temb_output="embedded_timestep",
                   extra_inputs=_pixart_inputs)
+# HiDream-I1's pipeline passes the scheduler's float32 t; the pooled
+# embedding reaches p_embedder after t_embedder, so a tap on the forward
+# gives it to the embedder.
+_HIDREAM = _Family("hidream-i1", ("timestep", "-"), _t_as_is, 1.0,
+                   _hidream_slots, embedder="t_embedder",
+                   taps=(("", "pooled_embeds"),))
 # LTX-Video's pipelines pass the scheduler's float32 t (image-to-video: per
 # token, t * (1 - mask)); the model flattens it before the embedder.
 _LTX = _Family("ltx-video", ("timestep", "resolution", "aspect_ratio"),
@@ -480,6 +506,8 @@ def _family_of(model: torch.nn.Module) -> _Family:
         return _PIXART
     if name == "LTXVideoTransformer3DModel":
         return _LTX
+    if name == "HiDreamImageTransformer2DModel":
+        return _HIDREAM
     if name == "CogVideoXTransformer3DModel":
         activation = config.get("timestep_activation_fn", "silu")
         if activation != "silu":
@@ -511,7 +539,8 @@ def _family_of(model: torch.nn.Module) -> _Family:
         "family temb serves (QwenImageTransformer2DModel, "
         "FluxTransformer2DModel, SD3Transformer2DModel, "
         "WanTransformer3DModel, PixArtTransformer2DModel, "
-        "LTXVideoTransformer3DModel, CogVideoXTransformer3DModel, "
+        "LTXVideoTransformer3DModel, HiDreamImageTransformer2DModel, "
+        "CogVideoXTransformer3DModel, "
         "Flux2Transformer2DModel, "
         "HunyuanVideo15Transformer3DModel, UNet2DConditionModel)")
 
@@ -743,9 +772,12 @@ class OffloadedConditioning:
                 self._schedule = torch.cat([self._schedule,
                                             self._schedule.new_zeros(1)])
         self._scheduled = set()
-        # Rows of t alone: none of guidance, pooled or extra inputs.
+        # Rows of t alone: none of guidance, pooled (an argument of the
+        # embedder's or tapped) or extra inputs.
+        others = set(self.family.arguments) | {
+            "pooled" for _, name in self.family.taps if name in _POOLED_NAMES}
         if (self._schedule is not None and not self.extra_inputs
-                and not {"guidance", "pooled"} & set(self.family.arguments)):
+                and not {"guidance", "pooled"} & others):
             self._scheduled.add(self._t_alone(self.dtype))
             self._prefetch = threading.Thread(
                 target=self._prefetch_schedule,
@@ -1283,10 +1315,8 @@ class ConditioningEmbedder(torch.nn.Module):
     def forward(self, *args: Any, **kwargs: Any) -> torch.Tensor:
         names = self.state.family.arguments
         given = dict(zip(names, args))
-        aliases = {"pooled_projection": "pooled",
-                   "pooled_projections": "pooled"}
         for name, value in kwargs.items():
-            given[aliases.get(name, name)] = value
+            given["pooled" if name in _POOLED_NAMES else name] = value
         given.pop("-", None)
         self._add_tapped(given)
         timestep = given["timestep"]
@@ -1334,7 +1364,8 @@ class ConditioningEmbedder(torch.nn.Module):
                 # A module receives the rows flattened (add_time_proj sees
                 # time_ids.flatten()): one row per pooled row.
                 value = torch.as_tensor(value).reshape(pooled.shape[0], -1)
-            given.setdefault(name, value)
+            given.setdefault("pooled" if name in _POOLED_NAMES else name,
+                             value)
 
     def extra_repr(self) -> str:
         return f"model={self.state.model!r}, family={self.state.family.name}"
@@ -1668,7 +1699,8 @@ def offload_conditioning(transformer: torch.nn.Module, *, client: Any,
         setattr(parent, name, lookup)
         state.replaced.append(table.table)
     state.taps = tuple(tap for tap in family.taps
-                       if tap[1] == "timestep" or tap[1] in extra_inputs)
+                       if tap[1] == "timestep" or tap[1] in _POOLED_NAMES
+                       or tap[1] in extra_inputs)
     for path, name in state.taps:
         transformer.get_submodule(path).register_forward_pre_hook(
             InputTap(state, name, whole_forward=not path), with_kwargs=True)

@@ -204,7 +204,8 @@ def build(kind, dtype):
 
 
 # The kinds whose model takes a pooled text embedding, and a guidance scale.
-POOLED_KINDS = ("flux.1-dev", "flux.1-schnell", "sd3", "sd3.5", "sdxl-unet")
+POOLED_KINDS = ("flux.1-dev", "flux.1-schnell", "sd3", "sd3.5", "sdxl-unet",
+                "hidream-i1")
 GUIDED_KINDS = ("flux.1-dev", "flux.2-dev")
 
 
@@ -292,7 +293,11 @@ def model_inputs(kind, dtype, pooled):
     generator = torch.Generator().manual_seed(7)
     t = torch.tensor(TIMESTEPS, dtype=torch.float32)
     if kind in FAMILIES:
-        return FAMILIES[kind].inputs(dtype, t, generator)
+        args = FAMILIES[kind].inputs(dtype, t, generator)
+        if kind in POOLED_KINDS:
+            # The pipeline's pooled embedding, in the model's dtype.
+            args[FAMILIES[kind].pooled_argument] = pooled.to(dtype)
+        return args
     if kind == "sdxl-unet":
         # The scheduler's float32 t as it is; the pipeline's pooled
         # embedding and time ids in the model's dtype.
@@ -705,6 +710,7 @@ class Family:
     sinusoids = ()       # its Timesteps modules, by name
     table_sources = {}   # float32 output of a bf16 model: its bf16 addend
     float32_stage = None  # (float32 module rounded to bf16, temb's value)
+    pooled_argument = None  # the forward's pooled embedding (POOLED_KINDS)
 
     def save(self, dtype, folder):
         model = self.build(dtype)
@@ -1146,6 +1152,73 @@ class QwenLayered(Family):
             ]
 
 
+class HiDream(Family):
+    """HiDream-I1: FLUX-like per-block modulation (12D double-stream, 6D
+    single-stream blocks, 2D final layer) of temb = the timestep MLP + the
+    pooled embedding's MLP.  MoE feed-forwards of 2 experts, one active."""
+    sinusoids = ("t_embedder.time_proj",)
+    scalar_names = ("t_model",)
+    pooled_argument = "pooled_embeds"
+
+    def build(self, dtype):
+        torch.manual_seed(14)
+        model = diffusers.HiDreamImageTransformer2DModel(
+            patch_size=2, in_channels=4, num_layers=2, num_single_layers=3,
+            attention_head_dim=WIDTH // 4, num_attention_heads=4,
+            caption_channels=[24, 24], text_emb_dim=POOLED,
+            num_routed_experts=2, num_activated_experts=1,
+            axes_dims_rope=(16, 24, 24), max_resolution=(8, 8),
+            llama_layers=list(range(5)))
+        return model.to(dtype).eval()
+
+    def modules(self, model):
+        found = [("temb", None, model.double_stream_blocks[0],
+                  Argument("temb"))]
+        found += [("double_mod", i, b.block.adaLN_modulation[1])
+                  for i, b in enumerate(model.double_stream_blocks)]
+        found += [("single_mod", i, b.block.adaLN_modulation[1])
+                  for i, b in enumerate(model.single_stream_blocks)]
+        return found + [("final_mod", None,
+                         model.final_layer.adaLN_modulation[1])]
+
+    def inputs(self, dtype, t, generator):
+        # HiDreamImagePipeline: t.expand(B), the scheduler's float32 t;
+        # one llama3 layer per block.
+        batch = t.shape[0]
+        return dict(
+            hidden_states=torch.randn(batch, 4, 4, 4,
+                                      generator=generator).to(dtype),
+            timesteps=t,
+            encoder_hidden_states_t5=torch.randn(
+                batch, TEXT_TOKENS, 24, generator=generator).to(dtype),
+            encoder_hidden_states_llama3=torch.randn(
+                5, batch, TEXT_TOKENS, 24, generator=generator).to(dtype))
+
+    def scalars(self, values, embedded):
+        return [(values["t_model"], embedded[self.sinusoids[0]][0])]
+
+    def op_checks(self, model):
+        doubles = [b.block for b in model.double_stream_blocks]
+        singles = [b.block for b in model.single_stream_blocks]
+        checks = [("t_proj", Sinusoid(model.t_embedder.time_proj,
+                                      "t_model"))]
+        checks += mlp_checks("t_emb", model.t_embedder.timestep_embedder,
+                             "t_proj")
+        checks += mlp_checks("p_emb", model.p_embedder.pooled_embedder,
+                             "pooled_model")
+        return checks + [
+            ("temb", Exact(lambda v: v["t_emb"] + v["p_emb"])),
+            ("temb_silu",
+             Exact(lambda v: doubles[0].adaLN_modulation[0](v["temb"]))),
+            ("double_mod", Linear([b.adaLN_modulation[1] for b in doubles],
+                                  "temb_silu", stacked=True)),
+            ("single_mod", Linear([b.adaLN_modulation[1] for b in singles],
+                                  "temb_silu", stacked=True)),
+            ("final_mod", Linear([model.final_layer.adaLN_modulation[1]],
+                                 "temb_silu")),
+        ]
+
+
 FAMILIES = {
     "qwen-image-layered": QwenLayered(),
     "wan": Wan(),
@@ -1155,6 +1228,7 @@ FAMILIES = {
     "cogvideox": CogVideoX(ofs=False),
     "cogvideox-1.5-i2v": CogVideoX(ofs=True),
     "ltx-video": Ltx(),
+    "hidream-i1": HiDream(),
 }
 
 KINDS = ["qwen-image", "qwen-image-edit", "flux.1-dev", "flux.1-schnell", "sd3", "sd3.5",
@@ -1747,9 +1821,17 @@ def check_each_op(kind, model, folder, pooled, temb_cli, tmp_path, flags=()):
         # What each Timesteps module receives, bit for bit.
         family = FAMILIES[kind]
         names = list(family.scalar_names) + [value for value, _ in checks]
+        pooled_file = None
+        if kind in POOLED_KINDS:
+            pooled_file = tmp_path / "pooled.npy"
+            np.save(pooled_file, pooled.numpy().astype(np.float32))
+            names.append("pooled_model")
         values = run_temb(temb_cli, folder, tmp_path / "ops.safetensors",
-                          TIMESTEPS, kind, outputs=sorted(set(names)),
-                          flags=flags)
+                          TIMESTEPS, kind, pooled_file,
+                          outputs=sorted(set(names)), flags=flags)
+        if kind in POOLED_KINDS:
+            assert torch.equal(values["pooled_model"],
+                               pooled.to(torch.bfloat16))
         embedded = sinusoid_calls(kind, model, args)
         for ours, theirs in family.scalars(values, embedded):
             assert ours.dtype == theirs.dtype

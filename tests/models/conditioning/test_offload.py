@@ -34,6 +34,7 @@ the server's other front door.
 """
 
 import copy
+import functools
 import os
 import pathlib
 import pickle
@@ -74,10 +75,12 @@ KINDS = ("qwen-image", "qwen-image-edit", "qwen-image-layered", "flux.1-dev",
 FLUX2_HUNYUAN_UNET_KINDS = ("flux.2-dev", "flux.2-klein", "hunyuanvideo-1.5",
                             "sdxl-unet")
 KINDS += FLUX2_HUNYUAN_UNET_KINDS
-# Wan, PixArt and CogVideoX: their own block below, and their own test of
-# the latents (tables counted as parameters, TI2V's looser bf16 bound).
+# Wan, PixArt, CogVideoX, LTX-Video and HiDream-I1: their own block below,
+# and their own test of the latents (tables counted as parameters, TI2V's
+# looser bf16 bound).
 TABLE_KINDS = ("wan", "wan2.2-ti2v", "pixart-sigma", "pixart-alpha",
-               "cogvideox", "cogvideox-1.5-i2v", "ltx-video", "ltx-video-i2v")
+               "cogvideox", "cogvideox-1.5-i2v", "ltx-video", "ltx-video-i2v",
+               "hidream-i1")
 
 
 def build(kind, dtype):
@@ -402,22 +405,52 @@ def conditioning_parameter_bytes(model, offload):
                for p in model.get_submodule(name).parameters())
 
 
-def with_linears_summed_exactly(model):
-    """A copy of `model` whose conditioning Linears sum in float64 and round
-    once to the model's dtype: PyTorch's own modules under the most exact
-    summation order, a move as large as any order may make."""
+def with_conditioning_linears(model, forward):
+    """A copy of `model` whose conditioning Linears compute forward(x,
+    linear) instead."""
     other = copy.deepcopy(model)
     for module in temb.torch.conditioning_modules(other).values():
         if not isinstance(module, torch.nn.Module):
             continue  # a table
         for linear in module.modules():
             if isinstance(linear, torch.nn.Linear):
-                linear.forward = (
-                    lambda x, m=linear: torch.nn.functional.linear(
-                        x.double(), m.weight.double(),
-                        None if m.bias is None else m.bias.double()
-                    ).to(x.dtype))
+                linear.forward = functools.partial(
+                    forward, linear=linear, own=linear.forward)
     return other
+
+
+def with_linears_summed_exactly(model):
+    """A copy of `model` whose conditioning Linears sum in float64 and round
+    once to the model's dtype: PyTorch's own modules under the most exact
+    summation order, a move as large as any order may make."""
+    def exact(x, linear, own):
+        bias = None if linear.bias is None else linear.bias.double()
+        return torch.nn.functional.linear(
+            x.double(), linear.weight.double(), bias).to(x.dtype)
+    return with_conditioning_linears(model, exact)
+
+
+def with_linears_row_by_row(model):
+    """A copy of `model` whose conditioning Linears take one row at a time:
+    PyTorch's own modules, as the batch of one row computes them (temb's
+    rows are the same whatever they are asked with)."""
+    def one_row_at_a_time(x, linear, own):
+        rows = x.reshape(-1, x.shape[-1]).split(1)
+        return torch.cat([own(row) for row in rows]).reshape(
+            *x.shape[:-1], -1)
+    return with_conditioning_linears(model, one_row_at_a_time)
+
+
+def row_by_row_move(kind, plain, latents):
+    """How far the unpatched bf16 model's own latents move when its
+    conditioning Linears run one row at a time: the bound for a family
+    whose pipeline batches the CFG rows, where PyTorch's bf16 GEMM rounds a
+    row with the row count and a tiny random model carries that further
+    than a tenth of the bf16 vs fp32 distance (docs/offload.md)."""
+    own = denoise(kind, with_linears_row_by_row(plain), torch.bfloat16)
+    move = relative(own, latents)
+    print(f"{kind} bf16: PyTorch's modules one row at a time move {move:.3g}")
+    return own, move
 
 
 def exact_sum_move(kind, plain, latents):
@@ -484,7 +517,7 @@ def test_patched_transformer_denoises_to_the_same_latents(kind, client):
 
 @pytest.mark.parametrize("kind", ("qwen-image", "qwen-image-edit",
                                   "qwen-image-layered", "sd3.5",
-                                  "flux.2-klein", "sdxl-unet"))
+                                  "flux.2-klein", "sdxl-unet", "hidream-i1"))
 def test_a_schedule_costs_one_call_and_a_repeat_none(kind, client):
     dtype = torch.bfloat16
     plain = build(kind, dtype)
@@ -899,6 +932,8 @@ def build_table_kind(kind, dtype):
             return FAMILIES["wan"].save(dtype, scratch)
     if kind.startswith("ltx-video"):
         return FAMILIES["ltx-video"].build(dtype)
+    if kind == "hidream-i1":
+        return FAMILIES[kind].build(dtype)
     if kind == "cogvideox-1.5-i2v":
         # The parity test's 1.5 I2V model, with the image latents' channels
         # beside the latents' as the I2V pipeline concatenates them.
@@ -921,6 +956,11 @@ def table_scheduler(kind):
             flow_shift=5.0 if kind == "wan2.2-ti2v" else 3.0)
     elif kind.startswith("pixart"):
         scheduler = diffusers.DPMSolverMultistepScheduler()
+    elif kind == "hidream-i1":
+        # HiDream-I1-Full's scheduler.
+        scheduler = diffusers.UniPCMultistepScheduler(
+            prediction_type="flow_prediction", use_flow_sigmas=True,
+            flow_shift=3.0)
     elif kind.startswith("ltx-video"):
         # LTX-Video's scheduler config; its pipelines' sigmas and a shift.
         scheduler = diffusers.FlowMatchEulerDiscreteScheduler(
@@ -956,6 +996,11 @@ def table_inputs(kind, dtype):
                     text=text)
     if kind.startswith("pixart"):
         return dict(latents=randn(batch, 4, 4, 4), text=text)
+    if kind == "hidream-i1":
+        # Per prompt, one llama3 layer per block and the pooled embedding.
+        return dict(latents=randn(batch, 4, 4, 4), text=text,
+                    llama=[randn(5, batch, TEXT_TOKENS, 24) for _ in text],
+                    pooled=[randn(batch, POOLED) for _ in text])
     if kind.startswith("ltx-video"):
         # Packed latents, float32 as the pipeline keeps them: 1 frame of
         # 2 x 2 tokens, or for image-to-video 2 frames, the first the
@@ -1003,6 +1048,22 @@ def denoise_table(kind, model, dtype):
                 continue
             model_input = torch.cat([latents] * 2)
             text = torch.cat([negative, positive])
+            if kind == "hidream-i1":
+                # CFG rows batched, [negative, positive]; the pipeline
+                # negates the model's prediction.
+                noise = -model(
+                    hidden_states=model_input,
+                    timesteps=t.expand(2 * batch),
+                    encoder_hidden_states_t5=text,
+                    encoder_hidden_states_llama3=torch.cat(given["llama"],
+                                                           dim=1),
+                    pooled_embeds=torch.cat(given["pooled"]),
+                    return_dict=False)[0]
+                uncond, cond = noise.chunk(2)
+                noise = uncond + 5.0 * (cond - uncond)
+                latents = scheduler.step(noise, t, latents,
+                                         return_dict=False)[0]
+                continue
             if kind.startswith("ltx-video"):
                 # CFG rows batched; image-to-video: per token, t * (1 -
                 # mask), 0 on the image frame's tokens, which the step
@@ -1111,6 +1172,15 @@ def test_table_and_video_families_denoise_to_the_same_latents(kind, client):
     assert error32 <= 1e-5
     plain16, patched16 = results[torch.bfloat16]
     budget = relative(plain16, plain32) / 10
+    if kind == "hidream-i1":
+        # Not met at a tenth: the pipeline batches 2B CFG rows, and
+        # PyTorch's bf16 GEMM rounds some elements of a row otherwise than
+        # for one row; the patched latents are measured against the
+        # unpatched model's with its Linears one row at a time too.
+        own, move = row_by_row_move(kind, plain, plain16)
+        print(f"{kind} bf16: patched vs PyTorch one row at a time "
+              f"{relative(patched16, own):.3g}")
+        budget = max(budget, move)
     if kind == "wan2.2-ti2v":
         # Not met at a tenth: 3 served temb elements (at t = 937 and 833)
         # are one bf16 ulp from PyTorch's, where temb's correctly rounded
