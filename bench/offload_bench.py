@@ -150,6 +150,15 @@ RELEASED = {
         num_routed_experts=4, num_activated_experts=2,
         axes_dims_rope=(64, 32, 32), max_resolution=(128, 128),
         llama_layers=list(range(48)))),
+    # Sana 1600M and 600M (1024 px), their released transformer configs.
+    "Sana-1600M": (diffusers.SanaTransformer2DModel, dict(
+        num_attention_heads=70, attention_head_dim=32, num_layers=20,
+        num_cross_attention_heads=20, cross_attention_head_dim=112,
+        cross_attention_dim=2240, caption_channels=2304, sample_size=32)),
+    "Sana-600M": (diffusers.SanaTransformer2DModel, dict(
+        num_attention_heads=36, attention_head_dim=32, num_layers=28,
+        num_cross_attention_heads=16, cross_attention_head_dim=72,
+        cross_attention_dim=1152, caption_channels=2304, sample_size=32)),
     # LTX-Video 2B (0.9.x) is the class defaults; 13B (0.9.7) D = 4096.
     "LTX-Video-2B": (diffusers.LTXVideoTransformer3DModel, dict(
         num_attention_heads=32, attention_head_dim=64, num_layers=28,

@@ -41,6 +41,7 @@ struct ConditioningModel::PlannedOp {
   DType weight_dtype = DType::kFloat32;    // of weights and biases
   int64_t groups = 1;                      // kLinear
   SinusoidParams sinusoid;                 // kSinusoid, config fields resolved
+  float constant = 0;                      // kDivide, kMultiply, as float32
   std::vector<std::vector<float>> tables;  // kTableAdd: one per block
   std::vector<int> engine_ids;  // kLinear on a LinearEngine: one per block
 };
@@ -454,6 +455,18 @@ absl::Status ConditioningModel::Plan(const Checkpoint& checkpoint) {
     out.cols = in[0]->cols;
     out.scalar = in[0]->scalar;
     switch (op.kind) {
+      case OpKind::kDivide:
+      case OpKind::kMultiply: {
+        // PyTorch multiplies (divides) a float32 tensor by a Python number
+        // rounded to float32.
+        double constant = op.constant;
+        if (!op.constant_field.empty()) {
+          ASSIGN_OR_RETURN(constant,
+                           config.Number(op.constant_field, op.constant));
+        }
+        planned.constant = static_cast<float>(constant);
+        break;
+      }
       case OpKind::kSinusoid: {
         // A row value's elements are embedded each, side by side: diffusers'
         // sinusoid of x.flatten() reshaped to [N, -1].
@@ -673,14 +686,12 @@ absl::Status ConditioningModel::Run(
       break;
     case OpKind::kDivide:
       for (size_t i = 0; i < out.size(); ++i) {
-        out[i] =
-            Rounded(in[i] / static_cast<float>(op.constant), op.dtype, dtype_);
+        out[i] = Rounded(in[i] / planned.constant, op.dtype, dtype_);
       }
       break;
     case OpKind::kMultiply:
       for (size_t i = 0; i < out.size(); ++i) {
-        out[i] =
-            Rounded(in[i] * static_cast<float>(op.constant), op.dtype, dtype_);
+        out[i] = Rounded(in[i] * planned.constant, op.dtype, dtype_);
       }
       break;
     case OpKind::kSilu:

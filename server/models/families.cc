@@ -512,6 +512,32 @@ FamilyDescription Ltx() {
   return family;
 }
 
+FamilyDescription Sana() {
+  FamilyDescription family;
+  family.class_name = "SanaTransformer2DModel";
+  family.name = "sana";
+  family.width_fields = {"num_attention_heads", "attention_head_dim"};
+  // Sana-Sprint embeds a guidance scale beside t, in another embedder.
+  family.unsupported_flags = {"guidance_embeds"};
+  family.inputs = {{"t", "", "", "the scheduler's timesteps (0..1000)"}};
+  std::vector<Op>& ops = family.ops;
+  // Pipeline: t.expand(B) * transformer.config.timestep_scale, in float32;
+  // AdaLayerNormSingle's embedder as PixArt-Sigma's: Timesteps(256, flip,
+  // shift 0) in float32, cast to hidden_states' dtype.
+  ops.push_back(Cast("t_given", "t", ValueDType::kFloat32));
+  Op scaled = Multiply("t_model", "t_given", 1);
+  scaled.constant_field = "timestep_scale";
+  scaled.dtype = ValueDType::kFloat32;
+  ops.push_back(scaled);
+  ops.push_back(Sinusoid("t_sinus", "t_model", 1));
+  ops.push_back(Cast("t_proj", "t_sinus", ValueDType::kModel));
+  AppendMlp(&ops, "temb", "t_proj", "time_embed.emb.timestep_embedder");
+  // SanaTransformerBlock: scale_shift_table[None] + timestep.reshape(B, 6,
+  // -1); SanaModulatedNorm: scale_shift_table[None] + temb[:, None].
+  AppendAdaLayerNormSingle(&family, "time_embed");
+  return family;
+}
+
 FamilyDescription HunyuanVideo15() {
   FamilyDescription family;
   family.class_name = "HunyuanVideo15Transformer3DModel";
@@ -789,8 +815,8 @@ FamilyDescription SdxlUnet() {
 
 const std::vector<FamilyDescription>& Families() {
   static const auto* families = new std::vector<FamilyDescription>{
-      QwenImage(),      Flux1(), Sd3(),      Wan(), PixArt(), CogVideoX(),
-      HunyuanVideo15(), Flux2(), SdxlUnet(), Ltx(), HiDream()};
+      QwenImage(),      Flux1(), Sd3(),      Wan(), PixArt(),  CogVideoX(),
+      HunyuanVideo15(), Flux2(), SdxlUnet(), Ltx(), HiDream(), Sana()};
   return *families;
 }
 

@@ -45,6 +45,7 @@ from __future__ import annotations
 import collections
 import copy
 import dataclasses
+import functools
 import hashlib
 import inspect
 import math
@@ -218,6 +219,12 @@ def _pixart_slots(model: torch.nn.Module) -> List[Any]:
     return _ada_layer_norm_single_slots(model, "adaln_single")
 
 
+def _sana_slots(model: torch.nn.Module) -> List[Any]:
+    # PixArt-Sigma's AdaLayerNormSingle as time_embed; the output norm is
+    # handed the model's own table.
+    return _ada_layer_norm_single_slots(model, "time_embed")
+
+
 def _ltx_slots(model: torch.nn.Module) -> List[Any]:
     # PixArt's AdaLayerNormSingle as time_embed; the tables are added per
     # token ([B, T, k, D]) to rows of timestep.flatten().
@@ -348,6 +355,13 @@ def _t_as_is(t: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     return t.to(torch.float32)
 
 
+def _t_scaled(t: torch.Tensor, dtype: torch.dtype,
+              scale: float) -> torch.Tensor:
+    # Sana's pipeline: t.expand(B) * transformer.config.timestep_scale, a
+    # float32 product.
+    return t.to(torch.float32) * scale
+
+
 def _guidance_flux(g: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     # The pipeline's float32 scale, .to(dtype) * 1000 in the model.
     return g.to(dtype) * 1000
@@ -430,6 +444,11 @@ _PIXART = _Family("pixart", ("timestep", "resolution", "aspect_ratio"),
                   _t_as_is, 1.0, _pixart_slots, embedder="adaln_single.emb",
                   temb_output="embedded_timestep",
                   extra_inputs=_pixart_inputs)
+# Sana's pipeline scales the scheduler's t by the config's timestep_scale
+# (_family_of sets it per model).
+_SANA = _Family("sana", ("timestep", "resolution", "aspect_ratio"),
+                _t_as_is, 1.0, _sana_slots, embedder="time_embed.emb",
+                temb_output="embedded_timestep")
 # HiDream-I1's pipeline passes the scheduler's float32 t; the pooled
 # embedding reaches p_embedder after t_embedder, so a tap on the forward
 # gives it to the embedder.
@@ -508,6 +527,16 @@ def _family_of(model: torch.nn.Module) -> _Family:
         return _LTX
     if name == "HiDreamImageTransformer2DModel":
         return _HIDREAM
+    if name == "SanaTransformer2DModel":
+        if config.get("guidance_embeds"):
+            raise ValueError(
+                "offload_conditioning: SanaTransformer2DModel with "
+                "guidance_embeds=True (Sana-Sprint) is not served by temb's "
+                "conditioning models")
+        scale = float(config.get("timestep_scale", 1.0))
+        return dataclasses.replace(
+            _SANA, timestep=functools.partial(_t_scaled, scale=scale),
+            timestep_factor=scale)
     if name == "CogVideoXTransformer3DModel":
         activation = config.get("timestep_activation_fn", "silu")
         if activation != "silu":
@@ -540,6 +569,7 @@ def _family_of(model: torch.nn.Module) -> _Family:
         "FluxTransformer2DModel, SD3Transformer2DModel, "
         "WanTransformer3DModel, PixArtTransformer2DModel, "
         "LTXVideoTransformer3DModel, HiDreamImageTransformer2DModel, "
+        "SanaTransformer2DModel, "
         "CogVideoXTransformer3DModel, "
         "Flux2Transformer2DModel, "
         "HunyuanVideo15Transformer3DModel, UNet2DConditionModel)")

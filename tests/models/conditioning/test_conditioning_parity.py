@@ -1152,6 +1152,57 @@ class QwenLayered(Family):
             ]
 
 
+class Sana(Family):
+    """Sana: PixArt-Sigma's AdaLayerNormSingle as `time_embed`, fed the
+    pipeline's t * config.timestep_scale (1.3 here, a product float32
+    rounds, so the scale's use is what is compared)."""
+    sinusoids = ("time_embed.emb.time_proj",)
+    scalar_names = ("t_model",)
+    timestep_scale = 1.3
+
+    def build(self, dtype):
+        torch.manual_seed(15)
+        model = diffusers.SanaTransformer2DModel(
+            in_channels=4, out_channels=4, num_attention_heads=4,
+            attention_head_dim=WIDTH // 4, num_layers=3,
+            num_cross_attention_heads=4, cross_attention_head_dim=WIDTH // 4,
+            cross_attention_dim=WIDTH, caption_channels=24, sample_size=4,
+            patch_size=1, timestep_scale=self.timestep_scale)
+        return model.to(dtype).eval()
+
+    def modules(self, model):
+        return ada_layer_norm_single_modules(model, model.time_embed)
+
+    def inputs(self, dtype, t, generator):
+        # SanaPipeline: t.expand(B) * transformer.config.timestep_scale.
+        batch = t.shape[0]
+        return dict(
+            hidden_states=torch.randn(batch, 4, 4, 4,
+                                      generator=generator).to(dtype),
+            encoder_hidden_states=torch.randn(
+                batch, TEXT_TOKENS, 24, generator=generator).to(dtype),
+            encoder_attention_mask=torch.ones(batch, TEXT_TOKENS),
+            timestep=t * self.timestep_scale)
+
+    def scalars(self, values, embedded):
+        return [(values["t_model"], embedded[self.sinusoids[0]][0])]
+
+    def op_checks(self, model):
+        embed, blocks = model.time_embed, model.transformer_blocks
+        checks = [("t_proj", Sinusoid(embed.emb.time_proj, "t_model"))]
+        checks += mlp_checks("temb", embed.emb.timestep_embedder, "t_proj")
+        return checks + [
+            ("temb_silu", Exact(lambda v: embed.silu(v["temb"]))),
+            ("timestep", Linear([embed.linear], "temb_silu")),
+            ("block_mod", Exact(lambda v: torch.stack(
+                [b.scale_shift_table[None] +
+                 v["timestep"].reshape(v["timestep"].shape[0], 6, -1)
+                 for b in blocks], dim=1))),
+            ("norm_out", Exact(lambda v: model.scale_shift_table[None] +
+                               v["temb"][:, None])),
+        ]
+
+
 class HiDream(Family):
     """HiDream-I1: FLUX-like per-block modulation (12D double-stream, 6D
     single-stream blocks, 2D final layer) of temb = the timestep MLP + the
@@ -1229,6 +1280,7 @@ FAMILIES = {
     "cogvideox-1.5-i2v": CogVideoX(ofs=True),
     "ltx-video": Ltx(),
     "hidream-i1": HiDream(),
+    "sana": Sana(),
 }
 
 KINDS = ["qwen-image", "qwen-image-edit", "flux.1-dev", "flux.1-schnell", "sd3", "sd3.5",
@@ -2075,6 +2127,19 @@ def test_cli_refuses_bad_requests_naming_the_cause(saved, temb_cli, tmp_path):
                                 f"--inputs=addition_t_cond=0,{bad}", out)
         assert code == 1 and ("addition_t_cond[1] must be an integer in "
                               f"[0, 2), got {bad}") in err, err
+    # Sana-Sprint (guidance_embeds) is refused, naming the flag.
+    _, sana, _ = saved[("sana", "bf16")]
+    sprint = tmp_path / "sprint"
+    sprint.mkdir()
+    for item in sana.iterdir():
+        (sprint / item.name).write_bytes(item.read_bytes())
+    config = json.loads((sprint / "config.json").read_text())
+    config["guidance_embeds"] = True
+    (sprint / "config.json").write_text(json.dumps(config))
+    code, err = run_failing(temb_cli, f"--model_dir={sprint}",
+                            "--timesteps=1", out)
+    assert code == 1 and "field guidance_embeds" in err and \
+        "not supported for sana" in err
     # The SDXL UNet: time ids missing, malformed, or of the wrong width.
     _, sdxl, _ = saved[("sdxl-unet", "bf16")]
     pooled_file = tmp_path / "pooled.npy"

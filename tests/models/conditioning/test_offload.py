@@ -80,7 +80,7 @@ KINDS += FLUX2_HUNYUAN_UNET_KINDS
 # looser bf16 bound).
 TABLE_KINDS = ("wan", "wan2.2-ti2v", "pixart-sigma", "pixart-alpha",
                "cogvideox", "cogvideox-1.5-i2v", "ltx-video", "ltx-video-i2v",
-               "hidream-i1")
+               "hidream-i1", "sana")
 
 
 def build(kind, dtype):
@@ -798,6 +798,13 @@ def test_unserved_variants_and_inexact_time_ids_are_refused(client):
             hunyuan_video15_model(torch.float32).config, use_meanflow=True)
     assert "time_cond_proj_dim=32" in refused(lcm)
     assert "use_meanflow=True" in refused(meanflow)
+    # Sana-Sprint embeds a guidance scale beside t.
+    with torch.device("meta"):
+        sprint = diffusers.SanaTransformer2DModel.from_config(
+            FAMILIES["sana"].build(torch.float32).config,
+            guidance_embeds=True)
+    assert "guidance_embeds=True (Sana-Sprint)" in refused(sprint,
+                                                          "sana-fp32")
     # Served FLUX.2-dev rows for a klein transformer: no guidance embedder.
     message = refused(build("flux.2-klein", torch.float32), "flux.2-dev-fp32")
     assert "guidance" in message
@@ -932,7 +939,7 @@ def build_table_kind(kind, dtype):
             return FAMILIES["wan"].save(dtype, scratch)
     if kind.startswith("ltx-video"):
         return FAMILIES["ltx-video"].build(dtype)
-    if kind == "hidream-i1":
+    if kind in ("hidream-i1", "sana"):
         return FAMILIES[kind].build(dtype)
     if kind == "cogvideox-1.5-i2v":
         # The parity test's 1.5 I2V model, with the image latents' channels
@@ -956,6 +963,11 @@ def table_scheduler(kind):
             flow_shift=5.0 if kind == "wan2.2-ti2v" else 3.0)
     elif kind.startswith("pixart"):
         scheduler = diffusers.DPMSolverMultistepScheduler()
+    elif kind == "sana":
+        # Sana's scheduler config.
+        scheduler = diffusers.DPMSolverMultistepScheduler(
+            prediction_type="flow_prediction", use_flow_sigmas=True,
+            flow_shift=3.0)
     elif kind == "hidream-i1":
         # HiDream-I1-Full's scheduler.
         scheduler = diffusers.UniPCMultistepScheduler(
@@ -994,7 +1006,7 @@ def table_inputs(kind, dtype):
         return dict(latents=randn(batch, 4, 2, 4, 4, dt=torch.float32),
                     condition=randn(batch, 4, 2, 4, 4, dt=torch.float32),
                     text=text)
-    if kind.startswith("pixart"):
+    if kind.startswith("pixart") or kind == "sana":
         return dict(latents=randn(batch, 4, 4, 4), text=text)
     if kind == "hidream-i1":
         # Per prompt, one llama3 layer per block and the pooled embedding.
@@ -1048,6 +1060,20 @@ def denoise_table(kind, model, dtype):
                 continue
             model_input = torch.cat([latents] * 2)
             text = torch.cat([negative, positive])
+            if kind == "sana":
+                # CFG rows batched; SanaPipeline scales t by the config's
+                # timestep_scale.
+                noise = model(
+                    model_input, encoder_hidden_states=text,
+                    encoder_attention_mask=torch.ones(2 * batch, TEXT_TOKENS),
+                    timestep=t.expand(2 * batch) *
+                    model.config.timestep_scale,
+                    return_dict=False)[0].float()
+                uncond, cond = noise.chunk(2)
+                noise = uncond + 4.5 * (cond - uncond)
+                latents = scheduler.step(noise, t, latents,
+                                         return_dict=False)[0].to(dtype)
+                continue
             if kind == "hidream-i1":
                 # CFG rows batched, [negative, positive]; the pipeline
                 # negates the model's prediction.
@@ -1172,7 +1198,7 @@ def test_table_and_video_families_denoise_to_the_same_latents(kind, client):
     assert error32 <= 1e-5
     plain16, patched16 = results[torch.bfloat16]
     budget = relative(plain16, plain32) / 10
-    if kind == "hidream-i1":
+    if kind in ("hidream-i1", "sana"):
         # Not met at a tenth: the pipeline batches 2B CFG rows, and
         # PyTorch's bf16 GEMM rounds some elements of a row otherwise than
         # for one row; the patched latents are measured against the

@@ -88,7 +88,10 @@ struct Op {
   std::string out;
   std::vector<std::string> in;
   ValueDType dtype = ValueDType::kModel;
-  double constant = 0;      // kDivide, kMultiply
+  double constant = 0;  // kDivide, kMultiply
+  // kDivide, kMultiply: the config.json number `constant_field` instead,
+  // `constant` when the field is absent (Sana's timestep_scale).
+  std::string constant_field;
   SinusoidParams sinusoid;  // kSinusoid
   std::string weight;       // kLinear: "<prefix>" for <prefix>.weight/.bias
   int width_d = 0;          // kLinear: output width, in multiples of D
