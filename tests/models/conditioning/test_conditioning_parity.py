@@ -856,6 +856,23 @@ def ada_layer_norm_single_modules(model, adaln):
     return found
 
 
+def ada_layer_norm_single_checks(model, adaln):
+    """op_checks after the embedder of PixArt's and Sana's
+    AdaLayerNormSingle `adaln`: its Linear, and the sums with the blocks'
+    and the output's tables as the model forms them, on temb's inputs."""
+    blocks = model.transformer_blocks
+    return [
+        ("temb_silu", Exact(lambda v: adaln.silu(v["temb"]))),
+        ("timestep", Linear([adaln.linear], "temb_silu")),
+        ("block_mod", Exact(lambda v: torch.stack(
+            [b.scale_shift_table[None] +
+             v["timestep"].reshape(v["timestep"].shape[0], 6, -1)
+             for b in blocks], dim=1))),
+        ("norm_out", Exact(lambda v: model.scale_shift_table[None] +
+                           v["temb"][:, None])),
+    ]
+
+
 class PixArt(Family):
     """PixArt-Sigma (use_additional_conditions false) or alpha (true).  The
     alpha model leaves the flag null at sample_size 128, as diffusers
@@ -922,7 +939,6 @@ class PixArt(Family):
     def op_checks(self, model):
         adaln = model.adaln_single
         emb = adaln.emb
-        blocks = model.transformer_blocks
         checks = [("t_proj", Sinusoid(emb.time_proj, "t_model"))]
         checks += mlp_checks("t_emb", emb.timestep_embedder, "t_proj")
         if self.alpha:
@@ -940,18 +956,7 @@ class PixArt(Family):
             ]
         else:
             checks += [("temb", Exact(lambda v: v["t_emb"]))]
-        checks += [
-            ("temb_silu", Exact(lambda v: adaln.silu(v["temb"]))),
-            ("timestep", Linear([adaln.linear], "temb_silu")),
-            # As the blocks and the output compute them, on temb's inputs.
-            ("block_mod", Exact(lambda v: torch.stack(
-                [b.scale_shift_table[None] +
-                 v["timestep"].reshape(v["timestep"].shape[0], 6, -1)
-                 for b in blocks], dim=1))),
-            ("norm_out", Exact(lambda v: model.scale_shift_table[None] +
-                               v["temb"][:, None])),
-        ]
-        return checks
+        return checks + ada_layer_norm_single_checks(model, adaln)
 
 
 class Ltx(Family):
@@ -1188,19 +1193,10 @@ class Sana(Family):
         return [(values["t_model"], embedded[self.sinusoids[0]][0])]
 
     def op_checks(self, model):
-        embed, blocks = model.time_embed, model.transformer_blocks
+        embed = model.time_embed
         checks = [("t_proj", Sinusoid(embed.emb.time_proj, "t_model"))]
         checks += mlp_checks("temb", embed.emb.timestep_embedder, "t_proj")
-        return checks + [
-            ("temb_silu", Exact(lambda v: embed.silu(v["temb"]))),
-            ("timestep", Linear([embed.linear], "temb_silu")),
-            ("block_mod", Exact(lambda v: torch.stack(
-                [b.scale_shift_table[None] +
-                 v["timestep"].reshape(v["timestep"].shape[0], 6, -1)
-                 for b in blocks], dim=1))),
-            ("norm_out", Exact(lambda v: model.scale_shift_table[None] +
-                               v["temb"][:, None])),
-        ]
+        return checks + ada_layer_norm_single_checks(model, embed)
 
 
 class HiDream(Family):
