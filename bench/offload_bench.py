@@ -150,6 +150,8 @@ RELEASED = {
         num_routed_experts=4, num_activated_experts=2,
         axes_dims_rope=(64, 32, 32), max_resolution=(128, 128),
         llama_layers=list(range(48)))),
+    # Z-Image(-Turbo): the class defaults.
+    "Z-Image": (diffusers.ZImageTransformer2DModel, dict(dim=3840)),
     # Sana 1600M and 600M (1024 px), their released transformer configs.
     "Sana-1600M": (diffusers.SanaTransformer2DModel, dict(
         num_attention_heads=70, attention_head_dim=32, num_layers=20,
@@ -187,9 +189,10 @@ def table(_args):
             model = cls(**config)
         total = count([model])
         freed = count(temb.torch.conditioning_modules(model).values())
-        # A UNet has no single width: "-".
+        # Z-Image gives its width as dim; a UNet has no single width: "-".
         width = (config["attention_head_dim"] * config["num_attention_heads"]
-                 if "num_attention_heads" in config else "-")
+                 if "num_attention_heads" in config
+                 else config.get("dim", "-"))
         print(f"| {name} | {width} | {total / 1e9:.3f} B | {freed / 1e6:.1f} M "
               f"| {2 * freed / GIB:.2f} GiB | {100 * freed / total:.1f}% |")
 

@@ -456,9 +456,10 @@ absl::Status ConditioningModel::Plan(const Checkpoint& checkpoint) {
     out.scalar = in[0]->scalar;
     switch (op.kind) {
       case OpKind::kDivide:
-      case OpKind::kMultiply: {
-        // PyTorch multiplies (divides) a float32 tensor by a Python number
-        // rounded to float32.
+      case OpKind::kMultiply:
+      case OpKind::kSubtractFrom: {
+        // PyTorch multiplies (divides, subtracts) a float32 tensor and a
+        // Python number rounded to float32.
         double constant = op.constant;
         if (!op.constant_field.empty()) {
           ASSIGN_OR_RETURN(constant,
@@ -692,6 +693,11 @@ absl::Status ConditioningModel::Run(
     case OpKind::kMultiply:
       for (size_t i = 0; i < out.size(); ++i) {
         out[i] = Rounded(in[i] * planned.constant, op.dtype, dtype_);
+      }
+      break;
+    case OpKind::kSubtractFrom:
+      for (size_t i = 0; i < out.size(); ++i) {
+        out[i] = Rounded(planned.constant - in[i], op.dtype, dtype_);
       }
       break;
     case OpKind::kSilu:

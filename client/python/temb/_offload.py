@@ -247,6 +247,20 @@ def _hidream_slots(model: torch.nn.Module) -> List[Any]:
     return slots
 
 
+def _z_image_slots(model: torch.nn.Module) -> List[Any]:
+    # t_embedder (the embedder) gives temb; every modulated block's
+    # adaLN_modulation is one Linear of it, with no SiLU before; the final
+    # layer's is SiLU then Linear.
+    slots: List[Any] = []
+    for name in ("noise_refiner", "layers"):
+        output = "refiner_mod" if name == "noise_refiner" else "layer_mod"
+        slots += [_Slot(f"{name}.{i}.adaLN_modulation.0", None, output, i)
+                  for i in range(len(getattr(model, name)))]
+    final = f"all_final_layer.{_Z_IMAGE_FINAL}.adaLN_modulation"
+    slots.append(_Slot(f"{final}.1", f"{final}.0", "final_mod", None))
+    return slots
+
+
 def _cogvideox_slots(model: torch.nn.Module) -> List[Any]:
     # time_proj (the embedder) -> .to(dtype) -> time_embedding, [+ the ofs
     # embedding], then CogVideoXLayerNormZero norm1 and norm2 in every block
@@ -362,6 +376,17 @@ def _t_scaled(t: torch.Tensor, dtype: torch.dtype,
     return t.to(torch.float32) * scale
 
 
+def _t_z_image(t: torch.Tensor, dtype: torch.dtype,
+               scale: float) -> torch.Tensor:
+    # Z-Image's pipeline: (1000 - t) / 1000 in float32; the model embeds
+    # that times config.t_scale.
+    return (1000 - t.to(torch.float32)) / 1000 * scale
+
+
+def _t_z_image_back(seen: torch.Tensor, scale: float) -> torch.Tensor:
+    return 1000 - seen * (1000 / scale)
+
+
 def _guidance_flux(g: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     # The pipeline's float32 scale, .to(dtype) * 1000 in the model.
     return g.to(dtype) * 1000
@@ -373,10 +398,11 @@ class _Family:
     # The replaced embedder's forward arguments, in diffusers' order
     # ("timestep", "guidance", "pooled", or "-" for one it ignores).
     arguments: Tuple[str, ...]
-    # Scheduler t -> the timestep the embedder receives, and the factor
-    # between them (embedder value ~= t * factor), for going back.
+    # Scheduler t -> the timestep the embedder receives, and for going back
+    # the factor between them (embedder value ~= t * factor), or a function
+    # from the embedder's value (float64) to about t.
     timestep: Callable[[torch.Tensor, torch.dtype], torch.Tensor]
-    timestep_factor: float
+    timestep_factor: Any
     # _Slot, _Table and _StandIn rows.
     slots: Callable[[torch.nn.Module], List[Any]]
     guidance: Optional[Callable[[torch.Tensor, torch.dtype],
@@ -449,6 +475,12 @@ _PIXART = _Family("pixart", ("timestep", "resolution", "aspect_ratio"),
 _SANA = _Family("sana", ("timestep", "resolution", "aspect_ratio"),
                 _t_as_is, 1.0, _sana_slots, embedder="time_embed.emb",
                 temb_output="embedded_timestep")
+# Z-Image: the final layer of the released patch sizes, the only one the
+# conditioning model serves; the time and scale set per model by
+# _family_of.
+_Z_IMAGE_FINAL = "2-1"
+_Z_IMAGE = _Family("z-image", ("timestep",), _t_as_is, 1.0, _z_image_slots,
+                   embedder="t_embedder")
 # HiDream-I1's pipeline passes the scheduler's float32 t; the pooled
 # embedding reaches p_embedder after t_embedder, so a tap on the forward
 # gives it to the embedder.
@@ -527,6 +559,18 @@ def _family_of(model: torch.nn.Module) -> _Family:
         return _LTX
     if name == "HiDreamImageTransformer2DModel":
         return _HIDREAM
+    if name == "ZImageTransformer2DModel":
+        sizes = (list(config.get("all_patch_size", ())),
+                 list(config.get("all_f_patch_size", ())))
+        if sizes != ([2], [1]):
+            raise ValueError(
+                "offload_conditioning: ZImageTransformer2DModel with "
+                f"all_patch_size={sizes[0]}, all_f_patch_size={sizes[1]} is "
+                "not served by temb's conditioning models ([2] and [1])")
+        scale = float(config.get("t_scale", 1000.0))
+        return dataclasses.replace(
+            _Z_IMAGE, timestep=functools.partial(_t_z_image, scale=scale),
+            timestep_factor=functools.partial(_t_z_image_back, scale=scale))
     if name == "SanaTransformer2DModel":
         if config.get("guidance_embeds"):
             raise ValueError(
@@ -569,7 +613,7 @@ def _family_of(model: torch.nn.Module) -> _Family:
         "FluxTransformer2DModel, SD3Transformer2DModel, "
         "WanTransformer3DModel, PixArtTransformer2DModel, "
         "LTXVideoTransformer3DModel, HiDreamImageTransformer2DModel, "
-        "SanaTransformer2DModel, "
+        "SanaTransformer2DModel, ZImageTransformer2DModel, "
         "CogVideoXTransformer3DModel, "
         "Flux2Transformer2DModel, "
         "HunyuanVideo15Transformer3DModel, UNet2DConditionModel)")
@@ -580,7 +624,7 @@ def _family_of(model: torch.nn.Module) -> _Family:
 _NEIGHBOURS = (0, -1, 1, -2, 2, -3, 3, -4, 4)
 
 
-def _scheduler_values(seen: torch.Tensor, forward: Callable, factor: float,
+def _scheduler_values(seen: torch.Tensor, forward: Callable, factor: Any,
                       dtype: torch.dtype, what: str) -> torch.Tensor:
     """float32 values v with forward(v, dtype) == seen, bit for bit.
 
@@ -588,10 +632,11 @@ def _scheduler_values(seen: torch.Tensor, forward: Callable, factor: float,
     / 1000 ...), and temb takes the scheduler's t and applies the same
     roundings itself.  Any v that the pipeline's arithmetic maps onto
     `seen` gives the same rows, so v is searched among the float32 and
-    bfloat16 neighbours of seen / factor, and each is checked with the
-    pipeline's own operations."""
+    bfloat16 neighbours of seen / factor (or of factor(seen), a function
+    back), and each is checked with the pipeline's own operations."""
     seen32 = seen.detach().to("cpu", torch.float32).reshape(-1)
-    start = (seen32.double() / factor).float()
+    start = (factor(seen32.double()) if callable(factor)
+             else seen32.double() / factor).float()
     bits = start.view(torch.int32)
     candidates = [(bits + k).view(torch.float32) for k in _NEIGHBOURS]
     candidates += [(((bits >> 16) + k) << 16).view(torch.float32)

@@ -547,8 +547,9 @@ def capture_row_by_row(kind, model, args):
             if torch.is_tensor(value) and value.dim() > 0 and \
                     value.shape[0] == batch:
                 one[key] = value[row:row + 1]
-            elif key == "img_shapes":
-                one[key] = value[:1]
+            elif isinstance(value, list) and len(value) == batch:
+                # Qwen-Image's img_shapes, Z-Image's per-sample tensors.
+                one[key] = value[row:row + 1]
             elif isinstance(value, dict):  # PixArt's, SDXL's added_cond_kwargs
                 one[key] = {k: None if v is None else v[row:row + 1]
                             for k, v in value.items()}
@@ -690,16 +691,15 @@ def float64_reference_of(kind, model32, args32):
     copy returns the float64 sinusoid of what the float32 model embedded."""
     embedded = sinusoid_calls(kind, model32, args32)
     model64 = copy.deepcopy(model32).to(torch.float64)
-    modules = dict(model64.named_modules())
-    overrides = []
-    for name, calls in embedded.items():
-        calls = iter(calls)
+    overrides = FAMILIES[kind].float64_overrides(
+        dict(model64.named_modules()), embedded)
 
-        def override(module, _inputs, _output, calls=calls):
-            return float64_timesteps(module, next(calls))
-        overrides.append((modules[name], override))
-    args64 = {k: (v.to(torch.float64) if torch.is_tensor(v) and
-                  v.is_floating_point() else v) for k, v in args32.items()}
+    def to64(value):
+        if isinstance(value, list):  # Z-Image's per-sample tensors
+            return [to64(v) for v in value]
+        return (value.to(torch.float64) if torch.is_tensor(value) and
+                value.is_floating_point() else value)
+    args64 = {k: to64(v) for k, v in args32.items()}
     return capture(kind, model64, args64, sinusoid_overrides=overrides)
 
 
@@ -719,6 +719,19 @@ class Family:
 
     def extra_inputs(self, rows):
         return {}
+
+    def float64_overrides(self, modules, embedded):
+        """(module, forward hook) pairs by which the float64 copy's
+        Timesteps modules (by name in `modules`) return the float64
+        sinusoid of what the float32 model embedded (`embedded`)."""
+        overrides = []
+        for name, calls in embedded.items():
+            calls = iter(calls)
+
+            def override(module, _inputs, _output, calls=calls):
+                return float64_timesteps(module, next(calls))
+            overrides.append((modules[name], override))
+        return overrides
 
 
 def wan_config():
@@ -1199,6 +1212,81 @@ class Sana(Family):
         return checks + ada_layer_norm_single_checks(model, embed)
 
 
+class ZImage(Family):
+    """Z-Image: the pipeline's (1000 - t) / 1000 times the config's t_scale,
+    embedded by TimestepEmbedder's own sinusoid into a 256-wide temb; every
+    modulated block's adaLN_modulation is a Linear of temb without SiLU,
+    the final layer's SiLU then Linear."""
+    sinusoids = ("t_embedder",)  # records what its sinusoid embeds
+    scalar_names = ("t_model",)
+    shard = "300KB"
+
+    def build(self, dtype):
+        torch.manual_seed(16)
+        model = diffusers.ZImageTransformer2DModel(
+            all_patch_size=(2,), all_f_patch_size=(1,), in_channels=4,
+            dim=WIDTH, n_layers=3, n_refiner_layers=2, n_heads=4,
+            n_kv_heads=4, cap_feat_dim=24, axes_dims=[16, 24, 24],
+            axes_lens=[64, 32, 32])
+        return model.to(dtype).eval()
+
+    def modules(self, model):
+        found = [("temb", None, model.t_embedder)]
+        found += [("refiner_mod", i, block.adaLN_modulation[0])
+                  for i, block in enumerate(model.noise_refiner)]
+        found += [("layer_mod", i, block.adaLN_modulation[0])
+                  for i, block in enumerate(model.layers)]
+        return found + [("final_mod", None, model.all_final_layer[
+            "2-1"].adaLN_modulation[1])]
+
+    def inputs(self, dtype, t, generator):
+        # ZImagePipeline: (1000 - t) / 1000 in float32; a list of latents
+        # and of caption features, one per sample.
+        batch = t.shape[0]
+        return dict(
+            x=[torch.randn(4, 1, 4, 4, generator=generator).to(dtype)
+               for _ in range(batch)],
+            t=(1000 - t) / 1000,
+            cap_feats=[torch.randn(TEXT_TOKENS, 24,
+                                   generator=generator).to(dtype)
+                       for _ in range(batch)])
+
+    def scalars(self, values, embedded):
+        return [(values["t_model"], embedded["t_embedder"][0])]
+
+    def float64_overrides(self, modules, embedded):
+        # The sinusoid is TimestepEmbedder's static method, not a module:
+        # the float64 copy's is replaced on the instance.
+        calls = iter(embedded["t_embedder"])
+        spec = types.SimpleNamespace(num_channels=256, scale=1,
+                                     downscale_freq_shift=0,
+                                     flip_sin_to_cos=True)
+        modules["t_embedder"].timestep_embedding = (
+            lambda _t, _dim, max_period=10000: float64_timesteps(
+                spec, next(calls)))
+        return []
+
+    def op_checks(self, model):
+        embed = model.t_embedder
+        final = model.all_final_layer["2-1"].adaLN_modulation
+        checks = [
+            ("t_proj", Sinusoid(lambda x: embed.timestep_embedding(x, 256),
+                                "t_model")),
+            ("temb_h", Linear([embed.mlp[0]], "t_proj")),
+            ("temb_a", Exact(lambda v: embed.mlp[1](v["temb_h"]))),
+            ("temb", Linear([embed.mlp[2]], "temb_a")),
+            ("refiner_mod", Linear([b.adaLN_modulation[0]
+                                    for b in model.noise_refiner], "temb",
+                                   stacked=True)),
+            ("layer_mod", Linear([b.adaLN_modulation[0]
+                                  for b in model.layers], "temb",
+                                 stacked=True)),
+            ("temb_silu", Exact(lambda v: final[0](v["temb"]))),
+            ("final_mod", Linear([final[1]], "temb_silu")),
+        ]
+        return checks
+
+
 class HiDream(Family):
     """HiDream-I1: FLUX-like per-block modulation (12D double-stream, 6D
     single-stream blocks, 2D final layer) of temb = the timestep MLP + the
@@ -1277,6 +1365,7 @@ FAMILIES = {
     "ltx-video": Ltx(),
     "hidream-i1": HiDream(),
     "sana": Sana(),
+    "z-image": ZImage(),
 }
 
 KINDS = ["qwen-image", "qwen-image-edit", "flux.1-dev", "flux.1-schnell", "sd3", "sd3.5",

@@ -80,7 +80,7 @@ KINDS += FLUX2_HUNYUAN_UNET_KINDS
 # looser bf16 bound).
 TABLE_KINDS = ("wan", "wan2.2-ti2v", "pixart-sigma", "pixart-alpha",
                "cogvideox", "cogvideox-1.5-i2v", "ltx-video", "ltx-video-i2v",
-               "hidream-i1", "sana")
+               "hidream-i1", "sana", "z-image")
 
 
 def build(kind, dtype):
@@ -517,7 +517,8 @@ def test_patched_transformer_denoises_to_the_same_latents(kind, client):
 
 @pytest.mark.parametrize("kind", ("qwen-image", "qwen-image-edit",
                                   "qwen-image-layered", "sd3.5",
-                                  "flux.2-klein", "sdxl-unet", "hidream-i1"))
+                                  "flux.2-klein", "sdxl-unet", "hidream-i1",
+                                  "z-image"))
 def test_a_schedule_costs_one_call_and_a_repeat_none(kind, client):
     dtype = torch.bfloat16
     plain = build(kind, dtype)
@@ -526,7 +527,7 @@ def test_a_schedule_costs_one_call_and_a_repeat_none(kind, client):
     offload = temb.torch.offload_conditioning(
         patched, client=client, model=served_name(kind, dtype),
         schedule=scheduler_for(kind).timesteps)
-    if kind in ("qwen-image", "qwen-image-edit", "flux.2-klein"):
+    if kind in ("qwen-image", "qwen-image-edit", "flux.2-klein", "z-image"):
         # t alone: the schedule is fetched in the background at once (the
         # edit model's with the row of t * 0).
         offload.wait()
@@ -939,7 +940,7 @@ def build_table_kind(kind, dtype):
             return FAMILIES["wan"].save(dtype, scratch)
     if kind.startswith("ltx-video"):
         return FAMILIES["ltx-video"].build(dtype)
-    if kind in ("hidream-i1", "sana"):
+    if kind in ("hidream-i1", "sana", "z-image"):
         return FAMILIES[kind].build(dtype)
     if kind == "cogvideox-1.5-i2v":
         # The parity test's 1.5 I2V model, with the image latents' channels
@@ -963,6 +964,9 @@ def table_scheduler(kind):
             flow_shift=5.0 if kind == "wan2.2-ti2v" else 3.0)
     elif kind.startswith("pixart"):
         scheduler = diffusers.DPMSolverMultistepScheduler()
+    elif kind == "z-image":
+        # Z-Image-Turbo's scheduler config.
+        scheduler = diffusers.FlowMatchEulerDiscreteScheduler(shift=3.0)
     elif kind == "sana":
         # Sana's scheduler config.
         scheduler = diffusers.DPMSolverMultistepScheduler(
@@ -1008,6 +1012,10 @@ def table_inputs(kind, dtype):
                     text=text)
     if kind.startswith("pixart") or kind == "sana":
         return dict(latents=randn(batch, 4, 4, 4), text=text)
+    if kind == "z-image":
+        # float32 latents, as the pipeline keeps them.
+        return dict(latents=randn(batch, 4, 4, 4, dt=torch.float32),
+                    text=text)
     if kind == "hidream-i1":
         # Per prompt, one llama3 layer per block and the pooled embedding.
         return dict(latents=randn(batch, 4, 4, 4), text=text,
@@ -1055,6 +1063,16 @@ def denoise_table(kind, model, dtype):
                                       return_dict=False)[0]
                                 for text in (positive, negative))
                 noise = uncond + 5.0 * (cond - uncond)
+                latents = scheduler.step(noise, t, latents,
+                                         return_dict=False)[0]
+                continue
+            if kind == "z-image":
+                # The Turbo model's call: no CFG; one latent and caption
+                # per sample, (1000 - t) / 1000, the prediction negated.
+                out = model(list(latents.to(dtype).unsqueeze(2).unbind(0)),
+                            (1000 - t.expand(batch)) / 1000,
+                            list(positive.unbind(0)), return_dict=False)[0]
+                noise = -torch.stack([o.float() for o in out]).squeeze(2)
                 latents = scheduler.step(noise, t, latents,
                                          return_dict=False)[0]
                 continue

@@ -30,13 +30,14 @@
 namespace temb::models {
 
 enum class OpKind {
-  kCast,      // in[0] rounded to dtype
-  kDivide,    // in[0] / constant
-  kMultiply,  // in[0] * constant
-  kSinusoid,  // diffusers' get_timestep_embedding of in[0] (see above)
-  kLinear,    // in[0] W^T (+ b), W and b from the checkpoint
-  kSilu,      // in[0] * sigmoid(in[0])
-  kAdd,       // in[0] + in[1]
+  kCast,          // in[0] rounded to dtype
+  kDivide,        // in[0] / constant
+  kMultiply,      // in[0] * constant
+  kSubtractFrom,  // constant - in[0] (Z-Image's pipeline: 1000 - t)
+  kSinusoid,      // diffusers' get_timestep_embedding of in[0] (see above)
+  kLinear,        // in[0] W^T (+ b), W and b from the checkpoint
+  kSilu,          // in[0] * sigmoid(in[0])
+  kAdd,           // in[0] + in[1]
   // in[0] + a checkpoint tensor (`weight`, the full name) of shape
   // `table_shape` + [D]: in[0]'s row is repeated along the table when the
   // table is wider (Wan's and PixArt's scale_shift_table + temb).  Stacked
@@ -88,9 +89,9 @@ struct Op {
   std::string out;
   std::vector<std::string> in;
   ValueDType dtype = ValueDType::kModel;
-  double constant = 0;  // kDivide, kMultiply
-  // kDivide, kMultiply: the config.json number `constant_field` instead,
-  // `constant` when the field is absent (Sana's timestep_scale).
+  double constant = 0;  // kDivide, kMultiply, kSubtractFrom
+  // kDivide, kMultiply, kSubtractFrom: the config.json number `constant_field`
+  // instead, `constant` when the field is absent (Sana's timestep_scale).
   std::string constant_field;
   SinusoidParams sinusoid;  // kSinusoid
   std::string weight;       // kLinear: "<prefix>" for <prefix>.weight/.bias
