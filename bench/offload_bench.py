@@ -150,6 +150,12 @@ RELEASED = {
         num_routed_experts=4, num_activated_experts=2,
         axes_dims_rope=(64, 32, 32), max_resolution=(128, 128),
         llama_layers=list(range(48)))),
+    # Lumina-Image-2.0: its released transformer config (Gemma-2-2B text).
+    "Lumina-Image-2.0": (diffusers.Lumina2Transformer2DModel, dict(
+        sample_size=128, patch_size=2, in_channels=16, hidden_size=2304,
+        num_layers=26, num_refiner_layers=2, num_attention_heads=24,
+        num_kv_heads=8, multiple_of=256, axes_dim_rope=(32, 32, 32),
+        axes_lens=(300, 512, 512), cap_feat_dim=2304)),
     # Z-Image(-Turbo): the class defaults.
     "Z-Image": (diffusers.ZImageTransformer2DModel, dict(dim=3840)),
     # Sana 1600M and 600M (1024 px), their released transformer configs.
@@ -189,10 +195,12 @@ def table(_args):
             model = cls(**config)
         total = count([model])
         freed = count(temb.torch.conditioning_modules(model).values())
-        # Z-Image gives its width as dim; a UNet has no single width: "-".
-        width = (config["attention_head_dim"] * config["num_attention_heads"]
-                 if "num_attention_heads" in config
-                 else config.get("dim", "-"))
+        # Z-Image gives its width as dim, Lumina as hidden_size; a UNet has
+        # no single width: "-".
+        width = config.get("dim", config.get("hidden_size", "-"))
+        if {"attention_head_dim", "num_attention_heads"} <= set(config):
+            width = (config["attention_head_dim"]
+                     * config["num_attention_heads"])
         print(f"| {name} | {width} | {total / 1e9:.3f} B | {freed / 1e6:.1f} M "
               f"| {2 * freed / GIB:.2f} GiB | {100 * freed / total:.1f}% |")
 

@@ -116,19 +116,41 @@ class ConfigExpression {
       : config_(config), text_(text) {}
 
   absl::StatusOr<int64_t> Evaluate() {
+    ASSIGN_OR_RETURN(const int64_t value, Sum());
+    if (Skip(), pos_ < text_.size()) return Malformed();
+    if (value < 1 || value > (int64_t{1} << 31)) return OutOfRange(value);
+    return value;
+  }
+
+ private:
+  // Terms joined by + and -, up to the end, a ',' or a ')'.
+  absl::StatusOr<int64_t> Sum() {
     ASSIGN_OR_RETURN(int64_t value, Term());
-    while (Skip(), pos_ < text_.size()) {
+    while (Skip(),
+           pos_ < text_.size() && text_[pos_] != ',' && text_[pos_] != ')') {
       const char op = text_[pos_];
       if (op != '+' && op != '-') return Malformed();
       ++pos_;
       ASSIGN_OR_RETURN(const int64_t term, Term());
       value = op == '+' ? value + term : value - term;
     }
-    if (value < 1 || value > (int64_t{1} << 31)) return OutOfRange(value);
     return value;
   }
 
- private:
+  // min(a, b): Lumina-Image-2.0's min(hidden_size, 1024) wide embedding.
+  absl::StatusOr<int64_t> Min() {
+    ASSIGN_OR_RETURN(const int64_t a, Sum());
+    if (Skip(), pos_ >= text_.size() || text_[pos_] != ',') return Malformed();
+    ++pos_;
+    ASSIGN_OR_RETURN(const int64_t b, Sum());
+    if (Skip(), pos_ >= text_.size() || text_[pos_] != ')') return Malformed();
+    ++pos_;
+    for (const int64_t value : {a, b}) {
+      if (value < 1 || value > (int64_t{1} << 31)) return OutOfRange(value);
+    }
+    return std::min(a, b);
+  }
+
   void Skip() {
     while (pos_ < text_.size() && text_[pos_] == ' ') ++pos_;
   }
@@ -177,6 +199,10 @@ class ConfigExpression {
     }
     if (pos_ == start) return Malformed();
     const std::string field = text_.substr(start, pos_ - start);
+    if (field == "min" && pos_ < text_.size() && text_[pos_] == '(') {
+      ++pos_;
+      return Min();
+    }
     if (pos_ >= text_.size() || text_[pos_] != '[') {
       return config_.PositiveInt(field);
     }

@@ -35,6 +35,19 @@ Op Multiply(std::string out, std::string in, double constant) {
   return op;
 }
 
+Op SubtractFrom(std::string out, std::string in, double constant) {
+  Op op = MakeOp(OpKind::kSubtractFrom, std::move(out), {std::move(in)});
+  op.constant = constant;
+  return op;
+}
+
+// An op of a pipeline's float32 arithmetic on t, rounded to float32
+// whatever the model's dtype.
+Op InFloat32(Op op) {
+  op.dtype = ValueDType::kFloat32;
+  return op;
+}
+
 // get_timestep_embedding always computes in float32.
 Op Sinusoid(std::string out, std::string in, double scale) {
   Op op = MakeOp(OpKind::kSinusoid, std::move(out), {std::move(in)});
@@ -527,8 +540,7 @@ FamilyDescription Sana() {
   ops.push_back(Cast("t_given", "t", ValueDType::kFloat32));
   Op scaled = Multiply("t_model", "t_given", 1);
   scaled.constant_field = "timestep_scale";
-  scaled.dtype = ValueDType::kFloat32;
-  ops.push_back(scaled);
+  ops.push_back(InFloat32(scaled));
   ops.push_back(Sinusoid("t_sinus", "t_model", 1));
   ops.push_back(Cast("t_proj", "t_sinus", ValueDType::kModel));
   AppendMlp(&ops, "temb", "t_proj", "time_embed.emb.timestep_embedder");
@@ -550,18 +562,12 @@ FamilyDescription ZImage() {
   std::vector<Op>& ops = family.ops;
   // Pipeline: (1000 - t.expand(B)) / 1000 in float32; the model embeds
   // t * config.t_scale.
-  auto float32 = [](Op op) {
-    op.dtype = ValueDType::kFloat32;
-    return op;
-  };
   ops.push_back(Cast("t_given", "t", ValueDType::kFloat32));
-  Op reversed = MakeOp(OpKind::kSubtractFrom, "t_reversed", {"t_given"});
-  reversed.constant = 1000;
-  ops.push_back(float32(reversed));
-  ops.push_back(float32(Divide("t_pipeline", "t_reversed", 1000)));
+  ops.push_back(InFloat32(SubtractFrom("t_reversed", "t_given", 1000)));
+  ops.push_back(InFloat32(Divide("t_pipeline", "t_reversed", 1000)));
   Op scaled = Multiply("t_model", "t_pipeline", 1000);
   scaled.constant_field = "t_scale";
-  ops.push_back(float32(scaled));
+  ops.push_back(InFloat32(scaled));
   // TimestepEmbedder: its own float32 sinusoid (the same formula as
   // Timesteps(256, flip, shift 0)), cast to its weights' dtype, then
   // mlp = Sequential(Linear(256, 1024), SiLU, Linear(1024, 256)): the time
@@ -593,6 +599,45 @@ FamilyDescription ZImage() {
        "(noise_refiner)"},
       {"layer_mod", "layer_mod", "[N, L, 4D]: the same, layers"},
       {"final_mod", "final_mod", "[N, D]: scale"},
+  };
+  return family;
+}
+
+FamilyDescription Lumina2() {
+  FamilyDescription family;
+  family.class_name = "Lumina2Transformer2DModel";
+  family.name = "lumina2";
+  family.width_fields = {"hidden_size"};
+  family.inputs = {{"t", "", "", "the scheduler's timesteps (0..1000)"}};
+  std::vector<Op>& ops = family.ops;
+  // Pipeline: 1 - t / num_train_timesteps (1000), in float32: t = 0 is the
+  // noise; Timesteps(256, flip, shift 0) of it, with no factor 1000, cast
+  // to hidden_states' dtype.
+  ops.push_back(Cast("t_given", "t", ValueDType::kFloat32));
+  ops.push_back(InFloat32(Divide("t_fraction", "t_given", 1000)));
+  ops.push_back(InFloat32(SubtractFrom("t_model", "t_fraction", 1)));
+  ops.push_back(Sinusoid("t_sinus", "t_model", 1));
+  ops.push_back(Cast("t_proj", "t_sinus", ValueDType::kModel));
+  // The time embedding is min(D, 1024) wide.
+  AppendMlpOf(&ops, "temb", "t_proj", "time_caption_embed.timestep_embedder",
+              "min(hidden_size, 1024)", 1, 1, "");
+  ops.push_back(Silu("temb_silu", "temb"));
+  // LuminaRMSNormZero of every modulated block: linear(silu(temb)), 4D
+  // (scale_msa, gate_msa, scale_mlp, gate_mlp); LuminaLayerNormContinuous:
+  // linear_1(silu(temb).to(x.dtype)), D (scale).
+  ops.push_back(Linear("refiner_mod", "temb_silu",
+                       "noise_refiner.{i}.norm1.linear", 4,
+                       "num_refiner_layers"));
+  ops.push_back(Linear("layer_mod", "temb_silu", "layers.{i}.norm1.linear", 4,
+                       "num_layers"));
+  ops.push_back(Linear("norm_out", "temb_silu", "norm_out.linear_1", 1));
+  family.outputs = {
+      {"temb", "temb", "[N, min(D, 1024)]"},
+      {"refiner_mod", "refiner_mod",
+       "[N, L_refiner, 4D]: scale_msa, gate_msa, scale_mlp, gate_mlp "
+       "(noise_refiner)"},
+      {"layer_mod", "layer_mod", "[N, L, 4D]: the same, layers"},
+      {"norm_out", "norm_out", "[N, D]: scale"},
   };
   return family;
 }
@@ -874,9 +919,9 @@ FamilyDescription SdxlUnet() {
 
 const std::vector<FamilyDescription>& Families() {
   static const auto* families = new std::vector<FamilyDescription>{
-      QwenImage(), Flux1(),          Sd3(),   Wan(),      PixArt(),
-      CogVideoX(), HunyuanVideo15(), Flux2(), SdxlUnet(), Ltx(),
-      HiDream(),   Sana(),           ZImage()};
+      QwenImage(), Flux1(),          Sd3(),    Wan(),      PixArt(),
+      CogVideoX(), HunyuanVideo15(), Flux2(),  SdxlUnet(), Ltx(),
+      HiDream(),   Sana(),           ZImage(), Lumina2()};
   return *families;
 }
 

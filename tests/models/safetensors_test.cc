@@ -954,6 +954,43 @@ TEST(CheckpointTest, RefusesUnetConfigsTheSdxlDescriptionDoesNotFollow) {
   }
 }
 
+// Lumina-Image-2.0's time embedding is min(hidden_size, 1024) wide: a
+// checkpoint whose first Linear is hidden_size wide is refused at 2048 wide
+// naming the 1024 expected, and loads at 512.
+TEST(CheckpointTest, ReadsWidthsThroughMinInAConfigExpression) {
+  TempDir dir;
+  for (const int64_t width : {2048, 512}) {
+    WriteText(dir.File("config.json"),
+              absl::StrCat(R"({"_class_name": "Lumina2Transformer2DModel",
+                  "num_layers": 1, "num_refiner_layers": 1,
+                  "hidden_size": )",
+                           width, "}"));
+    const int64_t embedding = std::min<int64_t>(width, 1024);
+    std::vector<TensorToWrite> tensors;
+    uint32_t state = 3;
+    auto linear = [&](const std::string& prefix, int64_t out, int64_t in) {
+      tensors.push_back(RandomFloat32(prefix + ".weight", {out, in}, &state));
+      tensors.push_back(RandomFloat32(prefix + ".bias", {out}, &state));
+    };
+    linear("time_caption_embed.timestep_embedder.linear_1", width, 256);
+    linear("time_caption_embed.timestep_embedder.linear_2", embedding, width);
+    linear("noise_refiner.0.norm1.linear", 4 * width, embedding);
+    linear("layers.0.norm1.linear", 4 * width, embedding);
+    linear("norm_out.linear_1", width, embedding);
+    ASSERT_TRUE(WriteSafetensors(
+                    dir.File("diffusion_pytorch_model.safetensors"), tensors)
+                    .ok());
+    auto model = ConditioningModel::Load(dir.path(), {});
+    if (width > 1024) {
+      EXPECT_THAT(Message(model.status()),
+                  AllOf(HasSubstr("linear_1.weight"), HasSubstr("[1024, 256]"),
+                        HasSubstr("[2048, 256]")));
+    } else {
+      EXPECT_TRUE(model.ok()) << model.status();
+    }
+  }
+}
+
 // The folder's temb.json: an unknown field or value is refused, naming the
 // file and the field, rather than computed in a dtype nobody asked for.
 TEST(CheckpointTest, RefusesBadFolderOptionsNamingTheFileAndField) {

@@ -261,6 +261,22 @@ def _z_image_slots(model: torch.nn.Module) -> List[Any]:
     return slots
 
 
+def _lumina2_slots(model: torch.nn.Module) -> List[Any]:
+    # time_caption_embed.time_proj (the embedder) -> timestep_embedder
+    # (passes the served temb on); caption_embedder does not depend on t
+    # and stays.  Every modulated block's LuminaRMSNormZero and the output
+    # norm's linear_1 read linear(silu(temb)).
+    slots: List[Any] = [_StandIn("time_caption_embed.timestep_embedder",
+                                 "pass")]
+    for name in ("noise_refiner", "layers"):
+        output = "refiner_mod" if name == "noise_refiner" else "layer_mod"
+        slots += [_adanorm(f"{name}.{i}.norm1", output, i)
+                  for i in range(len(getattr(model, name)))]
+    slots.append(_Slot("norm_out.linear_1", "norm_out.silu", "norm_out",
+                       None))
+    return slots
+
+
 def _cogvideox_slots(model: torch.nn.Module) -> List[Any]:
     # time_proj (the embedder) -> .to(dtype) -> time_embedding, [+ the ofs
     # embedding], then CogVideoXLayerNormZero norm1 and norm2 in every block
@@ -387,6 +403,16 @@ def _t_z_image_back(seen: torch.Tensor, scale: float) -> torch.Tensor:
     return 1000 - seen * (1000 / scale)
 
 
+def _t_lumina2(t: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    # Lumina-Image-2.0's pipeline: 1 - t / 1000 in float32 (t = 0 is the
+    # noise), embedded as it is.
+    return 1 - t.to(torch.float32) / 1000
+
+
+def _t_lumina2_back(seen: torch.Tensor) -> torch.Tensor:
+    return (1 - seen) * 1000
+
+
 def _guidance_flux(g: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     # The pipeline's float32 scale, .to(dtype) * 1000 in the model.
     return g.to(dtype) * 1000
@@ -475,6 +501,10 @@ _PIXART = _Family("pixart", ("timestep", "resolution", "aspect_ratio"),
 _SANA = _Family("sana", ("timestep", "resolution", "aspect_ratio"),
                 _t_as_is, 1.0, _sana_slots, embedder="time_embed.emb",
                 temb_output="embedded_timestep")
+# Lumina-Image-2.0: its Timesteps module is the embedder, as Wan's.
+_LUMINA2 = _Family("lumina2", ("timestep",), _t_lumina2, _t_lumina2_back,
+                   _lumina2_slots, embedder="time_caption_embed.time_proj",
+                   dtype_module="time_caption_embed.timestep_embedder")
 # Z-Image: the final layer of the released patch sizes, the only one the
 # conditioning model serves; the time and scale set per model by
 # _family_of.
@@ -559,6 +589,8 @@ def _family_of(model: torch.nn.Module) -> _Family:
         return _LTX
     if name == "HiDreamImageTransformer2DModel":
         return _HIDREAM
+    if name == "Lumina2Transformer2DModel":
+        return _LUMINA2
     if name == "ZImageTransformer2DModel":
         sizes = (list(config.get("all_patch_size", ())),
                  list(config.get("all_f_patch_size", ())))
@@ -614,6 +646,7 @@ def _family_of(model: torch.nn.Module) -> _Family:
         "WanTransformer3DModel, PixArtTransformer2DModel, "
         "LTXVideoTransformer3DModel, HiDreamImageTransformer2DModel, "
         "SanaTransformer2DModel, ZImageTransformer2DModel, "
+        "Lumina2Transformer2DModel, "
         "CogVideoXTransformer3DModel, "
         "Flux2Transformer2DModel, "
         "HunyuanVideo15Transformer3DModel, UNet2DConditionModel)")

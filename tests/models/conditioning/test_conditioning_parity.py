@@ -1287,6 +1287,62 @@ class ZImage(Family):
         return checks
 
 
+class Lumina2(Family):
+    """Lumina-Image-2.0: the pipeline's 1 - t / 1000 embedded with no factor
+    1000 into a min(D, 1024) wide temb; every modulated block's
+    LuminaRMSNormZero and the output norm's linear_1 of SiLU(temb)."""
+    sinusoids = ("time_caption_embed.time_proj",)
+    scalar_names = ("t_model",)
+
+    def build(self, dtype):
+        torch.manual_seed(17)
+        model = diffusers.Lumina2Transformer2DModel(
+            sample_size=8, patch_size=2, in_channels=4, hidden_size=WIDTH,
+            num_layers=3, num_refiner_layers=2, num_attention_heads=4,
+            num_kv_heads=4, multiple_of=16, cap_feat_dim=24,
+            axes_dim_rope=(16, 24, 24), axes_lens=(64, 32, 32))
+        return model.to(dtype).eval()
+
+    def modules(self, model):
+        found = [("temb", None, model.time_caption_embed,
+                  lambda out: out[0])]
+        found += [("refiner_mod", i, block.norm1.linear)
+                  for i, block in enumerate(model.noise_refiner)]
+        found += [("layer_mod", i, block.norm1.linear)
+                  for i, block in enumerate(model.layers)]
+        return found + [("norm_out", None, model.norm_out.linear_1)]
+
+    def inputs(self, dtype, t, generator):
+        # Lumina2Pipeline: 1 - t / num_train_timesteps, float32.
+        batch = t.shape[0]
+        return dict(
+            hidden_states=torch.randn(batch, 4, 4, 4,
+                                      generator=generator).to(dtype),
+            timestep=1 - t / 1000,
+            encoder_hidden_states=torch.randn(
+                batch, TEXT_TOKENS, 24, generator=generator).to(dtype),
+            encoder_attention_mask=torch.ones(batch, TEXT_TOKENS,
+                                              dtype=torch.bool))
+
+    def scalars(self, values, embedded):
+        return [(values["t_model"], embedded[self.sinusoids[0]][0])]
+
+    def op_checks(self, model):
+        embed = model.time_caption_embed
+        checks = [("t_proj", Sinusoid(embed.time_proj, "t_model"))]
+        checks += mlp_checks("temb", embed.timestep_embedder, "t_proj")
+        return checks + [
+            ("temb_silu",
+             Exact(lambda v: model.layers[0].norm1.silu(v["temb"]))),
+            ("refiner_mod", Linear([b.norm1.linear
+                                    for b in model.noise_refiner],
+                                   "temb_silu", stacked=True)),
+            ("layer_mod", Linear([b.norm1.linear for b in model.layers],
+                                 "temb_silu", stacked=True)),
+            ("norm_out", Linear([model.norm_out.linear_1], "temb_silu")),
+        ]
+
+
 class HiDream(Family):
     """HiDream-I1: FLUX-like per-block modulation (12D double-stream, 6D
     single-stream blocks, 2D final layer) of temb = the timestep MLP + the
@@ -1366,6 +1422,7 @@ FAMILIES = {
     "hidream-i1": HiDream(),
     "sana": Sana(),
     "z-image": ZImage(),
+    "lumina2": Lumina2(),
 }
 
 KINDS = ["qwen-image", "qwen-image-edit", "flux.1-dev", "flux.1-schnell", "sd3", "sd3.5",

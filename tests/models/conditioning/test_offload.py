@@ -80,7 +80,7 @@ KINDS += FLUX2_HUNYUAN_UNET_KINDS
 # looser bf16 bound).
 TABLE_KINDS = ("wan", "wan2.2-ti2v", "pixart-sigma", "pixart-alpha",
                "cogvideox", "cogvideox-1.5-i2v", "ltx-video", "ltx-video-i2v",
-               "hidream-i1", "sana", "z-image")
+               "hidream-i1", "sana", "z-image", "lumina2")
 
 
 def build(kind, dtype):
@@ -518,7 +518,7 @@ def test_patched_transformer_denoises_to_the_same_latents(kind, client):
 @pytest.mark.parametrize("kind", ("qwen-image", "qwen-image-edit",
                                   "qwen-image-layered", "sd3.5",
                                   "flux.2-klein", "sdxl-unet", "hidream-i1",
-                                  "z-image"))
+                                  "z-image", "lumina2"))
 def test_a_schedule_costs_one_call_and_a_repeat_none(kind, client):
     dtype = torch.bfloat16
     plain = build(kind, dtype)
@@ -527,7 +527,8 @@ def test_a_schedule_costs_one_call_and_a_repeat_none(kind, client):
     offload = temb.torch.offload_conditioning(
         patched, client=client, model=served_name(kind, dtype),
         schedule=scheduler_for(kind).timesteps)
-    if kind in ("qwen-image", "qwen-image-edit", "flux.2-klein", "z-image"):
+    if kind in ("qwen-image", "qwen-image-edit", "flux.2-klein", "z-image",
+                "lumina2"):
         # t alone: the schedule is fetched in the background at once (the
         # edit model's with the row of t * 0).
         offload.wait()
@@ -544,8 +545,8 @@ def test_a_schedule_costs_one_call_and_a_repeat_none(kind, client):
     temb.torch.offload_conditioning(stepwise, client=client,
                                     model=served_name(kind, dtype))
     assert torch.equal(first, denoise(kind, stepwise, dtype))
-    # With the cache off, every forward asks (Qwen-Image's and klein's
-    # CFG: twice a step).
+    # With the cache off, every forward asks (Qwen-Image's, klein's and
+    # Lumina's CFG: twice a step).
     uncached = copy.deepcopy(plain)
     offload = temb.torch.offload_conditioning(
         uncached, client=client, model=served_name(kind, dtype),
@@ -553,7 +554,8 @@ def test_a_schedule_costs_one_call_and_a_repeat_none(kind, client):
     calls = client.calls
     assert torch.equal(first, denoise(kind, uncached, dtype))
     assert client.calls - calls == STEPS * (
-        2 if kind.startswith("qwen-image") or kind == "flux.2-klein" else 1)
+        2 if kind.startswith("qwen-image") or kind in ("flux.2-klein",
+                                                        "lumina2") else 1)
     assert offload.cache_info()["entries"] == 0
 
 
@@ -940,7 +942,7 @@ def build_table_kind(kind, dtype):
             return FAMILIES["wan"].save(dtype, scratch)
     if kind.startswith("ltx-video"):
         return FAMILIES["ltx-video"].build(dtype)
-    if kind in ("hidream-i1", "sana", "z-image"):
+    if kind in ("hidream-i1", "sana", "z-image", "lumina2"):
         return FAMILIES[kind].build(dtype)
     if kind == "cogvideox-1.5-i2v":
         # The parity test's 1.5 I2V model, with the image latents' channels
@@ -964,6 +966,9 @@ def table_scheduler(kind):
             flow_shift=5.0 if kind == "wan2.2-ti2v" else 3.0)
     elif kind.startswith("pixart"):
         scheduler = diffusers.DPMSolverMultistepScheduler()
+    elif kind == "lumina2":
+        # Lumina-Image-2.0's scheduler config.
+        scheduler = diffusers.FlowMatchEulerDiscreteScheduler(shift=6.0)
     elif kind == "z-image":
         # Z-Image-Turbo's scheduler config.
         scheduler = diffusers.FlowMatchEulerDiscreteScheduler(shift=3.0)
@@ -1012,8 +1017,8 @@ def table_inputs(kind, dtype):
                     text=text)
     if kind.startswith("pixart") or kind == "sana":
         return dict(latents=randn(batch, 4, 4, 4), text=text)
-    if kind == "z-image":
-        # float32 latents, as the pipeline keeps them.
+    if kind in ("z-image", "lumina2"):
+        # float32 latents, as the pipelines keep them.
         return dict(latents=randn(batch, 4, 4, 4, dt=torch.float32),
                     text=text)
     if kind == "hidream-i1":
@@ -1073,6 +1078,19 @@ def denoise_table(kind, model, dtype):
                             (1000 - t.expand(batch)) / 1000,
                             list(positive.unbind(0)), return_dict=False)[0]
                 noise = -torch.stack([o.float() for o in out]).squeeze(2)
+                latents = scheduler.step(noise, t, latents,
+                                         return_dict=False)[0]
+                continue
+            if kind == "lumina2":
+                # CFG as two calls, 1 - t / 1000, the prediction negated.
+                timestep = (1 - t / 1000).expand(batch)
+                cond, uncond = (model(
+                    hidden_states=latents.to(dtype), timestep=timestep,
+                    encoder_hidden_states=text,
+                    encoder_attention_mask=torch.ones(
+                        batch, TEXT_TOKENS, dtype=torch.bool),
+                    return_dict=False)[0] for text in (positive, negative))
+                noise = -(uncond + 4.0 * (cond - uncond)).float()
                 latents = scheduler.step(noise, t, latents,
                                          return_dict=False)[0]
                 continue

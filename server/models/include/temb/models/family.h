@@ -15,8 +15,9 @@
 // Widths and block counts are read from config.json through small integer
 // expressions: a field name ("num_layers"), a list entry
 // ("block_out_channels[0]", "block_out_channels[-1]" for the last), an
-// integer literal, and + - * over those ("layers_per_block + 1",
-// "projection_class_embeddings_input_dim - 6 * addition_time_embed_dim").
+// integer literal, + - * over those ("layers_per_block + 1",
+// "projection_class_embeddings_input_dim - 6 * addition_time_embed_dim"),
+// and min(a, b) ("min(hidden_size, 1024)").
 // Every value must come out positive.
 //
 // A sinusoid of an [N, W] value embeds each of its W values and flattens
