@@ -125,9 +125,13 @@ def repository(tmp_path_factory):
     # Qwen-Image in bf16, sharded (the index.json path), and FLUX.1-dev.
     qwen_model(torch.bfloat16).save_pretrained(root / "qwen", max_shard_size="30KB")
     flux_model(torch.bfloat16, True).save_pretrained(root / "flux-dev")
-    # Qwen-Image-Layered: one more input, an index into a two-row table.
-    FAMILIES["qwen-image-layered"].build(torch.bfloat16).save_pretrained(
-        root / "qwen-layered")
+    # Qwen-Image-Layered: one more input, an index into a two-row table;
+    # HiDream-I1 with its pooled embedding, Z-Image with its pipeline's
+    # arithmetic on t.
+    for kind, name in (("qwen-image-layered", "qwen-layered"),
+                       ("hidream-i1", "hidream-cond"),
+                       ("z-image", "z-image-cond")):
+        FAMILIES[kind].build(torch.bfloat16).save_pretrained(root / name)
     good = tmp_path_factory.mktemp("qwen-fp32")
     qwen_model(torch.float32).save_pretrained(good)
     shutil.copytree(good, root / "qwen32")
@@ -251,7 +255,9 @@ def test_every_protocol_answers_the_clis_bits(protocol, server, repository,
     for model, guidance, rows, extra in (
             ("qwen", None, None, None),
             ("flux-dev", GUIDANCE, pooled, None),
-            ("qwen-layered", None, None, layered)):
+            ("qwen-layered", None, None, layered),
+            ("hidream-cond", None, pooled, None),
+            ("z-image-cond", None, None, None)):
         expected = cli_outputs(temb_cli, root / model, tmp_path, guidance,
                                rows, extra)
         result = infer(module, client, model, guidance, rows, extra=extra)
