@@ -36,13 +36,14 @@ struct ConditioningModel::PlannedOp {
   int64_t in_width = 0;
   int64_t out_width = 0;  // per block for a stacked linear
   int64_t blocks = 1;
-  std::vector<LoadedTensor> weights;       // one per block
-  std::vector<LoadedTensor> biases;        // empty data for a Linear without
-  DType weight_dtype = DType::kFloat32;    // of weights and biases
-  int64_t groups = 1;                      // kLinear
-  SinusoidParams sinusoid;                 // kSinusoid, config fields resolved
-  float constant = 0;                      // kDivide, kMultiply, as float32
-  std::vector<std::vector<float>> tables;  // kTableAdd: one per block
+  std::vector<LoadedTensor> weights;     // one per block
+  std::vector<LoadedTensor> biases;      // empty data for a Linear without
+  DType weight_dtype = DType::kFloat32;  // of weights and biases
+  int64_t groups = 1;                    // kLinear
+  SinusoidParams sinusoid;               // kSinusoid, config fields resolved
+  float constant = 0;  // kDivide, kMultiply, kSubtractFrom, as float32
+  // kTableAdd: one per block; kEmbedding: its one table.
+  std::vector<std::vector<float>> tables;
   std::vector<int> engine_ids;  // kLinear on a LinearEngine: one per block
 };
 

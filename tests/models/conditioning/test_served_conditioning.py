@@ -378,6 +378,29 @@ def test_damaged_models_are_refused_naming_the_cause(server, grpc_client,
     assert infer(triton_grpc, grpc_client, "qwen").as_numpy("temb") is not None
 
 
+def test_the_row_cache_tells_layered_indices_apart(server, grpc_client):
+    """Qwen-Image-Layered's rows depend on t and on addition_t_cond: the
+    row cache keys both, so the same t with the other index is another
+    row, and a row asked for again, alone or in another order, has the
+    same bits."""
+    def rows(timesteps, index):
+        result = infer(triton_grpc, grpc_client, "qwen-layered",
+                       timesteps=timesteps, outputs=["temb", "img_mod"],
+                       extra={"addition_t_cond": np.array(
+                           index, dtype=np.float32)})
+        return {name: bf16_bits(result.as_numpy(name))
+                for name in ("temb", "img_mod")}
+
+    both = rows([500.0, 500.0], [0, 1])
+    swapped = rows([500.0, 500.0], [1, 0])
+    alone = rows([500.0], [1])
+    for name, bits in both.items():
+        assert not np.array_equal(bits[0], bits[1]), name
+        assert np.array_equal(bits[0], swapped[name][1]), name
+        assert np.array_equal(bits[1], swapped[name][0]), name
+        assert np.array_equal(bits[1], alone[name][0]), name
+
+
 def test_rest_refusals_have_their_http_codes(server):
     def post(model, body):
         done = subprocess.run(
