@@ -1,8 +1,9 @@
 """Conditioning models served by temb-server from a model repository.
 
 The repository holds tiny models that diffusers itself builds and saves
-(Qwen-Image bf16 in shards, FLUX.1-dev bf16), beside damaged copies and
-badly named folders.  Over KServe v2 gRPC (tritonclient), REST
+(Qwen-Image bf16 in shards, FLUX.1-dev bf16, and bf16 Qwen-Image-Layered,
+HiDream-I1, Z-Image, Lumina-Image-2.0, Sana and LTX-Video), beside damaged
+copies and badly named folders.  Over KServe v2 gRPC (tritonclient), REST
 (tritonclient.http and curl) and the CLI's in-process computation of the
 same folder, the answers must be the same bits: the parity suite ties the
 CLI to diffusers' own forward, so this ties every protocol to it.  Each
@@ -126,11 +127,13 @@ def repository(tmp_path_factory):
     qwen_model(torch.bfloat16).save_pretrained(root / "qwen", max_shard_size="30KB")
     flux_model(torch.bfloat16, True).save_pretrained(root / "flux-dev")
     # Qwen-Image-Layered: one more input, an index into a two-row table;
-    # HiDream-I1 with its pooled embedding, Z-Image with its pipeline's
-    # arithmetic on t.
+    # HiDream-I1 with its pooled embedding; Z-Image, Lumina-Image-2.0 and
+    # Sana with their pipelines' arithmetic on t; LTX-Video's tables.
     for kind, name in (("qwen-image-layered", "qwen-layered"),
                        ("hidream-i1", "hidream-cond"),
-                       ("z-image", "z-image-cond")):
+                       ("z-image", "z-image-cond"),
+                       ("lumina2", "lumina2-cond"), ("sana", "sana-cond"),
+                       ("ltx-video", "ltx-video-cond")):
         FAMILIES[kind].build(torch.bfloat16).save_pretrained(root / name)
     good = tmp_path_factory.mktemp("qwen-fp32")
     qwen_model(torch.float32).save_pretrained(good)
@@ -257,7 +260,10 @@ def test_every_protocol_answers_the_clis_bits(protocol, server, repository,
             ("flux-dev", GUIDANCE, pooled, None),
             ("qwen-layered", None, None, layered),
             ("hidream-cond", None, pooled, None),
-            ("z-image-cond", None, None, None)):
+            ("z-image-cond", None, None, None),
+            ("lumina2-cond", None, None, None),
+            ("sana-cond", None, None, None),
+            ("ltx-video-cond", None, None, None)):
         expected = cli_outputs(temb_cli, root / model, tmp_path, guidance,
                                rows, extra)
         result = infer(module, client, model, guidance, rows, extra=extra)
