@@ -141,6 +141,9 @@ RELEASED = {
         caption_channels=4096, sample_size=128, patch_size=2,
         norm_type="ada_norm_single", interpolation_scale=2,
         use_additional_conditions=False)),
+    # HunyuanVideo (1.0, 13B): the class defaults.
+    "HunyuanVideo": (diffusers.HunyuanVideoTransformer3DModel, dict(
+        num_attention_heads=24, attention_head_dim=128)),
     # HiDream-I1 (Full, Dev and Fast share the transformer's shape): its
     # llama_layers lists one llama3 layer per block.
     "HiDream-I1": (diffusers.HiDreamImageTransformer2DModel, dict(

@@ -212,10 +212,14 @@ FamilyDescription QwenImage() {
   return family;
 }
 
-FamilyDescription Flux1() {
+// FLUX.1's conditioning after `time_ops`, which give t_model from the
+// scheduler's t as the family's pipeline and model compute it; HunyuanVideo
+// (1.0) computes the same from its own t.
+FamilyDescription Flux1Like(std::string class_name, std::string name,
+                            std::vector<Op> time_ops) {
   FamilyDescription family;
-  family.class_name = "FluxTransformer2DModel";
-  family.name = "flux.1";
+  family.class_name = std::move(class_name);
+  family.name = std::move(name);
   family.width_fields = {"num_attention_heads", "attention_head_dim"};
   family.inputs = {
       {"t", "", "", "the scheduler's timesteps (0..1000)"},
@@ -223,11 +227,7 @@ FamilyDescription Flux1() {
       {"pooled", "pooled_projection_dim", "", "the pooled CLIP text embedding"},
   };
   std::vector<Op>& ops = family.ops;
-  // Pipeline: t.expand(B).to(latents.dtype), passed as timestep / 1000;
-  // the model: timestep.to(hidden_states.dtype) * 1000, in that dtype.
-  ops.push_back(Cast("t_pipeline", "t", ValueDType::kModel));
-  ops.push_back(Divide("t_passed", "t_pipeline", 1000));
-  ops.push_back(Multiply("t_model", "t_passed", 1000));
+  ops = std::move(time_ops);
   // CombinedTimestep(Guidance)TextProjEmbeddings: Timesteps(256, flip,
   // shift 0), the float32 sinusoid cast to the pooled projection's dtype.
   ops.push_back(Sinusoid("t_sinus", "t_model", 1));
@@ -265,6 +265,28 @@ FamilyDescription Flux1() {
   family.outputs.push_back(
       {"single_mod", "single_mod", "[N, L_single, 3D]: shift, scale, gate"});
   family.outputs.push_back({"norm_out", "norm_out", "[N, 2D]: scale, shift"});
+  return family;
+}
+
+FamilyDescription Flux1() {
+  // Pipeline: t.expand(B).to(latents.dtype), passed as timestep / 1000;
+  // the model: timestep.to(hidden_states.dtype) * 1000, in that dtype.
+  return Flux1Like("FluxTransformer2DModel", "flux.1",
+                   {Cast("t_pipeline", "t", ValueDType::kModel),
+                    Divide("t_passed", "t_pipeline", 1000),
+                    Multiply("t_model", "t_passed", 1000)});
+}
+
+// HunyuanVideo (1.0): HunyuanVideoConditionEmbedding sums t_emb + g_emb +
+// p_emb in FLUX.1's order, its blocks and output norm are FLUX.1's.  The
+// pipeline passes t.expand(B).to(latents.dtype), float32, embedded as it
+// is.  The image-to-video token_replace variant also embeds the row of
+// t = 0 without guidance for the first frame's tokens: not served here.
+FamilyDescription HunyuanVideo() {
+  FamilyDescription family =
+      Flux1Like("HunyuanVideoTransformer3DModel", "hunyuanvideo",
+                {Cast("t_model", "t", ValueDType::kFloat32)});
+  family.requirements = {{"image_condition_type", "null"}};
   return family;
 }
 
@@ -921,7 +943,7 @@ const std::vector<FamilyDescription>& Families() {
   static const auto* families = new std::vector<FamilyDescription>{
       QwenImage(), Flux1(),          Sd3(),    Wan(),      PixArt(),
       CogVideoX(), HunyuanVideo15(), Flux2(),  SdxlUnet(), Ltx(),
-      HiDream(),   Sana(),           ZImage(), Lumina2()};
+      HiDream(),   Sana(),           ZImage(), Lumina2(),  HunyuanVideo()};
   return *families;
 }
 

@@ -461,6 +461,10 @@ class _Family:
     # pooled_width(model) columns (the UNet's add_embedding receives
     # [text_embeds, sinusoids of the time ids]); None: all of it.
     pooled_width: Optional[Callable[[torch.nn.Module], int]] = None
+    # The embedder returns (temb, None): HunyuanVideo's also returns a
+    # token_replace embedding, None unless image_condition_type is
+    # "token_replace" (refused).
+    returns_pair: bool = False
     # The model stacks the rows of t and of t * 0 (Qwen-Image-Edit-2511's
     # zero_cond_t: its reference image's tokens read the second half of
     # img_mod) and gives the other modules the first half alone.  The
@@ -501,6 +505,11 @@ _PIXART = _Family("pixart", ("timestep", "resolution", "aspect_ratio"),
 _SANA = _Family("sana", ("timestep", "resolution", "aspect_ratio"),
                 _t_as_is, 1.0, _sana_slots, embedder="time_embed.emb",
                 temb_output="embedded_timestep")
+# HunyuanVideo (1.0): FLUX.1-dev's modules; its pipeline passes float32 t
+# as it is and the guidance tensor in the model's dtype times 1000.
+_HUNYUAN_VIDEO = _Family("hunyuanvideo", ("timestep", "pooled", "guidance"),
+                         _t_as_is, 1.0, _flux_slots, _guidance_flux, 1000.0,
+                         returns_pair=True)
 # Lumina-Image-2.0: its Timesteps module is the embedder, as Wan's.
 _LUMINA2 = _Family("lumina2", ("timestep",), _t_lumina2, _t_lumina2_back,
                    _lumina2_slots, embedder="time_caption_embed.time_proj",
@@ -591,6 +600,17 @@ def _family_of(model: torch.nn.Module) -> _Family:
         return _HIDREAM
     if name == "Lumina2Transformer2DModel":
         return _LUMINA2
+    if name == "HunyuanVideoTransformer3DModel":
+        if config.get("image_condition_type") is not None:
+            raise ValueError(
+                "offload_conditioning: HunyuanVideoTransformer3DModel with "
+                f"image_condition_type={config.get('image_condition_type')!r}"
+                " is not served by temb's conditioning models")
+        if not config.get("guidance_embeds", True):
+            return dataclasses.replace(
+                _HUNYUAN_VIDEO, arguments=("timestep", "pooled", "-"),
+                guidance=None)
+        return _HUNYUAN_VIDEO
     if name == "ZImageTransformer2DModel":
         sizes = (list(config.get("all_patch_size", ())),
                  list(config.get("all_f_patch_size", ())))
@@ -646,7 +666,7 @@ def _family_of(model: torch.nn.Module) -> _Family:
         "WanTransformer3DModel, PixArtTransformer2DModel, "
         "LTXVideoTransformer3DModel, HiDreamImageTransformer2DModel, "
         "SanaTransformer2DModel, ZImageTransformer2DModel, "
-        "Lumina2Transformer2DModel, "
+        "Lumina2Transformer2DModel, HunyuanVideoTransformer3DModel, "
         "CogVideoXTransformer3DModel, "
         "Flux2Transformer2DModel, "
         "HunyuanVideo15Transformer3DModel, UNet2DConditionModel)")
@@ -1449,7 +1469,7 @@ class ConditioningEmbedder(torch.nn.Module):
                            (answer.index.numel(),))
         setattr(temb, _ANSWER, answer)
         state.set_current(answer)
-        return temb
+        return (temb, None) if state.family.returns_pair else temb
 
     def _add_tapped(self, given: Dict[str, Any]) -> None:
         """Completes `given` with what the taps recorded since the last

@@ -205,8 +205,8 @@ def build(kind, dtype):
 
 # The kinds whose model takes a pooled text embedding, and a guidance scale.
 POOLED_KINDS = ("flux.1-dev", "flux.1-schnell", "sd3", "sd3.5", "sdxl-unet",
-                "hidream-i1")
-GUIDED_KINDS = ("flux.1-dev", "flux.2-dev")
+                "hidream-i1", "hunyuanvideo")
+GUIDED_KINDS = ("flux.1-dev", "flux.2-dev", "hunyuanvideo")
 
 
 def time_embedding(kind, model):
@@ -1343,6 +1343,76 @@ class Lumina2(Family):
         ]
 
 
+class HunyuanVideo(Family):
+    """HunyuanVideo (1.0): FLUX.1-dev's conditioning (t, guidance and the
+    pooled CLIP embedding; double, single and output modulations), fed the
+    pipeline's float32 t and its guidance * 1000 in the model's dtype.  The
+    token refiner keeps its own time embedding and is not compared."""
+    sinusoids = ("time_text_embed.time_proj",)  # t, then the guidance
+    scalar_names = ("t_model", "g_model")
+    pooled_argument = "pooled_projections"
+
+    def build(self, dtype):
+        torch.manual_seed(18)
+        model = diffusers.HunyuanVideoTransformer3DModel(
+            in_channels=4, out_channels=4, num_attention_heads=4,
+            attention_head_dim=WIDTH // 4, num_layers=2, num_single_layers=3,
+            num_refiner_layers=1, patch_size=1, patch_size_t=1,
+            text_embed_dim=24, pooled_projection_dim=POOLED,
+            rope_axes_dim=(16, 24, 24))
+        return model.to(dtype).eval()
+
+    def modules(self, model):
+        found = [("temb", None, model.time_text_embed, lambda out: out[0])]
+        for i, block in enumerate(model.transformer_blocks):
+            found.append(("img_mod", i, block.norm1.linear))
+            found.append(("txt_mod", i, block.norm1_context.linear))
+        found += [("single_mod", i, block.norm.linear)
+                  for i, block in enumerate(model.single_transformer_blocks)]
+        return found + [("norm_out", None, model.norm_out.linear)]
+
+    def inputs(self, dtype, t, generator):
+        # HunyuanVideoPipeline: t.expand(B).to(latents.dtype), float32; the
+        # guidance tensor made in the transformer's dtype, times 1000.
+        batch = t.shape[0]
+        return dict(
+            hidden_states=torch.randn(batch, 4, 1, 2, 2,
+                                      generator=generator).to(dtype),
+            timestep=t,
+            encoder_hidden_states=torch.randn(
+                batch, TEXT_TOKENS, 24, generator=generator).to(dtype),
+            encoder_attention_mask=torch.ones(batch, TEXT_TOKENS),
+            guidance=torch.full([batch], GUIDANCE, dtype=dtype) * 1000.0)
+
+    def scalars(self, values, embedded):
+        t_seen, g_seen = embedded[self.sinusoids[0]]
+        return [(values["t_model"], t_seen), (values["g_model"], g_seen)]
+
+    def op_checks(self, model):
+        embed, blocks = model.time_text_embed, model.transformer_blocks
+        text = embed.text_embedder
+        checks = [("t_proj", Sinusoid(embed.time_proj, "t_model"))]
+        checks += mlp_checks("t_emb", embed.timestep_embedder, "t_proj")
+        checks += [("g_proj", Sinusoid(embed.time_proj, "g_model"))]
+        checks += mlp_checks("g_emb", embed.guidance_embedder, "g_proj")
+        return checks + [
+            ("tg_emb", Exact(lambda v: v["t_emb"] + v["g_emb"])),
+            ("p_emb_h", Linear([text.linear_1], "pooled_model")),
+            ("p_emb_a", Exact(lambda v: text.act_1(v["p_emb_h"]))),
+            ("p_emb", Linear([text.linear_2], "p_emb_a")),
+            ("temb", Exact(lambda v: v["tg_emb"] + v["p_emb"])),
+            ("temb_silu", Exact(lambda v: blocks[0].norm1.silu(v["temb"]))),
+            ("img_mod", Linear([b.norm1.linear for b in blocks], "temb_silu",
+                               stacked=True)),
+            ("txt_mod", Linear([b.norm1_context.linear for b in blocks],
+                               "temb_silu", stacked=True)),
+            ("single_mod", Linear([b.norm.linear for b in
+                                   model.single_transformer_blocks],
+                                  "temb_silu", stacked=True)),
+            ("norm_out", Linear([model.norm_out.linear], "temb_silu")),
+        ]
+
+
 class HiDream(Family):
     """HiDream-I1: FLUX-like per-block modulation (12D double-stream, 6D
     single-stream blocks, 2D final layer) of temb = the timestep MLP + the
@@ -1423,6 +1493,7 @@ FAMILIES = {
     "sana": Sana(),
     "z-image": ZImage(),
     "lumina2": Lumina2(),
+    "hunyuanvideo": HunyuanVideo(),
 }
 
 KINDS = ["qwen-image", "qwen-image-edit", "flux.1-dev", "flux.1-schnell", "sd3", "sd3.5",
@@ -2282,6 +2353,18 @@ def test_cli_refuses_bad_requests_naming_the_cause(saved, temb_cli, tmp_path):
                             "--timesteps=1", out)
     assert code == 1 and "field guidance_embeds" in err and \
         "not supported for sana" in err
+    # HunyuanVideo's image-to-video variants are refused, naming the field.
+    _, hunyuan, _ = saved[("hunyuanvideo", "bf16")]
+    i2v = tmp_path / "i2v"
+    i2v.mkdir()
+    for item in hunyuan.iterdir():
+        (i2v / item.name).write_bytes(item.read_bytes())
+    config = json.loads((i2v / "config.json").read_text())
+    config["image_condition_type"] = "token_replace"
+    (i2v / "config.json").write_text(json.dumps(config))
+    code, err = run_failing(temb_cli, f"--model_dir={i2v}", "--timesteps=1",
+                            "--guidance=6", out)
+    assert code == 1 and "field image_condition_type" in err
     # The SDXL UNet: time ids missing, malformed, or of the wrong width.
     _, sdxl, _ = saved[("sdxl-unet", "bf16")]
     pooled_file = tmp_path / "pooled.npy"

@@ -80,7 +80,7 @@ KINDS += FLUX2_HUNYUAN_UNET_KINDS
 # looser bf16 bound).
 TABLE_KINDS = ("wan", "wan2.2-ti2v", "pixart-sigma", "pixart-alpha",
                "cogvideox", "cogvideox-1.5-i2v", "ltx-video", "ltx-video-i2v",
-               "hidream-i1", "sana", "z-image", "lumina2")
+               "hidream-i1", "sana", "z-image", "lumina2", "hunyuanvideo")
 
 
 def build(kind, dtype):
@@ -806,6 +806,14 @@ def test_unserved_variants_and_inexact_time_ids_are_refused(client):
             hunyuan_video15_model(torch.float32).config, use_meanflow=True)
     assert "time_cond_proj_dim=32" in refused(lcm)
     assert "use_meanflow=True" in refused(meanflow)
+    # HunyuanVideo's token_replace image-to-video variant embeds a second
+    # row (t = 0, no guidance) for the first frame's tokens.
+    with torch.device("meta"):
+        token_replace = diffusers.HunyuanVideoTransformer3DModel.from_config(
+            FAMILIES["hunyuanvideo"].build(torch.float32).config,
+            image_condition_type="token_replace")
+    assert "image_condition_type='token_replace'" in refused(
+        token_replace, "hunyuanvideo-fp32")
     # Sana-Sprint embeds a guidance scale beside t.
     with torch.device("meta"):
         sprint = diffusers.SanaTransformer2DModel.from_config(
@@ -947,7 +955,7 @@ def build_table_kind(kind, dtype):
             return FAMILIES["wan"].save(dtype, scratch)
     if kind.startswith("ltx-video"):
         return FAMILIES["ltx-video"].build(dtype)
-    if kind in ("hidream-i1", "sana", "z-image", "lumina2"):
+    if kind in ("hidream-i1", "sana", "z-image", "lumina2", "hunyuanvideo"):
         return FAMILIES[kind].build(dtype)
     if kind == "cogvideox-1.5-i2v":
         # The parity test's 1.5 I2V model, with the image latents' channels
@@ -971,6 +979,9 @@ def table_scheduler(kind):
             flow_shift=5.0 if kind == "wan2.2-ti2v" else 3.0)
     elif kind.startswith("pixart"):
         scheduler = diffusers.DPMSolverMultistepScheduler()
+    elif kind == "hunyuanvideo":
+        # HunyuanVideo's scheduler config.
+        scheduler = diffusers.FlowMatchEulerDiscreteScheduler(shift=7.0)
     elif kind == "lumina2":
         # Lumina-Image-2.0's scheduler config.
         scheduler = diffusers.FlowMatchEulerDiscreteScheduler(shift=6.0)
@@ -1022,6 +1033,10 @@ def table_inputs(kind, dtype):
                     text=text)
     if kind.startswith("pixart") or kind == "sana":
         return dict(latents=randn(batch, 4, 4, 4), text=text)
+    if kind == "hunyuanvideo":
+        # float32 latents (1 frame of 2 x 2) and the pooled CLIP embedding.
+        return dict(latents=randn(batch, 4, 1, 2, 2, dt=torch.float32),
+                    text=text, pooled=[randn(batch, POOLED) for _ in text])
     if kind in ("z-image", "lumina2"):
         # float32 latents, as the pipelines keep them.
         return dict(latents=randn(batch, 4, 4, 4, dt=torch.float32),
@@ -1083,6 +1098,20 @@ def denoise_table(kind, model, dtype):
                             (1000 - t.expand(batch)) / 1000,
                             list(positive.unbind(0)), return_dict=False)[0]
                 noise = -torch.stack([o.float() for o in out]).squeeze(2)
+                latents = scheduler.step(noise, t, latents,
+                                         return_dict=False)[0]
+                continue
+            if kind == "hunyuanvideo":
+                # The guidance-distilled call: no CFG; float32 t, the
+                # guidance made in the model's dtype times 1000.
+                noise = model(
+                    hidden_states=latents.to(dtype),
+                    timestep=t.expand(batch).to(torch.float32),
+                    encoder_hidden_states=positive,
+                    encoder_attention_mask=torch.ones(batch, TEXT_TOKENS),
+                    pooled_projections=given["pooled"][1],
+                    guidance=torch.tensor([6.0] * batch, dtype=dtype) * 1000.0,
+                    return_dict=False)[0]
                 latents = scheduler.step(noise, t, latents,
                                          return_dict=False)[0]
                 continue

@@ -2,10 +2,10 @@
 
 The repository holds tiny models that diffusers itself builds and saves
 (Qwen-Image bf16 in shards, FLUX.1-dev bf16, and bf16 Qwen-Image-Layered,
-HiDream-I1, Z-Image, Lumina-Image-2.0, Sana and LTX-Video), beside damaged
-copies and badly named folders.  Over KServe v2 gRPC (tritonclient), REST
-(tritonclient.http and curl) and the CLI's in-process computation of the
-same folder, the answers must be the same bits: the parity suite ties the
+HiDream-I1, Z-Image, Lumina-Image-2.0, Sana, LTX-Video and HunyuanVideo),
+beside damaged copies and badly named folders.  Over KServe v2 gRPC
+(tritonclient), REST (tritonclient.http and curl) and the CLI's in-process
+computation of the same folder, the answers must be the same bits: the parity suite ties the
 CLI to diffusers' own forward, so this ties every protocol to it.  Each
 damaged model is refused on its own with a message naming its file, tensor
 or field, while the good ones serve; a repeated 50-step schedule is taken
@@ -133,7 +133,8 @@ def repository(tmp_path_factory):
                        ("hidream-i1", "hidream-cond"),
                        ("z-image", "z-image-cond"),
                        ("lumina2", "lumina2-cond"), ("sana", "sana-cond"),
-                       ("ltx-video", "ltx-video-cond")):
+                       ("ltx-video", "ltx-video-cond"),
+                       ("hunyuanvideo", "hunyuanvideo-cond")):
         FAMILIES[kind].build(torch.bfloat16).save_pretrained(root / name)
     good = tmp_path_factory.mktemp("qwen-fp32")
     qwen_model(torch.float32).save_pretrained(good)
@@ -263,7 +264,8 @@ def test_every_protocol_answers_the_clis_bits(protocol, server, repository,
             ("z-image-cond", None, None, None),
             ("lumina2-cond", None, None, None),
             ("sana-cond", None, None, None),
-            ("ltx-video-cond", None, None, None)):
+            ("ltx-video-cond", None, None, None),
+            ("hunyuanvideo-cond", GUIDANCE, pooled, None)):
         expected = cli_outputs(temb_cli, root / model, tmp_path, guidance,
                                rows, extra)
         result = infer(module, client, model, guidance, rows, extra=extra)
