@@ -165,17 +165,24 @@ class TembServer:
             time.sleep(interval)
         return False
 
-    def call_in_flight(self, start, attempts=5, timeout=30):
+    def call_in_flight(self, start, attempts=5, timeout=30, settle=0.1):
         """start() -> a grpc future of one call that computes for a while;
         returns such a future once the server is seen computing it.  Other
-        calls must be paused or over (see `wait_idle`).  A call that ended
-        before the gauge was seen (a descheduled test process can miss a
-        window of a few tenths of a second) is replaced by a new one."""
+        calls must be paused or over (see `wait_idle`).  The gauge counts a
+        call from its arrival, before it is parsed and admitted, and a
+        drain refuses a call not yet admitted: so the call must still be
+        counted `settle` seconds later, which parsing and admission take
+        far less than.  A call that ended before the gauge was seen (a
+        descheduled test process can miss a window of a few tenths of a
+        second), or within the settle, is replaced by a new one."""
         for _ in range(attempts):
             self.wait_idle(timeout)
             call = start()
             if self.wait_for_call(call.done, timeout):
-                return call
+                time.sleep(settle)
+                if not call.done() and \
+                        self.metric("temb_inflight_requests") >= 1:
+                    return call
             call.result()  # ended early: its error, if any, surfaces here
         raise AssertionError(f"none of {attempts} calls was seen in flight")
 
