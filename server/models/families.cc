@@ -84,6 +84,16 @@ Op When(std::string flag, Op op) {
   return op;
 }
 
+// diffusers' Timesteps(256, flip, shift 0) of `<name>_model` in float32
+// (`<name>_sinus`), cast to the model's dtype (`<name>_proj`): an
+// embedder's time_proj(x).to(dtype), in every family that embeds so.
+void AppendSinusoidInModelDType(std::vector<Op>* ops, const std::string& name,
+                                const std::string& when = "") {
+  ops->push_back(When(when, Sinusoid(name + "_sinus", name + "_model", 1)));
+  ops->push_back(
+      When(when, Cast(name + "_proj", name + "_sinus", ValueDType::kModel)));
+}
+
 // TimestepEmbedding: linear_2(SiLU(linear_1(x))), all in the model's dtype.
 void AppendMlp(std::vector<Op>* ops, const std::string& out,
                const std::string& in, const std::string& prefix,
@@ -91,6 +101,21 @@ void AppendMlp(std::vector<Op>* ops, const std::string& out,
   ops->push_back(When(when, Linear(out + "_h", in, prefix + ".linear_1", 1)));
   ops->push_back(When(when, Silu(out + "_a", out + "_h")));
   ops->push_back(When(when, Linear(out, out + "_a", prefix + ".linear_2", 1)));
+}
+
+// SD3's and HiDream-I1's temb: the MLP `t_mlp` of the sinusoid of the
+// scheduler's float32 t (the pipelines pass it uncast) plus the MLP
+// `pooled_mlp` of the pipeline's pooled embedding (in the model's dtype),
+// summed in the model's dtype; then temb_silu.
+void AppendFloat32TimePlusPooled(std::vector<Op>* ops, const std::string& t_mlp,
+                                 const std::string& pooled_mlp) {
+  ops->push_back(Cast("t_model", "t", ValueDType::kFloat32));
+  AppendSinusoidInModelDType(ops, "t");
+  AppendMlp(ops, "t_emb", "t_proj", t_mlp);
+  ops->push_back(Cast("pooled_model", "pooled", ValueDType::kModel));
+  AppendMlp(ops, "p_emb", "pooled_model", pooled_mlp);
+  ops->push_back(Add("temb", "t_emb", "p_emb"));
+  ops->push_back(Silu("temb_silu", "temb"));
 }
 
 // The modules diffusers' from_pretrained keeps in float32: their tensors are
@@ -230,8 +255,7 @@ FamilyDescription Flux1Like(std::string class_name, std::string name,
   ops = std::move(time_ops);
   // CombinedTimestep(Guidance)TextProjEmbeddings: Timesteps(256, flip,
   // shift 0), the float32 sinusoid cast to the pooled projection's dtype.
-  ops.push_back(Sinusoid("t_sinus", "t_model", 1));
-  ops.push_back(Cast("t_proj", "t_sinus", ValueDType::kModel));
+  AppendSinusoidInModelDType(&ops, "t");
   AppendMlp(&ops, "t_emb", "t_proj", "time_text_embed.timestep_embedder");
   // Guidance: a float32 tensor from the pipeline, then
   // guidance.to(hidden_states.dtype) * 1000 in the model.
@@ -239,9 +263,7 @@ FamilyDescription Flux1Like(std::string class_name, std::string name,
                      Cast("g_model_dtype", "guidance", ValueDType::kModel)));
   ops.push_back(
       When("guidance_embeds", Multiply("g_model", "g_model_dtype", 1000)));
-  ops.push_back(When("guidance_embeds", Sinusoid("g_sinus", "g_model", 1)));
-  ops.push_back(
-      When("guidance_embeds", Cast("g_proj", "g_sinus", ValueDType::kModel)));
+  AppendSinusoidInModelDType(&ops, "g", "guidance_embeds");
   AppendMlp(&ops, "g_emb", "g_proj", "time_text_embed.guidance_embedder",
             "guidance_embeds");
   // (t + g) first, then + pooled: each sum rounded to the model's dtype.
@@ -304,16 +326,10 @@ FamilyDescription Sd3() {
   // Pipeline: timestep = t.expand(B), the scheduler's float32 t with no
   // cast; CombinedTimestepTextProjEmbeddings: Timesteps(256, flip, shift 0)
   // of that float32 t, cast to the pooled projection's dtype.
-  ops.push_back(Cast("t_model", "t", ValueDType::kFloat32));
-  ops.push_back(Sinusoid("t_sinus", "t_model", 1));
-  ops.push_back(Cast("t_proj", "t_sinus", ValueDType::kModel));
-  AppendMlp(&ops, "t_emb", "t_proj", "time_text_embed.timestep_embedder");
-  // The pipeline's pooled embedding is in the model's dtype;
-  // PixArtAlphaTextProjection(act_fn="silu") is the same MLP.
-  ops.push_back(Cast("pooled_model", "pooled", ValueDType::kModel));
-  AppendMlp(&ops, "p_emb", "pooled_model", "time_text_embed.text_embedder");
-  ops.push_back(Add("temb", "t_emb", "p_emb"));
-  ops.push_back(Silu("temb_silu", "temb"));
+  // PixArtAlphaTextProjection(act_fn="silu") is the same MLP as
+  // TimestepEmbedding.
+  AppendFloat32TimePlusPooled(&ops, "time_text_embed.timestep_embedder",
+                              "time_text_embed.text_embedder");
   // JointTransformerBlock i: norm1 is SD35AdaLayerNormZeroX (9D) when i is
   // in dual_attention_layers, else AdaLayerNormZero (6D); norm1_context is
   // AdaLayerNormZero except in the last block (context_pre_only), where it
@@ -419,16 +435,9 @@ FamilyDescription HiDream() {
   // Pipeline: t.expand(B), the scheduler's float32 t; HiDreamImage-
   // TimestepEmbed: Timesteps(256, flip, shift 0) in float32, cast to
   // hidden_states' dtype, then its MLP.
-  ops.push_back(Cast("t_model", "t", ValueDType::kFloat32));
-  ops.push_back(Sinusoid("t_sinus", "t_model", 1));
-  ops.push_back(Cast("t_proj", "t_sinus", ValueDType::kModel));
-  AppendMlp(&ops, "t_emb", "t_proj", "t_embedder.timestep_embedder");
-  // HiDreamImagePooledEmbed: an MLP of the pipeline's pooled embedding, in
-  // the model's dtype; temb = t_emb + p_emb.
-  ops.push_back(Cast("pooled_model", "pooled", ValueDType::kModel));
-  AppendMlp(&ops, "p_emb", "pooled_model", "p_embedder.pooled_embedder");
-  ops.push_back(Add("temb", "t_emb", "p_emb"));
-  ops.push_back(Silu("temb_silu", "temb"));
+  // HiDreamImagePooledEmbed: an MLP of the pipeline's pooled embedding.
+  AppendFloat32TimePlusPooled(&ops, "t_embedder.timestep_embedder",
+                              "p_embedder.pooled_embedder");
   // adaLN_modulation = Sequential(SiLU, Linear): 12D in the double-stream
   // blocks (image then text), 6D in the single-stream ones, 2D at the end.
   ops.push_back(Linear("double_mod", "temb_silu",
@@ -498,8 +507,7 @@ FamilyDescription PixArt() {
   // PixArtAlphaCombinedTimestepSizeEmbeddings: Timesteps(256, flip, shift
   // 0) in float32, cast to hidden_states' dtype.
   ops.push_back(Cast("t_model", "t", ValueDType::kFloat32));
-  ops.push_back(Sinusoid("t_sinus", "t_model", 1));
-  ops.push_back(Cast("t_proj", "t_sinus", ValueDType::kModel));
+  AppendSinusoidInModelDType(&ops, "t");
   AppendMlp(&ops, "t_emb", "t_proj", "adaln_single.emb.timestep_embedder");
   // PixArt-alpha: the pipeline casts resolution [N, 2] and aspect_ratio
   // [N, 1] to the text embedding's dtype; each element's sinusoid, cast,
@@ -508,14 +516,12 @@ FamilyDescription PixArt() {
   const std::string extra = "use_additional_conditions";
   ops.push_back(
       When(extra, Cast("res_model", "resolution", ValueDType::kModel)));
-  ops.push_back(When(extra, Sinusoid("res_sinus", "res_model", 1)));
-  ops.push_back(When(extra, Cast("res_proj", "res_sinus", ValueDType::kModel)));
+  AppendSinusoidInModelDType(&ops, "res", extra);
   AppendMlpOf(&ops, "res_emb", "res_proj",
               "adaln_single.emb.resolution_embedder", "", 3, 2, extra);
   ops.push_back(
       When(extra, Cast("ar_model", "aspect_ratio", ValueDType::kModel)));
-  ops.push_back(When(extra, Sinusoid("ar_sinus", "ar_model", 1)));
-  ops.push_back(When(extra, Cast("ar_proj", "ar_sinus", ValueDType::kModel)));
+  AppendSinusoidInModelDType(&ops, "ar", extra);
   AppendMlpOf(&ops, "ar_emb", "ar_proj",
               "adaln_single.emb.aspect_ratio_embedder", "", 3, 1, extra);
   ops.push_back(When(extra, Concat("size_emb", {"res_emb", "ar_emb"})));
@@ -537,8 +543,7 @@ FamilyDescription Ltx() {
   // with PixArt's embedder, without size conditions: Timesteps(256, flip,
   // shift 0) in float32, cast to hidden_states' dtype.
   ops.push_back(Cast("t_model", "t", ValueDType::kFloat32));
-  ops.push_back(Sinusoid("t_sinus", "t_model", 1));
-  ops.push_back(Cast("t_proj", "t_sinus", ValueDType::kModel));
+  AppendSinusoidInModelDType(&ops, "t");
   AppendMlp(&ops, "temb", "t_proj", "time_embed.emb.timestep_embedder");
   // LTXVideoTransformerBlock adds its table as [None, None] to temb viewed
   // [B, T, 6, D], and the output its table to embedded_timestep [B, T, 1,
@@ -563,8 +568,7 @@ FamilyDescription Sana() {
   Op scaled = Multiply("t_model", "t_given", 1);
   scaled.constant_field = "timestep_scale";
   ops.push_back(InFloat32(scaled));
-  ops.push_back(Sinusoid("t_sinus", "t_model", 1));
-  ops.push_back(Cast("t_proj", "t_sinus", ValueDType::kModel));
+  AppendSinusoidInModelDType(&ops, "t");
   AppendMlp(&ops, "temb", "t_proj", "time_embed.emb.timestep_embedder");
   // SanaTransformerBlock: scale_shift_table[None] + timestep.reshape(B, 6,
   // -1); SanaModulatedNorm: scale_shift_table[None] + temb[:, None].
@@ -594,8 +598,7 @@ FamilyDescription ZImage() {
   // Timesteps(256, flip, shift 0)), cast to its weights' dtype, then
   // mlp = Sequential(Linear(256, 1024), SiLU, Linear(1024, 256)): the time
   // embedding is min(D, 256) wide.
-  ops.push_back(Sinusoid("t_sinus", "t_model", 1));
-  ops.push_back(Cast("t_proj", "t_sinus", ValueDType::kModel));
+  AppendSinusoidInModelDType(&ops, "t");
   Op first = Linear("temb_h", "t_proj", "t_embedder.mlp.0", 1);
   first.width_field = "1024";
   ops.push_back(first);
@@ -638,8 +641,7 @@ FamilyDescription Lumina2() {
   ops.push_back(Cast("t_given", "t", ValueDType::kFloat32));
   ops.push_back(InFloat32(Divide("t_fraction", "t_given", 1000)));
   ops.push_back(InFloat32(SubtractFrom("t_model", "t_fraction", 1)));
-  ops.push_back(Sinusoid("t_sinus", "t_model", 1));
-  ops.push_back(Cast("t_proj", "t_sinus", ValueDType::kModel));
+  AppendSinusoidInModelDType(&ops, "t");
   // The time embedding is min(D, 1024) wide.
   AppendMlpOf(&ops, "temb", "t_proj", "time_caption_embed.timestep_embedder",
               "min(hidden_size, 1024)", 1, 1, "");
@@ -679,8 +681,7 @@ FamilyDescription HunyuanVideo15() {
   ops.push_back(Cast("t_model", "t", ValueDType::kModel));
   // HunyuanVideo15TimeEmbedding: Timesteps(256, flip, shift 0), the float32
   // sinusoid cast to timestep.dtype (the model's, as t was cast).
-  ops.push_back(Sinusoid("t_sinus", "t_model", 1));
-  ops.push_back(Cast("t_proj", "t_sinus", ValueDType::kModel));
+  AppendSinusoidInModelDType(&ops, "t");
   AppendMlp(&ops, "temb", "t_proj", "time_embed.timestep_embedder");
   ops.push_back(Silu("temb_silu", "temb"));
   family.outputs = {{"temb", "temb", "[N, D]"}};
@@ -785,8 +786,7 @@ FamilyDescription Flux2() {
   ops.push_back(Multiply("t_model", "t_passed", 1000));
   // Flux2TimestepGuidanceEmbeddings: Timesteps(256, flip, shift 0), the
   // float32 sinusoid cast to timestep.dtype (the model's).
-  ops.push_back(Sinusoid("t_sinus", "t_model", 1));
-  ops.push_back(Cast("t_proj", "t_sinus", ValueDType::kModel));
+  AppendSinusoidInModelDType(&ops, "t");
   mlp("t_emb", "t_proj", "time_guidance_embed.timestep_embedder", "");
   // dev: the pipeline's float32 guidance, guidance.to(hidden_states.dtype)
   // * 1000 in the model, embedded by the same time_proj.
@@ -794,9 +794,7 @@ FamilyDescription Flux2() {
                      Cast("g_model_dtype", "guidance", ValueDType::kModel)));
   ops.push_back(
       When("guidance_embeds", Multiply("g_model", "g_model_dtype", 1000)));
-  ops.push_back(When("guidance_embeds", Sinusoid("g_sinus", "g_model", 1)));
-  ops.push_back(
-      When("guidance_embeds", Cast("g_proj", "g_sinus", ValueDType::kModel)));
+  AppendSinusoidInModelDType(&ops, "g", "guidance_embeds");
   mlp("g_emb", "g_proj", "time_guidance_embed.guidance_embedder",
       "guidance_embeds");
   ops.push_back(When("guidance_embeds", Add("temb", "t_emb", "g_emb")));
