@@ -258,6 +258,8 @@ absl::StatusOr<std::unique_ptr<App>> App::Start(
   }
   app->admission_ = std::make_unique<AdmissionController>(
       options.admission, app->observers_.get());
+  if (app->metrics_ != nullptr)
+    app->metrics_->WatchAdmission(app->admission_.get());
   app->gate_ = std::make_unique<CallGate>(
       app->admission_.get(), app->tokens_.get(), app->observers_.get());
 

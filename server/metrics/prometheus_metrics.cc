@@ -121,10 +121,47 @@ class ConditioningCollectable final : public prometheus::Collectable {
   const ConditioningService* const service_;
 };
 
+// What admission holds at the moment of a scrape: the bytes of admitted
+// calls (their requests, and their answers until gRPC or the HTTP server has
+// written them) against --max_queued_bytes.  A client that stops reading
+// shows here, not in temb_inflight_requests.
+class AdmissionCollectable final : public prometheus::Collectable {
+ public:
+  explicit AdmissionCollectable(const AdmissionController* admission)
+      : admission_(admission) {}
+
+  std::vector<prometheus::MetricFamily> Collect() const override {
+    return {
+        Gauge("temb_queued_bytes",
+              "Bytes held by admitted calls: requests, and answers not yet "
+              "written to the client",
+              admission_->held_bytes()),
+        Gauge("temb_queued_bytes_limit", "--max_queued_bytes (0: unlimited)",
+              admission_->limits().max_queued_bytes),
+    };
+  }
+
+ private:
+  static prometheus::MetricFamily Gauge(std::string name, std::string help,
+                                        int64_t value) {
+    prometheus::MetricFamily family;
+    family.name = std::move(name);
+    family.help = std::move(help);
+    family.type = prometheus::MetricType::Gauge;
+    prometheus::ClientMetric metric;
+    metric.gauge.value = static_cast<double>(value);
+    family.metric.push_back(std::move(metric));
+    return family;
+  }
+
+  const AdmissionController* const admission_;
+};
+
 }  // namespace
 
 struct PrometheusMetrics::Impl {
-  std::shared_ptr<ConditioningCollectable> conditioning;
+  // Read at every scrape: the conditioning models, admission.
+  std::vector<std::shared_ptr<prometheus::Collectable>> watched;
   std::shared_ptr<prometheus::Registry> registry =
       std::make_shared<prometheus::Registry>();
   prometheus::Family<prometheus::Counter>& requests =
@@ -174,6 +211,11 @@ struct PrometheusMetrics::Impl {
           .Help("1 for the server's current state, 0 for the others")
           .Register(*registry);
   std::unique_ptr<prometheus::Exposer> exposer;
+
+  void Watch(std::shared_ptr<prometheus::Collectable> collectable) {
+    if (exposer != nullptr) exposer->RegisterCollectable(collectable);
+    watched.push_back(std::move(collectable));
+  }
 
   // The series a finished request updates.  Family::Add looks labels up in
   // a std::map and builds a throw-away metric on every call, a measurable
@@ -247,6 +289,9 @@ absl::StatusOr<int> PrometheusMetrics::Serve(const std::string& address) {
   try {
     auto exposer = std::make_unique<prometheus::Exposer>(address);
     exposer->RegisterCollectable(impl_->registry);
+    for (const auto& collectable : impl_->watched) {
+      exposer->RegisterCollectable(collectable);
+    }
     const std::vector<int> ports = exposer->GetListeningPorts();
     if (ports.empty()) {
       return absl::UnavailableError(
@@ -261,16 +306,17 @@ absl::StatusOr<int> PrometheusMetrics::Serve(const std::string& address) {
 }
 
 void PrometheusMetrics::WatchConditioning(const ConditioningService* service) {
-  impl_->conditioning = std::make_shared<ConditioningCollectable>(service);
-  if (impl_->exposer != nullptr) {
-    impl_->exposer->RegisterCollectable(impl_->conditioning);
-  }
+  impl_->Watch(std::make_shared<ConditioningCollectable>(service));
+}
+
+void PrometheusMetrics::WatchAdmission(const AdmissionController* admission) {
+  impl_->Watch(std::make_shared<AdmissionCollectable>(admission));
 }
 
 std::string PrometheusMetrics::TextExposition() const {
   std::vector<prometheus::MetricFamily> families = impl_->registry->Collect();
-  if (impl_->conditioning != nullptr) {
-    for (prometheus::MetricFamily& family : impl_->conditioning->Collect()) {
+  for (const auto& collectable : impl_->watched) {
+    for (prometheus::MetricFamily& family : collectable->Collect()) {
       families.push_back(std::move(family));
     }
   }

@@ -17,8 +17,10 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/match.h"
+#include "absl/time/time.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "temb/core/admission.h"
 #include "temb/core/request_observer.h"
 #include "temb/testing/http_get.h"
 
@@ -254,6 +256,37 @@ TEST(PrometheusMetricsTest, RejectionsFailuresAndServingState) {
   EXPECT_THAT(Sample(text, "temb_serving_state{state=\"draining\"}"),
               Optional(0.0));
   EXPECT_THAT(Sample(text, "temb_serving_state{state=\"serving\"}"),
+              Optional(0.0));
+}
+
+TEST(PrometheusMetricsTest, QueuedBytesFollowAdmissionAtEachScrape) {
+  PrometheusMetrics metrics("cpu", "dev");
+  AdmissionController admission(
+      AdmissionLimits{/*max_inflight=*/0, /*max_queued_bytes=*/1000});
+  metrics.WatchAdmission(&admission);
+  absl::StatusOr<int> port = metrics.Serve("127.0.0.1:0");
+  ASSERT_TRUE(port.ok()) << port.status();
+  EXPECT_THAT(Sample(metrics.TextExposition(), "temb_queued_bytes_limit"),
+              Optional(1000.0));
+  EXPECT_THAT(Sample(metrics.TextExposition(), "temb_queued_bytes"),
+              Optional(0.0));
+  {
+    absl::StatusOr<AdmissionTicket> ticket =
+        admission.Admit(100, absl::InfiniteFuture());
+    ASSERT_TRUE(ticket.ok()) << ticket.status();
+    ASSERT_TRUE(ticket->Reserve(500).ok());
+    // Answered, not yet written: the bytes stay counted.
+    ticket->MarkAnswered();
+    EXPECT_THAT(Sample(metrics.TextExposition(), "temb_queued_bytes"),
+                Optional(600.0));
+    // What Prometheus scrapes too: watched before Serve, registered by it.
+    const std::string reply = HttpGet(*port, "/metrics");
+    const size_t body = reply.find("\r\n\r\n");
+    ASSERT_NE(body, std::string::npos) << reply;
+    EXPECT_THAT(Sample(reply.substr(body + 4), "temb_queued_bytes"),
+                Optional(600.0));
+  }
+  EXPECT_THAT(Sample(metrics.TextExposition(), "temb_queued_bytes"),
               Optional(0.0));
 }
 

@@ -13,6 +13,10 @@
 //   temb_backend_failures_total{backend,action}  counter
 //   temb_serving_state{state}                gauge, 1 for the current state
 //                                            (serving|draining|backend_failed)
+// and, read from admission when scraped:
+//   temb_queued_bytes                        gauge, bytes held by admitted
+//                                            calls (answers until written)
+//   temb_queued_bytes_limit                  gauge, --max_queued_bytes
 // and, read from the conditioning models when scraped:
 //   temb_conditioning_model_state{model,state}  gauge, 1 for the model's
 //                                            state (loading|ready|failed)
@@ -31,6 +35,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "temb/core/admission.h"
 #include "temb/core/conditioning_service.h"
 #include "temb/core/request_observer.h"
 
@@ -49,6 +54,9 @@ class PrometheusMetrics final : public RequestObserver {
   // Adds the conditioning models' and row cache's metrics, read from
   // `service` (which must outlive this) at every scrape.  Call once.
   void WatchConditioning(const ConditioningService* service);
+  // Adds the admission gauges, read from `admission` (which must outlive
+  // this) at every scrape.  Call once.
+  void WatchAdmission(const AdmissionController* admission);
 
   // The current metrics in the Prometheus text format (what /metrics serves).
   std::string TextExposition() const;
