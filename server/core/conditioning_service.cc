@@ -2,10 +2,14 @@
 
 #include <algorithm>
 #include <cstring>
+#include <exception>
 #include <filesystem>
 #include <map>
+#include <new>
+#include <string>
 #include <system_error>
 #include <utility>
+#include <vector>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/ascii.h"
@@ -261,6 +265,30 @@ models::RowCacheStats ConditioningService::cache_stats() const {
   return cache_->stats();
 }
 
+namespace {
+
+// The model's computation, with anything it throws turned into a status
+// that names the model.  An exception reaching gRPC would end the call
+// UNIMPLEMENTED with an empty message (what gRPC answers when a handler
+// throws), and every frontend serves through here.
+absl::StatusOr<std::vector<models::ConditioningOutput>> ComputeOrStatus(
+    const models::ConditioningModel& model, absl::string_view name,
+    const models::ConditioningInputs& inputs,
+    const std::vector<std::string>& outputs) {
+  try {
+    return model.Compute(inputs, outputs);
+  } catch (const std::bad_alloc&) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("the server ran out of memory computing model ",
+                     Quoted(name), "; retry later or with fewer rows"));
+  } catch (const std::exception& e) {
+    return absl::InternalError(
+        absl::StrCat("model ", Quoted(name), " failed to compute: ", e.what()));
+  }
+}
+
+}  // namespace
+
 absl::StatusOr<ConditionResponse> ConditioningService::Serve(
     const ConditionRequest& request, AdmissionTicket* ticket) const {
   const Entry* entry = Find(request.model);
@@ -450,7 +478,7 @@ absl::StatusOr<ConditionResponse> ConditioningService::Serve(
   std::vector<std::string> names;
   for (const models::OutputInfo* output : wanted) names.push_back(output->name);
   ASSIGN_OR_RETURN(std::vector<models::ConditioningOutput> computed,
-                   model.Compute(inputs, names));
+                   ComputeOrStatus(model, entry->name, inputs, names));
   ConditionResponse response;
   response.model = entry->name;
   response.rows = rows;

@@ -6,14 +6,19 @@
 
 #include <sys/stat.h>
 
+#include <atomic>
 #include <cstring>
+#include <new>
+#include <stdexcept>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "temb/kernels/linear_engine.h"
 #include "test_checkpoints.h"
 
 namespace temb {
@@ -223,6 +228,59 @@ TEST_F(ConditioningServiceTest, RepeatedScheduleComesFromTheCache) {
   for (size_t i = 0; i < first->outputs.size(); ++i) {
     EXPECT_EQ(first->outputs[i].data, second->outputs[i].data);
   }
+}
+
+// A LinearEngine whose every Forward throws `Thrown`: what a bug or an
+// allocation failure deep in a computation looks like to the service.
+template <typename Thrown>
+class ThrowingLinearEngine final : public LinearEngine {
+ public:
+  absl::StatusOr<int> Upload(const LinearWeights& /*weights*/) override {
+    return uploads_++;
+  }
+  absl::Status Forward(int /*id*/, absl::Span<const float> /*x*/,
+                       int64_t /*rows*/, DType /*out_dtype*/,
+                       absl::Span<float> /*out*/) override {
+    if constexpr (std::is_same_v<Thrown, std::bad_alloc>) {
+      throw std::bad_alloc();
+    } else {
+      throw Thrown("unordered_map::at");
+    }
+  }
+  std::string name() const override { return "throwing"; }
+  int64_t device_bytes() const override { return 0; }
+
+ private:
+  std::atomic<int> uploads_{0};
+};
+
+TEST_F(ConditioningServiceTest, WhatAComputationThrowsBecomesAStatus) {
+  // An exception must not reach gRPC, which would answer UNIMPLEMENTED with
+  // no message; the service stays up for the next request.
+  ConditionRequest request;
+  request.model = "qwen";
+  request.inputs = {Timesteps({500.0f})};
+
+  ConditioningService::Options options;
+  options.cache_bytes = 0;
+  options.linear_engine =
+      std::make_shared<ThrowingLinearEngine<std::out_of_range>>();
+  auto service = Open(options);
+  for (int attempt = 0; attempt < 2; ++attempt) {
+    auto answer = service->Serve(request, nullptr);
+    EXPECT_EQ(answer.status().code(), absl::StatusCode::kInternal);
+    EXPECT_THAT(Message(answer.status()),
+                AllOf(HasSubstr("\"qwen\""), HasSubstr("failed to compute"),
+                      HasSubstr("unordered_map::at")));
+  }
+
+  options.linear_engine =
+      std::make_shared<ThrowingLinearEngine<std::bad_alloc>>();
+  service = Open(options);
+  auto answer = service->Serve(request, nullptr);
+  EXPECT_EQ(answer.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(Message(answer.status()),
+              AllOf(HasSubstr("out of memory"), HasSubstr("\"qwen\"")));
 }
 
 TEST_F(ConditioningServiceTest, CallbacksRunOnceEveryModelSettled) {
