@@ -206,7 +206,7 @@ def build(kind, dtype):
 # The kinds whose model takes a pooled text embedding, and a guidance scale.
 POOLED_KINDS = ("flux.1-dev", "flux.1-schnell", "sd3", "sd3.5", "sdxl-unet",
                 "hidream-i1", "hunyuanvideo")
-GUIDED_KINDS = ("flux.1-dev", "flux.2-dev", "hunyuanvideo")
+GUIDED_KINDS = ("flux.1-dev", "flux.2-dev", "hunyuanvideo", "sana-sprint")
 
 
 def time_embedding(kind, model):
@@ -1212,6 +1212,60 @@ class Sana(Family):
         return checks + ada_layer_norm_single_checks(model, embed)
 
 
+class SanaSprint(Family):
+    """Sana-Sprint (guidance_embeds): SanaCombinedTimestepGuidanceEmbeddings,
+    t's and the guidance's TimestepEmbeddings summed, then
+    AdaLayerNormSingle's Linear and tables.  SanaSprintPipeline passes its
+    own timestep (sin / (cos + sin) of SCMScheduler's t) unscaled, whatever
+    the config's timestep_scale (1.3 here, so that a use of it shows), and
+    the guidance scale .to(dtype) * config.guidance_embeds_scale (0.3 here:
+    a product the model's dtype rounds)."""
+    sinusoids = ("time_embed.time_proj", "time_embed.guidance_condition_proj")
+    scalar_names = ("t_model", "g_model")
+    guidance_embeds_scale = 0.3
+
+    def build(self, dtype):
+        torch.manual_seed(19)
+        model = diffusers.SanaTransformer2DModel(
+            in_channels=4, out_channels=4, num_attention_heads=4,
+            attention_head_dim=WIDTH // 4, num_layers=3,
+            num_cross_attention_heads=4, cross_attention_head_dim=WIDTH // 4,
+            cross_attention_dim=WIDTH, caption_channels=24, sample_size=4,
+            patch_size=1, timestep_scale=1.3, guidance_embeds=True,
+            guidance_embeds_scale=self.guidance_embeds_scale,
+            qk_norm="rms_norm_across_heads")
+        return model.to(dtype).eval()
+
+    def modules(self, model):
+        return ada_layer_norm_single_modules(model, model.time_embed)
+
+    def inputs(self, dtype, t, generator):
+        batch = t.shape[0]
+        guidance = torch.full([batch], GUIDANCE, dtype=torch.float32)
+        return dict(
+            hidden_states=torch.randn(batch, 4, 4, 4,
+                                      generator=generator).to(dtype),
+            encoder_hidden_states=torch.randn(
+                batch, TEXT_TOKENS, 24, generator=generator).to(dtype),
+            encoder_attention_mask=torch.ones(batch, TEXT_TOKENS),
+            guidance=guidance.to(dtype) * self.guidance_embeds_scale,
+            timestep=t)
+
+    def scalars(self, values, embedded):
+        return [(values["t_model"], embedded[self.sinusoids[0]][0]),
+                (values["g_model"], embedded[self.sinusoids[1]][0])]
+
+    def op_checks(self, model):
+        embed = model.time_embed
+        checks = [("t_proj", Sinusoid(embed.time_proj, "t_model"))]
+        checks += mlp_checks("t_emb", embed.timestep_embedder, "t_proj")
+        checks += [("g_proj",
+                    Sinusoid(embed.guidance_condition_proj, "g_model"))]
+        checks += mlp_checks("g_emb", embed.guidance_embedder, "g_proj")
+        checks += [("temb", Exact(lambda v: v["t_emb"] + v["g_emb"]))]
+        return checks + ada_layer_norm_single_checks(model, embed)
+
+
 class ZImage(Family):
     """Z-Image: the pipeline's (1000 - t) / 1000 times the config's t_scale,
     embedded by TimestepEmbedder's own sinusoid into a 256-wide temb; every
@@ -1491,6 +1545,7 @@ FAMILIES = {
     "ltx-video": Ltx(),
     "hidream-i1": HiDream(),
     "sana": Sana(),
+    "sana-sprint": SanaSprint(),
     "z-image": ZImage(),
     "lumina2": Lumina2(),
     "hunyuanvideo": HunyuanVideo(),
@@ -2340,7 +2395,9 @@ def test_cli_refuses_bad_requests_naming_the_cause(saved, temb_cli, tmp_path):
                                 f"--inputs=addition_t_cond=0,{bad}", out)
         assert code == 1 and ("addition_t_cond[1] must be an integer in "
                               f"[0, 2), got {bad}") in err, err
-    # Sana-Sprint (guidance_embeds) is refused, naming the flag.
+    # Sana's weights under a config that claims Sana-Sprint's guidance
+    # embedder are refused, naming the embedder's missing tensor; Sana-Sprint
+    # without its guidance scale is refused naming the input.
     _, sana, _ = saved[("sana", "bf16")]
     sprint = tmp_path / "sprint"
     sprint.mkdir()
@@ -2350,9 +2407,13 @@ def test_cli_refuses_bad_requests_naming_the_cause(saved, temb_cli, tmp_path):
     config["guidance_embeds"] = True
     (sprint / "config.json").write_text(json.dumps(config))
     code, err = run_failing(temb_cli, f"--model_dir={sprint}",
+                            "--timesteps=1", "--guidance=4.5", out)
+    assert code == 1 and \
+        "time_embed.timestep_embedder.linear_1.weight" in err, err
+    _, sprint, _ = saved[("sana-sprint", "bf16")]
+    code, err = run_failing(temb_cli, f"--model_dir={sprint}",
                             "--timesteps=1", out)
-    assert code == 1 and "field guidance_embeds" in err and \
-        "not supported for sana" in err
+    assert code == 1 and "guidance: required by this sana model" in err, err
     # HunyuanVideo's image-to-video variants are refused, naming the field.
     _, hunyuan, _ = saved[("hunyuanvideo", "bf16")]
     i2v = tmp_path / "i2v"

@@ -128,11 +128,13 @@ def repository(tmp_path_factory):
     flux_model(torch.bfloat16, True).save_pretrained(root / "flux-dev")
     # Qwen-Image-Layered: one more input, an index into a two-row table;
     # HiDream-I1 with its pooled embedding; Z-Image, Lumina-Image-2.0 and
-    # Sana with their pipelines' arithmetic on t; LTX-Video's tables.
+    # Sana with their pipelines' arithmetic on t; Sana-Sprint's guidance
+    # embedder; LTX-Video's tables.
     for kind, name in (("qwen-image-layered", "qwen-layered"),
                        ("hidream-i1", "hidream-cond"),
                        ("z-image", "z-image-cond"),
                        ("lumina2", "lumina2-cond"), ("sana", "sana-cond"),
+                       ("sana-sprint", "sana-sprint-cond"),
                        ("ltx-video", "ltx-video-cond"),
                        ("hunyuanvideo", "hunyuanvideo-cond")):
         FAMILIES[kind].build(torch.bfloat16).save_pretrained(root / name)
@@ -264,6 +266,7 @@ def test_every_protocol_answers_the_clis_bits(protocol, server, repository,
             ("z-image-cond", None, None, None),
             ("lumina2-cond", None, None, None),
             ("sana-cond", None, None, None),
+            ("sana-sprint-cond", GUIDANCE, None, None),
             ("ltx-video-cond", None, None, None),
             ("hunyuanvideo-cond", GUIDANCE, pooled, None)):
         expected = cli_outputs(temb_cli, root / model, tmp_path, guidance,
