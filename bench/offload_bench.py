@@ -166,6 +166,13 @@ RELEASED = {
         num_attention_heads=70, attention_head_dim=32, num_layers=20,
         num_cross_attention_heads=20, cross_attention_head_dim=112,
         cross_attention_dim=2240, caption_channels=2304, sample_size=32)),
+    # Sana-Sprint 1600M: Sana-1600M's shape with the guidance embedder and
+    # RMS norms across the query and key heads.
+    "Sana-Sprint-1600M": (diffusers.SanaTransformer2DModel, dict(
+        num_attention_heads=70, attention_head_dim=32, num_layers=20,
+        num_cross_attention_heads=20, cross_attention_head_dim=112,
+        cross_attention_dim=2240, caption_channels=2304, sample_size=32,
+        guidance_embeds=True, qk_norm="rms_norm_across_heads")),
     "Sana-600M": (diffusers.SanaTransformer2DModel, dict(
         num_attention_heads=36, attention_head_dim=32, num_layers=28,
         num_cross_attention_heads=16, cross_attention_head_dim=72,

@@ -225,6 +225,16 @@ def _sana_slots(model: torch.nn.Module) -> List[Any]:
     return _ada_layer_norm_single_slots(model, "time_embed")
 
 
+def _sana_sprint_slots(model: torch.nn.Module) -> List[Any]:
+    # SanaCombinedTimestepGuidanceEmbeddings: timestep_embedder(t's
+    # sinusoid) + guidance_embedder(the guidance's), the sum read by
+    # linear(silu(.)) and returned beside it.  The guidance embedder (the
+    # embedder: it runs after both taps) returns the served temb, the
+    # timestep embedder -0.0; then AdaLayerNormSingle's Linear and tables.
+    return ([_StandIn("time_embed.timestep_embedder", "zero")] +
+            _ada_layer_norm_single_slots(model, "time_embed"))
+
+
 def _ltx_slots(model: torch.nn.Module) -> List[Any]:
     # PixArt's AdaLayerNormSingle as time_embed; the tables are added per
     # token ([B, T, k, D]) to rows of timestep.flatten().
@@ -418,6 +428,19 @@ def _guidance_flux(g: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     return g.to(dtype) * 1000
 
 
+def _t_sana_sprint(schedule: torch.Tensor) -> torch.Tensor:
+    # SanaSprintPipeline's timestep from SCMScheduler's t, float32, as it
+    # computes it at each step (the same bits for a whole schedule).
+    return torch.sin(schedule) / (torch.cos(schedule) + torch.sin(schedule))
+
+
+def _guidance_scaled(g: torch.Tensor, dtype: torch.dtype,
+                     scale: float) -> torch.Tensor:
+    # SanaSprintPipeline: the guidance scale .to(dtype) *
+    # transformer.config.guidance_embeds_scale, a product in that dtype.
+    return g.to(dtype) * scale
+
+
 @dataclasses.dataclass(frozen=True)
 class _Family:
     name: str
@@ -449,11 +472,12 @@ class _Family:
     extra_inputs: Optional[Callable[[torch.nn.Module],
                                     Tuple[str, ...]]] = None
     # Where the embedder's own arguments lack one of the inputs
-    # ("timestep" or an extra input), the module that receives it first:
-    # (path, input).  A forward pre-hook there records it for the
+    # ("timestep", "guidance" or an extra input), the module that receives
+    # it first: (path, input).  A forward pre-hook there records it for the
     # embedder: a parameterless module's first argument (the UNet's
     # time_proj gets t, its add_time_proj the flattened time ids, both
-    # before add_embedding runs), or with path "" the transformer's forward
+    # before add_embedding runs; Sana-Sprint's time_proj and
+    # guidance_condition_proj), or with path "" the transformer's forward
     # argument of that name (CogVideoX 1.5's ofs, embedded only after the
     # timestep).  A tap for an extra input the model lacks is not set.
     taps: Tuple[Tuple[str, str], ...] = ()
@@ -465,6 +489,10 @@ class _Family:
     # token_replace embedding, None unless image_condition_type is
     # "token_replace" (refused).
     returns_pair: bool = False
+    # The pipeline's map from its scheduler's timesteps to the t the served
+    # model takes, where that is not the scheduler's t: set_schedule()
+    # applies it (SanaSprintPipeline's sin / (cos + sin)).
+    schedule: Optional[Callable[[torch.Tensor], torch.Tensor]] = None
     # The model stacks the rows of t and of t * 0 (Qwen-Image-Edit-2511's
     # zero_cond_t: its reference image's tokens read the second half of
     # img_mod) and gives the other modules the first half alone.  The
@@ -505,6 +533,19 @@ _PIXART = _Family("pixart", ("timestep", "resolution", "aspect_ratio"),
 _SANA = _Family("sana", ("timestep", "resolution", "aspect_ratio"),
                 _t_as_is, 1.0, _sana_slots, embedder="time_embed.emb",
                 temb_output="embedded_timestep")
+# Sana-Sprint: SanaSprintPipeline computes the transformer's timestep
+# itself (sin / (cos + sin) of SCMScheduler's t, float32), which the
+# conditioning model takes as it is, and a schedule is mapped so; taps on
+# the two parameterless projections give the embedder t and the guidance
+# (_family_of sets the guidance's scale per model).
+_SANA_SPRINT = _Family("sana-sprint", ("-",), _t_as_is, 1.0,
+                       _sana_sprint_slots,
+                       embedder="time_embed.guidance_embedder",
+                       temb_output="embedded_timestep",
+                       taps=(("time_embed.time_proj", "timestep"),
+                             ("time_embed.guidance_condition_proj",
+                              "guidance")),
+                       schedule=_t_sana_sprint)
 # HunyuanVideo (1.0): FLUX.1-dev's modules; its pipeline passes float32 t
 # as it is and the guidance tensor in the model's dtype times 1000.
 _HUNYUAN_VIDEO = _Family("hunyuanvideo", ("timestep", "pooled", "guidance"),
@@ -625,10 +666,11 @@ def _family_of(model: torch.nn.Module) -> _Family:
             timestep_factor=functools.partial(_t_z_image_back, scale=scale))
     if name == "SanaTransformer2DModel":
         if config.get("guidance_embeds"):
-            raise ValueError(
-                "offload_conditioning: SanaTransformer2DModel with "
-                "guidance_embeds=True (Sana-Sprint) is not served by temb's "
-                "conditioning models")
+            scale = float(config.get("guidance_embeds_scale", 0.1))
+            return dataclasses.replace(
+                _SANA_SPRINT,
+                guidance=functools.partial(_guidance_scaled, scale=scale),
+                guidance_factor=scale)
         scale = float(config.get("timestep_scale", 1.0))
         return dataclasses.replace(
             _SANA, timestep=functools.partial(_t_scaled, scale=scale),
@@ -896,6 +938,8 @@ class OffloadedConditioning:
         else:
             self._schedule = torch.as_tensor(schedule).detach().to(
                 "cpu", torch.float32).reshape(-1)
+            if self.family.schedule is not None:
+                self._schedule = self.family.schedule(self._schedule)
             if self.family.zero_rows:
                 self._schedule = torch.cat([self._schedule,
                                             self._schedule.new_zeros(1)])
@@ -903,7 +947,8 @@ class OffloadedConditioning:
         # Rows of t alone: none of guidance, pooled (an argument of the
         # embedder's or tapped) or extra inputs.
         others = set(self.family.arguments) | {
-            "pooled" for _, name in self.family.taps if name in _POOLED_NAMES}
+            "pooled" if name in _POOLED_NAMES else name
+            for _, name in self.family.taps}
         if (self._schedule is not None and not self.extra_inputs
                 and not {"guidance", "pooled"} & others):
             self._scheduled.add(self._t_alone(self.dtype))
@@ -1038,7 +1083,8 @@ class OffloadedConditioning:
                                          else None),
             getattr(served, "family", ""))
         inputs = {i.name for i in getattr(served, "inputs", ())}
-        wants_guidance = "guidance" in self.family.arguments
+        wants_guidance = "guidance" in self.family.arguments or any(
+            name == "guidance" for _, name in self.family.taps)
         if inputs and ("guidance" in inputs) != wants_guidance:
             problems.append(
                 "guidance: the served model "
@@ -1827,8 +1873,8 @@ def offload_conditioning(transformer: torch.nn.Module, *, client: Any,
         setattr(parent, name, lookup)
         state.replaced.append(table.table)
     state.taps = tuple(tap for tap in family.taps
-                       if tap[1] == "timestep" or tap[1] in _POOLED_NAMES
-                       or tap[1] in extra_inputs)
+                       if tap[1] in ("timestep", "guidance")
+                       or tap[1] in _POOLED_NAMES or tap[1] in extra_inputs)
     for path, name in state.taps:
         transformer.get_submodule(path).register_forward_pre_hook(
             InputTap(state, name, whole_forward=not path), with_kwargs=True)

@@ -80,7 +80,8 @@ KINDS += FLUX2_HUNYUAN_UNET_KINDS
 # looser bf16 bound).
 TABLE_KINDS = ("wan", "wan2.2-ti2v", "pixart-sigma", "pixart-alpha",
                "cogvideox", "cogvideox-1.5-i2v", "ltx-video", "ltx-video-i2v",
-               "hidream-i1", "sana", "z-image", "lumina2", "hunyuanvideo")
+               "hidream-i1", "sana", "sana-sprint", "z-image", "lumina2",
+               "hunyuanvideo")
 
 
 def build(kind, dtype):
@@ -523,7 +524,7 @@ def test_patched_transformer_denoises_to_the_same_latents(kind, client):
 @pytest.mark.parametrize("kind", ("qwen-image", "qwen-image-edit",
                                   "qwen-image-layered", "sd3.5",
                                   "flux.2-klein", "sdxl-unet", "hidream-i1",
-                                  "z-image", "lumina2"))
+                                  "z-image", "lumina2", "sana-sprint"))
 def test_a_schedule_costs_one_call_and_a_repeat_none(kind, client):
     dtype = torch.bfloat16
     plain = build(kind, dtype)
@@ -814,13 +815,12 @@ def test_unserved_variants_and_inexact_time_ids_are_refused(client):
             image_condition_type="token_replace")
     assert "image_condition_type='token_replace'" in refused(
         token_replace, "hunyuanvideo-fp32")
-    # Sana-Sprint embeds a guidance scale beside t.
-    with torch.device("meta"):
-        sprint = diffusers.SanaTransformer2DModel.from_config(
-            FAMILIES["sana"].build(torch.float32).config,
-            guidance_embeds=True)
-    assert "guidance_embeds=True (Sana-Sprint)" in refused(sprint,
-                                                          "sana-fp32")
+    # Sana-Sprint embeds a guidance scale beside t: Sana's served rows
+    # are not its, nor are Sana-Sprint's Sana's.
+    message = refused(build("sana-sprint", torch.float32), "sana-fp32")
+    assert "guidance: the served model does not take" in message, message
+    message = refused(build("sana", torch.float32), "sana-sprint-fp32")
+    assert "guidance: the served model takes" in message, message
     # Served FLUX.2-dev rows for a klein transformer: no guidance embedder.
     message = refused(build("flux.2-klein", torch.float32), "flux.2-dev-fp32")
     assert "guidance" in message
@@ -943,7 +943,10 @@ def table_batch(kind):
     # PyTorch's float32 GEMM rounds with the row count: two equal rows give
     # a temb 7.5e-8 off that of one row, which can flip the bf16 temb by an
     # ulp.  temb serves the one-row value (docs/offload.md).
-    return 1 if kind.startswith("wan") else BATCH
+    # SanaSprintPipeline hands SCMScheduler.step the timestep expanded to
+    # the batch, which the scheduler finds in its schedule for one image
+    # only.
+    return 1 if kind.startswith("wan") or kind == "sana-sprint" else BATCH
 
 
 def build_table_kind(kind, dtype):
@@ -955,7 +958,8 @@ def build_table_kind(kind, dtype):
             return FAMILIES["wan"].save(dtype, scratch)
     if kind.startswith("ltx-video"):
         return FAMILIES["ltx-video"].build(dtype)
-    if kind in ("hidream-i1", "sana", "z-image", "lumina2", "hunyuanvideo"):
+    if kind in ("hidream-i1", "sana", "sana-sprint", "z-image", "lumina2",
+                "hunyuanvideo"):
         return FAMILIES[kind].build(dtype)
     if kind == "cogvideox-1.5-i2v":
         # The parity test's 1.5 I2V model, with the image latents' channels
@@ -993,6 +997,14 @@ def table_scheduler(kind):
         scheduler = diffusers.DPMSolverMultistepScheduler(
             prediction_type="flow_prediction", use_flow_sigmas=True,
             flow_shift=3.0)
+    elif kind == "sana-sprint":
+        # SanaSprintPipeline's: 4 steps from max_timesteps down to 0 (the
+        # intermediate timestep is for 2 steps only); the loop runs all but
+        # the last.
+        scheduler = diffusers.SCMScheduler()
+        scheduler.set_timesteps(STEPS, max_timesteps=1.57080,
+                                intermediate_timesteps=None)
+        return scheduler
     elif kind == "hidream-i1":
         # HiDream-I1-Full's scheduler.
         scheduler = diffusers.UniPCMultistepScheduler(
@@ -1033,6 +1045,10 @@ def table_inputs(kind, dtype):
                     text=text)
     if kind.startswith("pixart") or kind == "sana":
         return dict(latents=randn(batch, 4, 4, 4), text=text)
+    if kind == "sana-sprint":
+        # float32 latents, as SanaSprintPipeline keeps them.
+        return dict(latents=randn(batch, 4, 4, 4, dt=torch.float32),
+                    text=text)
     if kind == "hunyuanvideo":
         # float32 latents (1 frame of 2 x 2) and the pooled CLIP embedding.
         return dict(latents=randn(batch, 4, 1, 2, 2, dt=torch.float32),
@@ -1070,6 +1086,39 @@ def denoise_table(kind, model, dtype):
     batch = table_batch(kind)
     with torch.no_grad():
         for i, t in enumerate(scheduler.timesteps):
+            if kind == "sana-sprint":
+                # SanaSprintPipeline's loop: latents scaled by sigma_data
+                # first; no CFG; the guidance scale made in the model's
+                # dtype times guidance_embeds_scale; the model's timestep
+                # sin / (cos + sin) of the scheduler's t; the input and
+                # prediction rescaled around the call; every timestep but
+                # the last (0), and the last step's denoised is the result.
+                sigma = scheduler.config.sigma_data
+                if i == 0:
+                    latents = latents * sigma
+                if i == STEPS:
+                    return (denoised / sigma).float()
+                timestep = t.expand(batch)
+                scm = torch.sin(timestep) / (torch.cos(timestep) +
+                                             torch.sin(timestep))
+                scm4 = scm.view(-1, 1, 1, 1)
+                norm = torch.sqrt(scm4 ** 2 + (1 - scm4) ** 2)
+                model_input = latents / sigma * norm
+                guidance = torch.full([batch], 4.5, dtype=torch.float32).to(
+                    dtype) * model.config.guidance_embeds_scale
+                noise = model(model_input.to(dtype),
+                              encoder_hidden_states=positive,
+                              encoder_attention_mask=torch.ones(
+                                  batch, TEXT_TOKENS),
+                              guidance=guidance, timestep=scm,
+                              return_dict=False)[0]
+                noise = ((1 - 2 * scm4) * model_input
+                         + (1 - 2 * scm4 + 2 * scm4 ** 2) * noise) / norm
+                noise = noise.float() * sigma
+                latents, denoised = scheduler.step(
+                    noise, timestep, latents, generator=generator,
+                    return_dict=False)
+                continue
             if kind.startswith("wan"):
                 # CFG as two calls, the scheduler's t as it is.
                 if kind == "wan":
