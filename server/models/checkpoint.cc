@@ -181,18 +181,19 @@ absl::StatusOr<int64_t> ModelConfig::PositiveIntAt(const std::string& field,
   return static_cast<int64_t>(item.get<uint64_t>());
 }
 
-absl::Status ModelConfig::Require(const std::string& field,
-                                  const std::string& json_text) const {
+absl::Status ModelConfig::Require(
+    const std::string& field,
+    const std::vector<std::string>& json_texts) const {
   const auto it = fields_.find(field);
   const json value =
       it == fields_.end() ? json(nullptr) : json::parse(it->second);
-  if (value != json::parse(json_text)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(file_, ": field ", field, ": ",
-                     it == fields_.end() ? std::string("absent") : it->second,
-                     " is not supported (supported: ", json_text, ")"));
+  for (const std::string& supported : json_texts) {
+    if (value == json::parse(supported)) return absl::OkStatus();
   }
-  return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(
+      file_, ": field ", field, ": ",
+      it == fields_.end() ? std::string("absent") : it->second,
+      " is not supported (supported: ", absl::StrJoin(json_texts, ", "), ")"));
 }
 
 absl::Status ModelConfig::RequireLength(const std::string& field,

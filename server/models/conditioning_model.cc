@@ -417,10 +417,15 @@ absl::Status ConditioningModel::Plan(const Checkpoint& checkpoint) {
   const ModelConfig& config = checkpoint.config();
   width_ = 1;
   for (const ConfigRequirement& requirement : family_->requirements) {
-    RETURN_IF_ERROR(
-        requirement.length >= 0
-            ? config.RequireLength(requirement.field, requirement.length)
-            : config.Require(requirement.field, requirement.value));
+    if (requirement.length >= 0) {
+      RETURN_IF_ERROR(
+          config.RequireLength(requirement.field, requirement.length));
+      continue;
+    }
+    std::vector<std::string> supported = {requirement.value};
+    supported.insert(supported.end(), requirement.also.begin(),
+                     requirement.also.end());
+    RETURN_IF_ERROR(config.Require(requirement.field, supported));
   }
   for (const std::string& field : family_->width_fields) {
     ASSIGN_OR_RETURN(const int64_t factor, EvaluateConfig(config, field));

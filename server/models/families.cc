@@ -308,7 +308,11 @@ FamilyDescription HunyuanVideo() {
   FamilyDescription family =
       Flux1Like("HunyuanVideoTransformer3DModel", "hunyuanvideo",
                 {Cast("t_model", "t", ValueDType::kFloat32)});
-  family.requirements = {{"image_condition_type", "null"}};
+  // HunyuanVideo-I2V's latent_concat adds the image to the latents only;
+  // token_replace embeds a second row (t = 0, no guidance) for the first
+  // frame's tokens, which this description does not compute.
+  family.requirements = {
+      {"image_condition_type", "null", -1, {"\"latent_concat\""}}};
   return family;
 }
 

@@ -642,7 +642,9 @@ def _family_of(model: torch.nn.Module) -> _Family:
     if name == "Lumina2Transformer2DModel":
         return _LUMINA2
     if name == "HunyuanVideoTransformer3DModel":
-        if config.get("image_condition_type") is not None:
+        # HunyuanVideo-I2V's latent_concat changes the latents only;
+        # token_replace embeds a second row for the first frame's tokens.
+        if config.get("image_condition_type") not in (None, "latent_concat"):
             raise ValueError(
                 "offload_conditioning: HunyuanVideoTransformer3DModel with "
                 f"image_condition_type={config.get('image_condition_type')!r}"

@@ -205,7 +205,7 @@ def build(kind, dtype):
 
 # The kinds whose model takes a pooled text embedding, and a guidance scale.
 POOLED_KINDS = ("flux.1-dev", "flux.1-schnell", "sd3", "sd3.5", "sdxl-unet",
-                "hidream-i1", "hunyuanvideo")
+                "hidream-i1", "hunyuanvideo", "hunyuanvideo-i2v")
 GUIDED_KINDS = ("flux.1-dev", "flux.2-dev", "hunyuanvideo", "sana-sprint")
 
 
@@ -1447,10 +1447,13 @@ class HunyuanVideo(Family):
         text = embed.text_embedder
         checks = [("t_proj", Sinusoid(embed.time_proj, "t_model"))]
         checks += mlp_checks("t_emb", embed.timestep_embedder, "t_proj")
-        checks += [("g_proj", Sinusoid(embed.time_proj, "g_model"))]
-        checks += mlp_checks("g_emb", embed.guidance_embedder, "g_proj")
+        if embed.guidance_embedder is None:  # no guidance: t_emb alone
+            checks += [("tg_emb", Exact(lambda v: v["t_emb"]))]
+        else:
+            checks += [("g_proj", Sinusoid(embed.time_proj, "g_model"))]
+            checks += mlp_checks("g_emb", embed.guidance_embedder, "g_proj")
+            checks += [("tg_emb", Exact(lambda v: v["t_emb"] + v["g_emb"]))]
         return checks + [
-            ("tg_emb", Exact(lambda v: v["t_emb"] + v["g_emb"])),
             ("p_emb_h", Linear([text.linear_1], "pooled_model")),
             ("p_emb_a", Exact(lambda v: text.act_1(v["p_emb_h"]))),
             ("p_emb", Linear([text.linear_2], "p_emb_a")),
@@ -1465,6 +1468,39 @@ class HunyuanVideo(Family):
                                   "temb_silu", stacked=True)),
             ("norm_out", Linear([model.norm_out.linear], "temb_silu")),
         ]
+
+
+class HunyuanVideoI2V(HunyuanVideo):
+    """HunyuanVideo-I2V's latent_concat variant: the image latents and a
+    mask concatenated to the latents' channels, no guidance embedder; its
+    conditioning is the text-to-video model's without the guidance."""
+    scalar_names = ("t_model",)
+
+    def build(self, dtype):
+        torch.manual_seed(20)
+        model = diffusers.HunyuanVideoTransformer3DModel(
+            in_channels=9, out_channels=4, num_attention_heads=4,
+            attention_head_dim=WIDTH // 4, num_layers=2, num_single_layers=3,
+            num_refiner_layers=1, patch_size=1, patch_size_t=1,
+            text_embed_dim=24, pooled_projection_dim=POOLED,
+            rope_axes_dim=(16, 24, 24), guidance_embeds=False,
+            image_condition_type="latent_concat")
+        return model.to(dtype).eval()
+
+    def inputs(self, dtype, t, generator):
+        # HunyuanVideoImageToVideoPipeline: [latents, image latents, mask]
+        # on the channels, t.expand(B).to(latents.dtype), no guidance.
+        batch = t.shape[0]
+        return dict(
+            hidden_states=torch.randn(batch, 9, 1, 2, 2,
+                                      generator=generator).to(dtype),
+            timestep=t,
+            encoder_hidden_states=torch.randn(
+                batch, TEXT_TOKENS, 24, generator=generator).to(dtype),
+            encoder_attention_mask=torch.ones(batch, TEXT_TOKENS))
+
+    def scalars(self, values, embedded):
+        return [(values["t_model"], embedded[self.sinusoids[0]][0])]
 
 
 class HiDream(Family):
@@ -1549,6 +1585,7 @@ FAMILIES = {
     "z-image": ZImage(),
     "lumina2": Lumina2(),
     "hunyuanvideo": HunyuanVideo(),
+    "hunyuanvideo-i2v": HunyuanVideoI2V(),
 }
 
 KINDS = ["qwen-image", "qwen-image-edit", "flux.1-dev", "flux.1-schnell", "sd3", "sd3.5",
@@ -2425,7 +2462,8 @@ def test_cli_refuses_bad_requests_naming_the_cause(saved, temb_cli, tmp_path):
     (i2v / "config.json").write_text(json.dumps(config))
     code, err = run_failing(temb_cli, f"--model_dir={i2v}", "--timesteps=1",
                             "--guidance=6", out)
-    assert code == 1 and "field image_condition_type" in err
+    assert code == 1 and "field image_condition_type" in err and \
+        'supported: null, "latent_concat"' in err, err
     # The SDXL UNet: time ids missing, malformed, or of the wrong width.
     _, sdxl, _ = saved[("sdxl-unet", "bf16")]
     pooled_file = tmp_path / "pooled.npy"

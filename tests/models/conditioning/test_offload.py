@@ -81,7 +81,7 @@ KINDS += FLUX2_HUNYUAN_UNET_KINDS
 TABLE_KINDS = ("wan", "wan2.2-ti2v", "pixart-sigma", "pixart-alpha",
                "cogvideox", "cogvideox-1.5-i2v", "ltx-video", "ltx-video-i2v",
                "hidream-i1", "sana", "sana-sprint", "z-image", "lumina2",
-               "hunyuanvideo")
+               "hunyuanvideo", "hunyuanvideo-i2v")
 
 
 def build(kind, dtype):
@@ -959,7 +959,7 @@ def build_table_kind(kind, dtype):
     if kind.startswith("ltx-video"):
         return FAMILIES["ltx-video"].build(dtype)
     if kind in ("hidream-i1", "sana", "sana-sprint", "z-image", "lumina2",
-                "hunyuanvideo"):
+                "hunyuanvideo", "hunyuanvideo-i2v"):
         return FAMILIES[kind].build(dtype)
     if kind == "cogvideox-1.5-i2v":
         # The parity test's 1.5 I2V model, with the image latents' channels
@@ -986,6 +986,11 @@ def table_scheduler(kind):
     elif kind == "hunyuanvideo":
         # HunyuanVideo's scheduler config.
         scheduler = diffusers.FlowMatchEulerDiscreteScheduler(shift=7.0)
+    elif kind == "hunyuanvideo-i2v":
+        # HunyuanVideo-I2V's scheduler config and its pipeline's sigmas.
+        scheduler = diffusers.FlowMatchEulerDiscreteScheduler(shift=7.0)
+        scheduler.set_timesteps(sigmas=np.linspace(1.0, 0.0, STEPS + 1)[:-1])
+        return scheduler
     elif kind == "lumina2":
         # Lumina-Image-2.0's scheduler config.
         scheduler = diffusers.FlowMatchEulerDiscreteScheduler(shift=6.0)
@@ -1053,6 +1058,16 @@ def table_inputs(kind, dtype):
         # float32 latents (1 frame of 2 x 2) and the pooled CLIP embedding.
         return dict(latents=randn(batch, 4, 1, 2, 2, dt=torch.float32),
                     text=text, pooled=[randn(batch, POOLED) for _ in text])
+    if kind == "hunyuanvideo-i2v":
+        # Two latent frames; the image's latents on the first, zeros after,
+        # and the mask of the first frame.
+        image = torch.zeros(batch, 4, 2, 2, 2)
+        image[:, :, 0] = randn(batch, 4, 2, 2, dt=torch.float32)
+        mask = torch.zeros(batch, 1, 2, 2, 2)
+        mask[:, :, 0] = 1
+        return dict(latents=randn(batch, 4, 2, 2, 2, dt=torch.float32),
+                    text=text, pooled=[randn(batch, POOLED) for _ in text],
+                    image=image, mask=mask)
     if kind in ("z-image", "lumina2"):
         # float32 latents, as the pipelines keep them.
         return dict(latents=randn(batch, 4, 4, 4, dt=torch.float32),
@@ -1160,6 +1175,22 @@ def denoise_table(kind, model, dtype):
                     encoder_attention_mask=torch.ones(batch, TEXT_TOKENS),
                     pooled_projections=given["pooled"][1],
                     guidance=torch.tensor([6.0] * batch, dtype=dtype) * 1000.0,
+                    return_dict=False)[0]
+                latents = scheduler.step(noise, t, latents,
+                                         return_dict=False)[0]
+                continue
+            if kind == "hunyuanvideo-i2v":
+                # latent_concat: [latents, image latents, mask] on the
+                # channels; no guidance embedder, and the pipeline's
+                # default call, without true CFG.
+                model_input = torch.cat([latents, given["image"],
+                                         given["mask"]], dim=1).to(dtype)
+                noise = model(
+                    hidden_states=model_input,
+                    timestep=t.expand(batch).to(torch.float32),
+                    encoder_hidden_states=positive,
+                    encoder_attention_mask=torch.ones(batch, TEXT_TOKENS),
+                    pooled_projections=given["pooled"][1],
                     return_dict=False)[0]
                 latents = scheduler.step(noise, t, latents,
                                          return_dict=False)[0]

@@ -136,7 +136,8 @@ def repository(tmp_path_factory):
                        ("lumina2", "lumina2-cond"), ("sana", "sana-cond"),
                        ("sana-sprint", "sana-sprint-cond"),
                        ("ltx-video", "ltx-video-cond"),
-                       ("hunyuanvideo", "hunyuanvideo-cond")):
+                       ("hunyuanvideo", "hunyuanvideo-cond"),
+                       ("hunyuanvideo-i2v", "hunyuanvideo-i2v-cond")):
         FAMILIES[kind].build(torch.bfloat16).save_pretrained(root / name)
     good = tmp_path_factory.mktemp("qwen-fp32")
     qwen_model(torch.float32).save_pretrained(good)
@@ -268,7 +269,8 @@ def test_every_protocol_answers_the_clis_bits(protocol, server, repository,
             ("sana-cond", None, None, None),
             ("sana-sprint-cond", GUIDANCE, None, None),
             ("ltx-video-cond", None, None, None),
-            ("hunyuanvideo-cond", GUIDANCE, pooled, None)):
+            ("hunyuanvideo-cond", GUIDANCE, pooled, None),
+            ("hunyuanvideo-i2v-cond", None, pooled, None)):
         expected = cli_outputs(temb_cli, root / model, tmp_path, guidance,
                                rows, extra)
         result = infer(module, client, model, guidance, rows, extra=extra)

@@ -80,11 +80,11 @@ class ModelConfig {
   // -1 is the last): the UNet's block_out_channels.
   absl::StatusOr<int64_t> PositiveIntAt(const std::string& field,
                                         int64_t index) const;
-  // OK when the field equals the JSON value `json_text` (an absent field
-  // counts as null); otherwise INVALID_ARGUMENT naming the field, what it
-  // holds and what is supported.
+  // OK when the field equals one of the JSON values `json_texts` (an absent
+  // field counts as null); otherwise INVALID_ARGUMENT naming the field, what
+  // it holds and what is supported.
   absl::Status Require(const std::string& field,
-                       const std::string& json_text) const;
+                       const std::vector<std::string>& json_texts) const;
   // OK when the field is a list of `length` entries.
   absl::Status RequireLength(const std::string& field, int64_t length) const;
 

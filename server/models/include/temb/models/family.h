@@ -129,13 +129,14 @@ struct Op {
 };
 
 // A config.json field the family's description assumes: `value` is the JSON
-// it must equal (an absent field counts as null), or, with `length` >= 0,
-// the field must be a list of that many entries.  A model that differs is
-// refused naming the field, rather than computed wrong.
+// it must equal (an absent field counts as null), or one of `also`; or, with
+// `length` >= 0, the field must be a list of that many entries.  A model that
+// differs is refused naming the field, rather than computed wrong.
 struct ConfigRequirement {
   std::string field;
   std::string value;
   int length = -1;
+  std::vector<std::string> also;  // more JSON values the description follows
 };
 
 // A model input: [N] when `width_field` is empty, else [N, W] with W the
