@@ -104,6 +104,13 @@ RELEASED = {
         in_channels=65, out_channels=32, num_attention_heads=16,
         attention_head_dim=128, num_layers=54, num_refiner_layers=2,
         text_embed_dim=3584, text_embed_2_dim=1472, image_embed_dim=1152)),
+    # Its super-resolution model: the same blocks with MeanFlow's second
+    # timestep embedder (the guide's count; in_channels as the main model's).
+    "HunyuanVideo-1.5-SR": (diffusers.HunyuanVideo15Transformer3DModel, dict(
+        in_channels=65, out_channels=32, num_attention_heads=16,
+        attention_head_dim=128, num_layers=54, num_refiner_layers=2,
+        text_embed_dim=3584, text_embed_2_dim=1472, image_embed_dim=1152,
+        use_meanflow=True)),
     # SDXL base 1.0's unet/config.json.
     "SDXL base UNet": (diffusers.UNet2DConditionModel, dict(
         sample_size=128, in_channels=4, out_channels=4, layers_per_block=2,

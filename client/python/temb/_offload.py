@@ -317,6 +317,12 @@ def _cogvideox_inputs(model: torch.nn.Module) -> Tuple[str, ...]:
     return ("ofs",) if model.ofs_embedding is not None else ()
 
 
+def _hunyuan_video15_inputs(model: torch.nn.Module) -> Tuple[str, ...]:
+    # The super-resolution (MeanFlow) model: the embedder's timestep_r, the
+    # next step's timestep (0 at the last), in the latents' dtype.
+    return ("timestep_r",) if model.config.get("use_meanflow") else ()
+
+
 # --- FLUX.2, HunyuanVideo-1.5 and SDXL's UNet -------------------------------
 
 def _flux2_slots(model: torch.nn.Module) -> List[_Slot]:
@@ -586,9 +592,10 @@ _FLUX2_KLEIN = _Family("flux.2-klein", ("timestep", "-"), _t_flux, 1.0,
                        _flux2_slots, embedder="time_guidance_embed")
 # time_embed(timestep, timestep_r): timestep_r only with use_meanflow,
 # which is refused.
-_HUNYUAN_VIDEO15 = _Family("hunyuanvideo-1.5", ("timestep", "-"),
+_HUNYUAN_VIDEO15 = _Family("hunyuanvideo-1.5", ("timestep", "timestep_r"),
                            _t_hunyuan_video15, 1.0, _hunyuan_video15_slots,
-                           embedder="time_embed")
+                           embedder="time_embed",
+                           extra_inputs=_hunyuan_video15_inputs)
 # The UNet's embedder, add_embedding, receives the pooled row (and the
 # time ids' sinusoids); taps on the two parameterless projections give it t
 # and the time ids (_unet_slots).  The pipeline passes the scheduler's t as
@@ -689,11 +696,6 @@ def _family_of(model: torch.nn.Module) -> _Family:
     if name == "Flux2Transformer2DModel":
         return _FLUX2_DEV if config.get("guidance_embeds") else _FLUX2_KLEIN
     if name == "HunyuanVideo15Transformer3DModel":
-        if config.get("use_meanflow"):
-            raise ValueError(
-                "offload_conditioning: HunyuanVideo15Transformer3DModel with "
-                "use_meanflow=True is not served by temb's conditioning "
-                "models")
         return _HUNYUAN_VIDEO15
     if name == "UNet2DConditionModel":
         for key, value in _UNET_REQUIRED.items():

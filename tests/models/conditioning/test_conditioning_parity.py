@@ -1503,6 +1503,77 @@ class HunyuanVideoI2V(HunyuanVideo):
         return [(values["t_model"], embedded[self.sinusoids[0]][0])]
 
 
+class HunyuanVideo15SR(Family):
+    """HunyuanVideo-1.5's super-resolution model (use_meanflow): temb is
+    t's embedding plus timestep_r's (the next step's timestep, 0 at the
+    last), each through its own Timesteps and TimestepEmbedding, both in
+    the latents' dtype as the pipeline passes them; then the main path's
+    modulations."""
+    sinusoids = ("time_embed.time_proj", "time_embed.time_proj_r")
+    scalar_names = ("t_model", "r_model")
+
+    @staticmethod
+    def next_timesteps(rows):
+        return [0.0 if i == rows - 1 else TIMESTEPS[(i + 1) % len(TIMESTEPS)]
+                for i in range(rows)]
+
+    def build(self, dtype):
+        torch.manual_seed(21)
+        model = diffusers.HunyuanVideo15Transformer3DModel(
+            in_channels=4, out_channels=4, num_attention_heads=4,
+            attention_head_dim=WIDTH // 4, num_layers=3, num_refiner_layers=1,
+            text_embed_dim=24, text_embed_2_dim=24, image_embed_dim=24,
+            rope_axes_dim=ROPE, use_meanflow=True)
+        return model.to(dtype).eval()
+
+    def extra_inputs(self, rows):
+        return {"timestep_r": self.next_timesteps(rows)}
+
+    def modules(self, model):
+        found = [("temb", None, model.time_embed)]
+        for i, block in enumerate(model.transformer_blocks):
+            found.append(("img_mod", i, block.norm1.linear))
+            found.append(("txt_mod", i, block.norm1_context.linear))
+        return found + [("norm_out", None, model.norm_out.linear)]
+
+    def inputs(self, dtype, t, generator):
+        # HunyuanVideo15ImageToVideoPipeline with use_meanflow: t and
+        # timestep_r expanded to the batch, in the latents' dtype.
+        batch = t.shape[0]
+        return dict(
+            hidden_states=torch.randn(batch, 4, 1, 2, 2,
+                                      generator=generator).to(dtype),
+            timestep=t.to(dtype),
+            timestep_r=torch.tensor(self.next_timesteps(batch)).to(dtype),
+            encoder_hidden_states=torch.randn(
+                batch, TEXT_TOKENS, 24, generator=generator).to(dtype),
+            encoder_attention_mask=torch.ones(batch, TEXT_TOKENS),
+            encoder_hidden_states_2=torch.randn(
+                batch, 3, 24, generator=generator).to(dtype),
+            encoder_attention_mask_2=torch.ones(batch, 3),
+            image_embeds=torch.zeros(batch, 2, 24, dtype=dtype))
+
+    def scalars(self, values, embedded):
+        return [(values["t_model"], embedded[self.sinusoids[0]][0]),
+                (values["r_model"], embedded[self.sinusoids[1]][0])]
+
+    def op_checks(self, model):
+        embed, blocks = model.time_embed, model.transformer_blocks
+        checks = [("t_proj", Sinusoid(embed.time_proj, "t_model"))]
+        checks += mlp_checks("t_emb", embed.timestep_embedder, "t_proj")
+        checks += [("r_proj", Sinusoid(embed.time_proj_r, "r_model"))]
+        checks += mlp_checks("r_emb", embed.timestep_embedder_r, "r_proj")
+        return checks + [
+            ("temb", Exact(lambda v: v["t_emb"] + v["r_emb"])),
+            ("temb_silu", Exact(lambda v: blocks[0].norm1.silu(v["temb"]))),
+            ("img_mod", Linear([b.norm1.linear for b in blocks], "temb_silu",
+                               stacked=True)),
+            ("txt_mod", Linear([b.norm1_context.linear for b in blocks],
+                               "temb_silu", stacked=True)),
+            ("norm_out", Linear([model.norm_out.linear], "temb_silu")),
+        ]
+
+
 class HiDream(Family):
     """HiDream-I1: FLUX-like per-block modulation (12D double-stream, 6D
     single-stream blocks, 2D final layer) of temb = the timestep MLP + the
@@ -1586,6 +1657,7 @@ FAMILIES = {
     "lumina2": Lumina2(),
     "hunyuanvideo": HunyuanVideo(),
     "hunyuanvideo-i2v": HunyuanVideoI2V(),
+    "hunyuanvideo-1.5-sr": HunyuanVideo15SR(),
 }
 
 KINDS = ["qwen-image", "qwen-image-edit", "flux.1-dev", "flux.1-schnell", "sd3", "sd3.5",

@@ -73,7 +73,7 @@ KINDS = ("qwen-image", "qwen-image-edit", "qwen-image-layered", "flux.1-dev",
 # FLUX.2, HunyuanVideo-1.5 and SDXL's UNet: built, fed, scheduled and
 # stepped by the functions of their block below.
 FLUX2_HUNYUAN_UNET_KINDS = ("flux.2-dev", "flux.2-klein", "hunyuanvideo-1.5",
-                            "sdxl-unet")
+                            "hunyuanvideo-1.5-sr", "sdxl-unet")
 KINDS += FLUX2_HUNYUAN_UNET_KINDS
 # Wan, PixArt, CogVideoX, LTX-Video and HiDream-I1: their own block below,
 # and their own test of the latents (tables counted as parameters, TI2V's
@@ -226,7 +226,7 @@ def inputs(kind, dtype):
 
 def scheduler_for(kind):
     """The pipeline's scheduler and its 4-step schedule."""
-    if kind in ("hunyuanvideo-1.5", "sdxl-unet"):
+    if kind.startswith("hunyuanvideo-1.5") or kind == "sdxl-unet":
         return scheduler_hunyuan_unet(kind)
     if kind in TABLE_KINDS:
         return table_scheduler(kind)
@@ -247,7 +247,7 @@ def denoise(kind, model, dtype, latents=None, prompts=None):
         return denoise_table(kind, model, dtype)
     if latents is None:
         latents, prompts = inputs(kind, dtype)
-    if kind in ("hunyuanvideo-1.5", "sdxl-unet"):
+    if kind.startswith("hunyuanvideo-1.5") or kind == "sdxl-unet":
         return denoise_hunyuan_unet(kind, model, latents, prompts)
     scheduler = scheduler_for(kind)
     with torch.no_grad():
@@ -289,6 +289,8 @@ def build_flux2_hunyuan_unet(kind, dtype):
         return sdxl_unet(dtype)
     if kind == "hunyuanvideo-1.5":
         return hunyuan_video15_model(dtype)
+    if kind == "hunyuanvideo-1.5-sr":
+        return FAMILIES[kind].build(dtype)
     return flux2_model(dtype, kind == "flux.2-dev")
 
 
@@ -311,7 +313,7 @@ def inputs_flux2_hunyuan_unet(kind, dtype):
                         time_ids=torch.tensor([ids], dtype=dtype))
                    for ids in (TIME_IDS[2], TIME_IDS[1])]
         return latents, prompts
-    if kind == "hunyuanvideo-1.5":
+    if kind.startswith("hunyuanvideo-1.5"):
         # The tiny model takes the latents alone: the pipeline's image
         # condition and mask channels are not part of it.
         latents = randn(BATCH, 4, 1, 2, 2)
@@ -357,7 +359,15 @@ def denoise_hunyuan_unet(kind, model, latents, prompts):
     with torch.no_grad():
         if kind == "sdxl-unet":
             latents = latents * scheduler.init_noise_sigma
-        for t in scheduler.timesteps:
+        for i, t in enumerate(scheduler.timesteps):
+            # The super-resolution (MeanFlow) model's timestep_r: the next
+            # step's timestep, 0 at the last, as its pipeline passes it.
+            following = {}
+            if kind == "hunyuanvideo-1.5-sr":
+                r = (scheduler.timesteps[i + 1]
+                     if i + 1 < len(scheduler.timesteps)
+                     else torch.tensor(0.0))
+                following["timestep_r"] = r.expand(BATCH).to(latents.dtype)
             if kind == "sdxl-unet":
                 # CFG rows batched, [negative, positive]; the pipeline
                 # repeats the [negative, positive] time ids per image.
@@ -383,8 +393,8 @@ def denoise_hunyuan_unet(kind, model, latents, prompts):
                 # 0..1000 scale in the latents' dtype.
                 timestep = t.expand(BATCH).to(latents.dtype)
                 cond, uncond = [model(hidden_states=latents,
-                                      timestep=timestep, **prompt,
-                                      return_dict=False)[0]
+                                      timestep=timestep, **following,
+                                      **prompt, return_dict=False)[0]
                                 for prompt in prompts]
                 noise = uncond + 6.0 * (cond - uncond)
             latents = scheduler.step(noise, t, latents, return_dict=False)[0]
@@ -798,15 +808,20 @@ def test_unserved_variants_and_inexact_time_ids_are_refused(client):
                                             model=served)
         return str(error.value)
 
-    # An LCM-style UNet (timestep_cond) and the MeanFlow HunyuanVideo-1.5
-    # change temb in ways the conditioning models do not compute.
+    # An LCM-style UNet (timestep_cond) changes temb in a way the
+    # conditioning models do not compute.
     with torch.device("meta"):
         lcm = diffusers.UNet2DConditionModel.from_config(
             sdxl_unet(torch.float32).config, time_cond_proj_dim=32)
-        meanflow = diffusers.HunyuanVideo15Transformer3DModel.from_config(
-            hunyuan_video15_model(torch.float32).config, use_meanflow=True)
     assert "time_cond_proj_dim=32" in refused(lcm)
-    assert "use_meanflow=True" in refused(meanflow)
+    # The MeanFlow HunyuanVideo-1.5 against the main model's rows, and the
+    # other way: each takes an input the other does not.
+    message = refused(build("hunyuanvideo-1.5-sr", torch.float32),
+                      "hunyuanvideo-1.5-fp32")
+    assert "timestep_r" in message, message
+    message = refused(build("hunyuanvideo-1.5", torch.float32),
+                      "hunyuanvideo-1.5-sr-fp32")
+    assert "timestep_r" in message, message
     # HunyuanVideo's token_replace image-to-video variant embeds a second
     # row (t = 0, no guidance) for the first frame's tokens.
     with torch.device("meta"):

@@ -137,7 +137,8 @@ def repository(tmp_path_factory):
                        ("sana-sprint", "sana-sprint-cond"),
                        ("ltx-video", "ltx-video-cond"),
                        ("hunyuanvideo", "hunyuanvideo-cond"),
-                       ("hunyuanvideo-i2v", "hunyuanvideo-i2v-cond")):
+                       ("hunyuanvideo-i2v", "hunyuanvideo-i2v-cond"),
+                       ("hunyuanvideo-1.5-sr", "hunyuanvideo-1.5-sr-cond")):
         FAMILIES[kind].build(torch.bfloat16).save_pretrained(root / name)
     good = tmp_path_factory.mktemp("qwen-fp32")
     qwen_model(torch.float32).save_pretrained(good)
@@ -259,6 +260,10 @@ def test_every_protocol_answers_the_clis_bits(protocol, server, repository,
                       else (triton_http, http_client))
     pooled = pooled_rows()
     layered = {"addition_t_cond": LAYERED_INDEX}
+    # The super-resolution model's second timestep, one per row.
+    meanflow = {"timestep_r": np.array(
+        FAMILIES["hunyuanvideo-1.5-sr"].next_timesteps(len(TIMESTEPS)),
+        dtype=np.float32)}
     for model, guidance, rows, extra in (
             ("qwen", None, None, None),
             ("flux-dev", GUIDANCE, pooled, None),
@@ -270,7 +275,8 @@ def test_every_protocol_answers_the_clis_bits(protocol, server, repository,
             ("sana-sprint-cond", GUIDANCE, None, None),
             ("ltx-video-cond", None, None, None),
             ("hunyuanvideo-cond", GUIDANCE, pooled, None),
-            ("hunyuanvideo-i2v-cond", None, pooled, None)):
+            ("hunyuanvideo-i2v-cond", None, pooled, None),
+            ("hunyuanvideo-1.5-sr-cond", None, None, meanflow)):
         expected = cli_outputs(temb_cli, root / model, tmp_path, guidance,
                                rows, extra)
         result = infer(module, client, model, guidance, rows, extra=extra)
