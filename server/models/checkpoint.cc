@@ -181,14 +181,20 @@ absl::StatusOr<int64_t> ModelConfig::PositiveIntAt(const std::string& field,
   return static_cast<int64_t>(item.get<uint64_t>());
 }
 
+bool ModelConfig::Equals(const std::string& field,
+                         const std::string& json_text) const {
+  const auto it = fields_.find(field);
+  const json value =
+      it == fields_.end() ? json(nullptr) : json::parse(it->second);
+  return value == json::parse(json_text);
+}
+
 absl::Status ModelConfig::Require(
     const std::string& field,
     const std::vector<std::string>& json_texts) const {
   const auto it = fields_.find(field);
-  const json value =
-      it == fields_.end() ? json(nullptr) : json::parse(it->second);
   for (const std::string& supported : json_texts) {
-    if (value == json::parse(supported)) return absl::OkStatus();
+    if (Equals(field, supported)) return absl::OkStatus();
   }
   return absl::InvalidArgumentError(absl::StrCat(
       file_, ": field ", field, ": ",

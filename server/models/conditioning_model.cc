@@ -54,6 +54,10 @@ bool FlagHolds(const FamilyDescription& family, const ModelConfig& config,
   if (when.empty()) return true;
   const bool negate = when[0] == '!';
   const std::string flag = negate ? when.substr(1) : when;
+  if (const size_t equals = flag.find('='); equals != std::string::npos) {
+    return config.Equals(flag.substr(0, equals), flag.substr(equals + 1)) !=
+           negate;
+  }
   absl::StatusOr<std::optional<bool>> value = config.Flag(flag);
   if (!value.ok()) {
     *status = value.status();
@@ -694,6 +698,10 @@ absl::Status ConditioningModel::Plan(const Checkpoint& checkpoint) {
     ops_.push_back(std::move(planned));
   }
   for (const OutputSpec& output : family_->outputs) {
+    if (!FlagHolds(*family_, config, output.when, &flag_status)) {
+      RETURN_IF_ERROR(flag_status);
+      continue;
+    }
     if (absent.count(output.value) > 0) continue;
     outputs_.push_back(output);
     if (value_info_.count(output.value) == 0) {

@@ -257,9 +257,10 @@ class ThrowingLinearEngine final : public LinearEngine {
 TEST_F(ConditioningServiceTest, WhatAComputationThrowsBecomesAStatus) {
   // An exception must not reach gRPC, which would answer UNIMPLEMENTED with
   // no message; the service stays up for the next request.
+  const std::vector<float> timesteps = {500.0f};  // the input views it
   ConditionRequest request;
   request.model = "qwen";
-  request.inputs = {Timesteps({500.0f})};
+  request.inputs = {Timesteps(timesteps)};
 
   ConditioningService::Options options;
   options.cache_bytes = 0;

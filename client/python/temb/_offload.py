@@ -491,10 +491,17 @@ class _Family:
     # pooled_width(model) columns (the UNet's add_embedding receives
     # [text_embeds, sinusoids of the time ids]); None: all of it.
     pooled_width: Optional[Callable[[torch.nn.Module], int]] = None
-    # The embedder returns (temb, None): HunyuanVideo's also returns a
-    # token_replace embedding, None unless image_condition_type is
-    # "token_replace" (refused).
+    # The embedder returns (temb, second): HunyuanVideo's second result is
+    # its token_replace embedding, None unless image_condition_type is
+    # "token_replace".
     returns_pair: bool = False
+    # Where there is a second embedding (token_replace), read by the same
+    # modulation Linears as temb: (the output a module reads, the served
+    # output holding its rows for the second embedding) pairs, the first
+    # for the embedding itself.  The second result carries an answer of
+    # those rows, so that each Linear's stand-in answers for what it is
+    # given.
+    second: Tuple[Tuple[str, str], ...] = ()
     # The pipeline's map from its scheduler's timesteps to the t the served
     # model takes, where that is not the scheduler's t: set_schedule()
     # applies it (SanaSprintPipeline's sin / (cos + sin)).
@@ -557,6 +564,11 @@ _SANA_SPRINT = _Family("sana-sprint", ("-",), _t_as_is, 1.0,
 _HUNYUAN_VIDEO = _Family("hunyuanvideo", ("timestep", "pooled", "guidance"),
                          _t_as_is, 1.0, _flux_slots, _guidance_flux, 1000.0,
                          returns_pair=True)
+# HunyuanVideo-I2V's token_replace: the first frame's tokens read the
+# image and single-stream modulations of token_replace_emb (t = 0 and the
+# pooled row, no guidance), served beside temb's.
+_TOKEN_REPLACE = (("temb", "tr_temb"), ("img_mod", "tr_img_mod"),
+                  ("single_mod", "tr_single_mod"))
 # Lumina-Image-2.0: its Timesteps module is the embedder, as Wan's.
 _LUMINA2 = _Family("lumina2", ("timestep",), _t_lumina2, _t_lumina2_back,
                    _lumina2_slots, embedder="time_caption_embed.time_proj",
@@ -651,16 +663,19 @@ def _family_of(model: torch.nn.Module) -> _Family:
     if name == "HunyuanVideoTransformer3DModel":
         # HunyuanVideo-I2V's latent_concat changes the latents only;
         # token_replace embeds a second row for the first frame's tokens.
-        if config.get("image_condition_type") not in (None, "latent_concat"):
+        condition = config.get("image_condition_type")
+        if condition not in (None, "latent_concat", "token_replace"):
             raise ValueError(
                 "offload_conditioning: HunyuanVideoTransformer3DModel with "
-                f"image_condition_type={config.get('image_condition_type')!r}"
-                " is not served by temb's conditioning models")
+                f"image_condition_type={condition!r} is not served by temb's "
+                "conditioning models")
+        family = _HUNYUAN_VIDEO
+        if condition == "token_replace":
+            family = dataclasses.replace(family, second=_TOKEN_REPLACE)
         if not config.get("guidance_embeds", True):
-            return dataclasses.replace(
-                _HUNYUAN_VIDEO, arguments=("timestep", "pooled", "-"),
-                guidance=None)
-        return _HUNYUAN_VIDEO
+            family = dataclasses.replace(
+                family, arguments=("timestep", "pooled", "-"), guidance=None)
+        return family
     if name == "ZImageTransformer2DModel":
         sizes = (list(config.get("all_patch_size", ())),
                  list(config.get("all_f_patch_size", ())))
@@ -1515,11 +1530,20 @@ class ConditioningEmbedder(torch.nn.Module):
         answer = answer.to(timestep.device,
                            {name: state.row_dtype(name, dtype)
                             for name in answer.rows})
-        temb = answer.take(state.family.temb_output, None,
-                           (answer.index.numel(),))
+        rows = (answer.index.numel(),)
+        temb = answer.take(state.family.temb_output, None, rows)
         setattr(temb, _ANSWER, answer)
         state.set_current(answer)
-        return (temb, None) if state.family.returns_pair else temb
+        if not state.family.returns_pair:
+            return temb
+        second = None
+        if state.family.second:
+            of_second = _Answer({read: answer.rows[served]
+                                 for read, served in state.family.second},
+                                answer.index)
+            second = of_second.take(state.family.second[0][0], None, rows)
+            setattr(second, _ANSWER, of_second)
+        return temb, second
 
     def _add_tapped(self, given: Dict[str, Any]) -> None:
         """Completes `given` with what the taps recorded since the last
@@ -1831,6 +1855,8 @@ def offload_conditioning(transformer: torch.nn.Module, *, client: Any,
             expected[table.output] = (counts[table.output], width)
     expected[family.temb_output] = (transformer.get_submodule(
         slots[-1].linear).in_features,)
+    for read, served in family.second:
+        expected[served] = expected[read]
     extra_inputs = (family.extra_inputs(transformer)
                     if family.extra_inputs is not None else ())
     state = OffloadedConditioning(family, client, model, expected, dtype,

@@ -54,6 +54,7 @@ cause.
 
 import copy
 import importlib.util
+import itertools
 import json
 import math
 import os
@@ -205,8 +206,10 @@ def build(kind, dtype):
 
 # The kinds whose model takes a pooled text embedding, and a guidance scale.
 POOLED_KINDS = ("flux.1-dev", "flux.1-schnell", "sd3", "sd3.5", "sdxl-unet",
-                "hidream-i1", "hunyuanvideo", "hunyuanvideo-i2v")
-GUIDED_KINDS = ("flux.1-dev", "flux.2-dev", "hunyuanvideo", "sana-sprint")
+                "hidream-i1", "hunyuanvideo", "hunyuanvideo-i2v",
+                "hunyuanvideo-token-replace")
+GUIDED_KINDS = ("flux.1-dev", "flux.2-dev", "hunyuanvideo", "sana-sprint",
+                "hunyuanvideo-token-replace")
 
 
 def time_embedding(kind, model):
@@ -402,6 +405,13 @@ def capture(kind, model, args, time_proj_override=None,
             handles.append(module.register_forward_pre_hook(
                 lambda _m, _args, kwargs, keep=keep, how=how:
                     keep(kwargs[how.name]), with_kwargs=True))
+            continue
+        if isinstance(how, NthCall):
+            def nth(_module, _inputs, output, keep=keep, how=how,
+                    calls=itertools.count()):
+                if next(calls) % how.period == how.n:
+                    keep(output)
+            handles.append(module.register_forward_hook(nth))
             continue
 
         def hook(_module, _inputs, output, keep=keep, how=how):
@@ -619,6 +629,16 @@ class Argument:
 
     def __init__(self, name):
         self.name = name
+
+
+class NthCall:
+    """conditioning_modules: the module's result at call `n` of every
+    `period` (HunyuanVideo-I2V's token_replace blocks call their modulation
+    Linear for temb, then for the token_replace embedding)."""
+
+    def __init__(self, n, period=2):
+        self.n = n
+        self.period = period
 
 
 class _TableAdds(torch.Tensor):
@@ -1503,6 +1523,59 @@ class HunyuanVideoI2V(HunyuanVideo):
         return [(values["t_model"], embedded[self.sinusoids[0]][0])]
 
 
+class HunyuanVideoTokenReplace(HunyuanVideo):
+    """HunyuanVideo-I2V's token_replace variant: besides temb, a second
+    row for the first frame's tokens, token_replace_emb = the timestep
+    MLP at t = 0 plus the pooled MLP (no guidance), read by the image and
+    single-stream modulation Linears (each called twice per forward)."""
+    scalar_names = ("t_model", "tr_model", "g_model")
+
+    def build(self, dtype):
+        torch.manual_seed(22)
+        model = diffusers.HunyuanVideoTransformer3DModel(
+            in_channels=4, out_channels=4, num_attention_heads=4,
+            attention_head_dim=WIDTH // 4, num_layers=2, num_single_layers=3,
+            num_refiner_layers=1, patch_size=1, patch_size_t=1,
+            text_embed_dim=24, pooled_projection_dim=POOLED,
+            rope_axes_dim=(16, 24, 24), image_condition_type="token_replace")
+        return model.to(dtype).eval()
+
+    def modules(self, model):
+        embed = model.time_text_embed
+        found = [("temb", None, embed, lambda out: out[0]),
+                 ("tr_temb", None, embed, lambda out: out[1])]
+        for i, block in enumerate(model.transformer_blocks):
+            found.append(("img_mod", i, block.norm1.linear, NthCall(0)))
+            found.append(("tr_img_mod", i, block.norm1.linear, NthCall(1)))
+            found.append(("txt_mod", i, block.norm1_context.linear))
+        for i, block in enumerate(model.single_transformer_blocks):
+            found.append(("single_mod", i, block.norm.linear, NthCall(0)))
+            found.append(("tr_single_mod", i, block.norm.linear, NthCall(1)))
+        return found + [("norm_out", None, model.norm_out.linear)]
+
+    def scalars(self, values, embedded):
+        # time_proj embeds t, then zeros_like(t), then the guidance.
+        t_seen, zero_seen, g_seen = embedded[self.sinusoids[0]]
+        return [(values["t_model"], t_seen), (values["tr_model"], zero_seen),
+                (values["g_model"], g_seen)]
+
+    def op_checks(self, model):
+        embed, blocks = model.time_text_embed, model.transformer_blocks
+        return super().op_checks(model) + [
+            ("tr_signed", Exact(lambda v: torch.zeros_like(v["t_model"]))),
+            ("tr_proj", Sinusoid(embed.time_proj, "tr_model")),
+        ] + mlp_checks("tr_t_emb", embed.timestep_embedder, "tr_proj") + [
+            ("tr_temb", Exact(lambda v: v["tr_t_emb"] + v["p_emb"])),
+            ("tr_temb_silu",
+             Exact(lambda v: blocks[0].norm1.silu(v["tr_temb"]))),
+            ("tr_img_mod", Linear([b.norm1.linear for b in blocks],
+                                  "tr_temb_silu", stacked=True)),
+            ("tr_single_mod", Linear([b.norm.linear for b in
+                                      model.single_transformer_blocks],
+                                     "tr_temb_silu", stacked=True)),
+        ]
+
+
 class HunyuanVideo15SR(Family):
     """HunyuanVideo-1.5's super-resolution model (use_meanflow): temb is
     t's embedding plus timestep_r's (the next step's timestep, 0 at the
@@ -1657,6 +1730,7 @@ FAMILIES = {
     "lumina2": Lumina2(),
     "hunyuanvideo": HunyuanVideo(),
     "hunyuanvideo-i2v": HunyuanVideoI2V(),
+    "hunyuanvideo-token-replace": HunyuanVideoTokenReplace(),
     "hunyuanvideo-1.5-sr": HunyuanVideo15SR(),
 }
 
@@ -2523,19 +2597,20 @@ def test_cli_refuses_bad_requests_naming_the_cause(saved, temb_cli, tmp_path):
     code, err = run_failing(temb_cli, f"--model_dir={sprint}",
                             "--timesteps=1", out)
     assert code == 1 and "guidance: required by this sana model" in err, err
-    # HunyuanVideo's image-to-video variants are refused, naming the field.
+    # An image_condition_type HunyuanVideo does not have is refused, naming
+    # the field and the supported values.
     _, hunyuan, _ = saved[("hunyuanvideo", "bf16")]
     i2v = tmp_path / "i2v"
     i2v.mkdir()
     for item in hunyuan.iterdir():
         (i2v / item.name).write_bytes(item.read_bytes())
     config = json.loads((i2v / "config.json").read_text())
-    config["image_condition_type"] = "token_replace"
+    config["image_condition_type"] = "first_frame"
     (i2v / "config.json").write_text(json.dumps(config))
     code, err = run_failing(temb_cli, f"--model_dir={i2v}", "--timesteps=1",
                             "--guidance=6", out)
     assert code == 1 and "field image_condition_type" in err and \
-        'supported: null, "latent_concat"' in err, err
+        'supported: null, "latent_concat", "token_replace"' in err, err
     # The SDXL UNet: time ids missing, malformed, or of the wrong width.
     _, sdxl, _ = saved[("sdxl-unet", "bf16")]
     pooled_file = tmp_path / "pooled.npy"

@@ -81,7 +81,7 @@ KINDS += FLUX2_HUNYUAN_UNET_KINDS
 TABLE_KINDS = ("wan", "wan2.2-ti2v", "pixart-sigma", "pixart-alpha",
                "cogvideox", "cogvideox-1.5-i2v", "ltx-video", "ltx-video-i2v",
                "hidream-i1", "sana", "sana-sprint", "z-image", "lumina2",
-               "hunyuanvideo", "hunyuanvideo-i2v")
+               "hunyuanvideo", "hunyuanvideo-i2v", "hunyuanvideo-token-replace")
 
 
 def build(kind, dtype):
@@ -822,14 +822,15 @@ def test_unserved_variants_and_inexact_time_ids_are_refused(client):
     message = refused(build("hunyuanvideo-1.5", torch.float32),
                       "hunyuanvideo-1.5-sr-fp32")
     assert "timestep_r" in message, message
-    # HunyuanVideo's token_replace image-to-video variant embeds a second
-    # row (t = 0, no guidance) for the first frame's tokens.
-    with torch.device("meta"):
-        token_replace = diffusers.HunyuanVideoTransformer3DModel.from_config(
-            FAMILIES["hunyuanvideo"].build(torch.float32).config,
-            image_condition_type="token_replace")
-    assert "image_condition_type='token_replace'" in refused(
-        token_replace, "hunyuanvideo-fp32")
+    # HunyuanVideo-I2V's token_replace variant reads a second embedding's
+    # rows, which the text-to-video model's server does not serve (and the
+    # other way round).
+    message = refused(build("hunyuanvideo-token-replace", torch.float32),
+                      "hunyuanvideo-fp32")
+    assert "tr_img_mod" in message and "missing" in message, message
+    message = refused(build("hunyuanvideo", torch.float32),
+                      "hunyuanvideo-token-replace-fp32")
+    assert "tr_img_mod" in message, message
     # Sana-Sprint embeds a guidance scale beside t: Sana's served rows
     # are not its, nor are Sana-Sprint's Sana's.
     message = refused(build("sana-sprint", torch.float32), "sana-fp32")
@@ -974,7 +975,8 @@ def build_table_kind(kind, dtype):
     if kind.startswith("ltx-video"):
         return FAMILIES["ltx-video"].build(dtype)
     if kind in ("hidream-i1", "sana", "sana-sprint", "z-image", "lumina2",
-                "hunyuanvideo", "hunyuanvideo-i2v"):
+                "hunyuanvideo", "hunyuanvideo-i2v",
+                "hunyuanvideo-token-replace"):
         return FAMILIES[kind].build(dtype)
     if kind == "cogvideox-1.5-i2v":
         # The parity test's 1.5 I2V model, with the image latents' channels
@@ -1001,7 +1003,7 @@ def table_scheduler(kind):
     elif kind == "hunyuanvideo":
         # HunyuanVideo's scheduler config.
         scheduler = diffusers.FlowMatchEulerDiscreteScheduler(shift=7.0)
-    elif kind == "hunyuanvideo-i2v":
+    elif kind in ("hunyuanvideo-i2v", "hunyuanvideo-token-replace"):
         # HunyuanVideo-I2V's scheduler config and its pipeline's sigmas.
         scheduler = diffusers.FlowMatchEulerDiscreteScheduler(shift=7.0)
         scheduler.set_timesteps(sigmas=np.linspace(1.0, 0.0, STEPS + 1)[:-1])
@@ -1073,6 +1075,11 @@ def table_inputs(kind, dtype):
         # float32 latents (1 frame of 2 x 2) and the pooled CLIP embedding.
         return dict(latents=randn(batch, 4, 1, 2, 2, dt=torch.float32),
                     text=text, pooled=[randn(batch, POOLED) for _ in text])
+    if kind == "hunyuanvideo-token-replace":
+        # Two latent frames, the first the image's latents.
+        return dict(latents=randn(batch, 4, 2, 2, 2, dt=torch.float32),
+                    text=text, pooled=[randn(batch, POOLED) for _ in text],
+                    image=randn(batch, 4, 1, 2, 2, dt=torch.float32))
     if kind == "hunyuanvideo-i2v":
         # Two latent frames; the image's latents on the first, zeros after,
         # and the mask of the first frame.
@@ -1193,6 +1200,25 @@ def denoise_table(kind, model, dtype):
                     return_dict=False)[0]
                 latents = scheduler.step(noise, t, latents,
                                          return_dict=False)[0]
+                continue
+            if kind == "hunyuanvideo-token-replace":
+                # token_replace: the image's latents replace the first
+                # frame; its tokens read token_replace_emb's modulations;
+                # the embedded guidance; the step leaves the first frame.
+                image = given["image"]
+                model_input = torch.cat([image, latents[:, :, 1:]],
+                                        dim=2).to(dtype)
+                noise = model(
+                    hidden_states=model_input,
+                    timestep=t.expand(batch).to(torch.float32),
+                    encoder_hidden_states=positive,
+                    encoder_attention_mask=torch.ones(batch, TEXT_TOKENS),
+                    pooled_projections=given["pooled"][1],
+                    guidance=torch.tensor([6.0] * batch, dtype=dtype) * 1000.0,
+                    return_dict=False)[0]
+                latents = scheduler.step(noise[:, :, 1:], t, latents[:, :, 1:],
+                                         return_dict=False)[0]
+                latents = torch.cat([image, latents], dim=2)
                 continue
             if kind == "hunyuanvideo-i2v":
                 # latent_concat: [latents, image latents, mask] on the

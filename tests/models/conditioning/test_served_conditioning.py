@@ -138,6 +138,7 @@ def repository(tmp_path_factory):
                        ("ltx-video", "ltx-video-cond"),
                        ("hunyuanvideo", "hunyuanvideo-cond"),
                        ("hunyuanvideo-i2v", "hunyuanvideo-i2v-cond"),
+                       ("hunyuanvideo-token-replace", "hunyuanvideo-tr-cond"),
                        ("hunyuanvideo-1.5-sr", "hunyuanvideo-1.5-sr-cond")):
         FAMILIES[kind].build(torch.bfloat16).save_pretrained(root / name)
     good = tmp_path_factory.mktemp("qwen-fp32")
@@ -276,6 +277,7 @@ def test_every_protocol_answers_the_clis_bits(protocol, server, repository,
             ("ltx-video-cond", None, None, None),
             ("hunyuanvideo-cond", GUIDANCE, pooled, None),
             ("hunyuanvideo-i2v-cond", None, pooled, None),
+            ("hunyuanvideo-tr-cond", GUIDANCE, pooled, None),
             ("hunyuanvideo-1.5-sr-cond", None, None, meanflow)):
         expected = cli_outputs(temb_cli, root / model, tmp_path, guidance,
                                rows, extra)

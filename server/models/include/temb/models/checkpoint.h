@@ -80,6 +80,9 @@ class ModelConfig {
   // -1 is the last): the UNet's block_out_channels.
   absl::StatusOr<int64_t> PositiveIntAt(const std::string& field,
                                         int64_t index) const;
+  // Whether the field equals the JSON value `json_text` (an absent field
+  // counts as null).
+  bool Equals(const std::string& field, const std::string& json_text) const;
   // OK when the field equals one of the JSON values `json_texts` (an absent
   // field counts as null); otherwise INVALID_ARGUMENT naming the field, what
   // it holds and what is supported.

@@ -103,7 +103,9 @@ struct Op {
   // The op exists only when this config flag is true ("!flag": false);
   // empty: always.  A number counts as true when non-zero, null as false
   // (CogVideoX's ofs_embed_dim), unless FamilyDescription::flag_defaults
-  // says otherwise.
+  // says otherwise.  "field=JSON" holds when the field equals that JSON
+  // value, an absent field counting as null (HunyuanVideo's
+  // image_condition_type="token_replace").
   std::string when;
   // What the op's checkpoint tensors are read as: the model's dtype, or
   // float32 for the modules diffusers' from_pretrained keeps in float32
@@ -163,6 +165,7 @@ struct OutputSpec {
   // > 0: the row is shown as [chunks, W / chunks], as the model reshapes
   // it (Wan's [N, 6, D] timestep_proj); the bytes are the same.
   int chunks = 0;
+  std::string when;  // as Op::when: produced exactly when it holds
 };
 
 // A flag that config.json may leave null, with the value diffusers derives
