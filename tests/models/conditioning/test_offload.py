@@ -81,7 +81,8 @@ KINDS += FLUX2_HUNYUAN_UNET_KINDS
 TABLE_KINDS = ("wan", "wan2.2-ti2v", "pixart-sigma", "pixart-alpha",
                "cogvideox", "cogvideox-1.5-i2v", "ltx-video", "ltx-video-i2v",
                "hidream-i1", "sana", "sana-sprint", "z-image", "lumina2",
-               "hunyuanvideo", "hunyuanvideo-i2v", "hunyuanvideo-token-replace")
+               "hunyuanvideo", "hunyuanvideo-i2v",
+               "hunyuanvideo-token-replace")
 
 
 def build(kind, dtype):
