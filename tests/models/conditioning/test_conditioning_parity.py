@@ -131,6 +131,23 @@ def hunyuan_video15_model(dtype):
     return model.to(dtype).eval()
 
 
+def hunyuan_video15_inputs(dtype, t, generator):
+    """The HunyuanVideo-1.5 pipelines' call: t at the 0..1000 scale, in the
+    latents' dtype; the two text encoders' states, no image."""
+    batch = t.shape[0]
+    return dict(
+        hidden_states=torch.randn(batch, 4, 1, 2, 2,
+                                  generator=generator).to(dtype),
+        timestep=t.to(dtype),
+        encoder_hidden_states=torch.randn(
+            batch, TEXT_TOKENS, 24, generator=generator).to(dtype),
+        encoder_attention_mask=torch.ones(batch, TEXT_TOKENS),
+        encoder_hidden_states_2=torch.randn(
+            batch, 3, 24, generator=generator).to(dtype),
+        encoder_attention_mask_2=torch.ones(batch, 3),
+        image_embeds=torch.zeros(batch, 2, 24, dtype=dtype))
+
+
 # SDXL's added time ids per row: original size, crop top-left, target size.
 TIME_IDS = [[1024.0, 1024.0, 0.0, 0.0, 1024.0, 1024.0],
             [768.0, 1344.0, 0.0, 0.0, 1024.0, 1024.0],
@@ -320,18 +337,7 @@ def model_inputs(kind, dtype, pooled):
                 batch, TEXT_TOKENS, 24, generator=generator).to(dtype),
             pooled_projections=pooled.to(dtype), timestep=t)
     if kind == "hunyuanvideo-1.5":
-        # The pipeline passes t at the 0..1000 scale, in the latents' dtype.
-        return dict(
-            hidden_states=torch.randn(batch, 4, 1, 2, 2,
-                                      generator=generator).to(dtype),
-            timestep=t.to(dtype),
-            encoder_hidden_states=torch.randn(
-                batch, TEXT_TOKENS, 24, generator=generator).to(dtype),
-            encoder_attention_mask=torch.ones(batch, TEXT_TOKENS),
-            encoder_hidden_states_2=torch.randn(
-                batch, 3, 24, generator=generator).to(dtype),
-            encoder_attention_mask_2=torch.ones(batch, 3),
-            image_embeds=torch.zeros(batch, 2, 24, dtype=dtype))
+        return hunyuan_video15_inputs(dtype, t, generator)
     timestep = t.to(dtype) / 1000
     if kind.startswith("flux.2"):
         args = dict(
@@ -859,6 +865,18 @@ class WanBf16Stored(Wan):
         return loaded
 
 
+def dual_stream_checks(blocks):
+    """op_checks of temb's SiLU and every block's AdaLayerNormZero pair
+    (norm1, norm1_context): HunyuanVideo's and HunyuanVideo-1.5's."""
+    return [
+        ("temb_silu", Exact(lambda v: blocks[0].norm1.silu(v["temb"]))),
+        ("img_mod", Linear([b.norm1.linear for b in blocks], "temb_silu",
+                           stacked=True)),
+        ("txt_mod", Linear([b.norm1_context.linear for b in blocks],
+                           "temb_silu", stacked=True)),
+    ]
+
+
 def mlp_checks(prefix, module, source, groups=1):
     """A TimestepEmbedding's three ops against its own modules."""
     return [
@@ -1197,15 +1215,17 @@ class Sana(Family):
     sinusoids = ("time_embed.emb.time_proj",)
     scalar_names = ("t_model",)
     timestep_scale = 1.3
+    seed = 15
+    variant = {}  # Sana-Sprint's guidance embedder
 
     def build(self, dtype):
-        torch.manual_seed(15)
+        torch.manual_seed(self.seed)
         model = diffusers.SanaTransformer2DModel(
             in_channels=4, out_channels=4, num_attention_heads=4,
             attention_head_dim=WIDTH // 4, num_layers=3,
             num_cross_attention_heads=4, cross_attention_head_dim=WIDTH // 4,
             cross_attention_dim=WIDTH, caption_channels=24, sample_size=4,
-            patch_size=1, timestep_scale=self.timestep_scale)
+            patch_size=1, timestep_scale=self.timestep_scale, **self.variant)
         return model.to(dtype).eval()
 
     def modules(self, model):
@@ -1232,7 +1252,7 @@ class Sana(Family):
         return checks + ada_layer_norm_single_checks(model, embed)
 
 
-class SanaSprint(Family):
+class SanaSprint(Sana):
     """Sana-Sprint (guidance_embeds): SanaCombinedTimestepGuidanceEmbeddings,
     t's and the guidance's TimestepEmbeddings summed, then
     AdaLayerNormSingle's Linear and tables.  SanaSprintPipeline passes its
@@ -1243,33 +1263,16 @@ class SanaSprint(Family):
     sinusoids = ("time_embed.time_proj", "time_embed.guidance_condition_proj")
     scalar_names = ("t_model", "g_model")
     guidance_embeds_scale = 0.3
-
-    def build(self, dtype):
-        torch.manual_seed(19)
-        model = diffusers.SanaTransformer2DModel(
-            in_channels=4, out_channels=4, num_attention_heads=4,
-            attention_head_dim=WIDTH // 4, num_layers=3,
-            num_cross_attention_heads=4, cross_attention_head_dim=WIDTH // 4,
-            cross_attention_dim=WIDTH, caption_channels=24, sample_size=4,
-            patch_size=1, timestep_scale=1.3, guidance_embeds=True,
-            guidance_embeds_scale=self.guidance_embeds_scale,
-            qk_norm="rms_norm_across_heads")
-        return model.to(dtype).eval()
-
-    def modules(self, model):
-        return ada_layer_norm_single_modules(model, model.time_embed)
+    seed = 19
+    variant = dict(guidance_embeds=True,
+                   guidance_embeds_scale=guidance_embeds_scale,
+                   qk_norm="rms_norm_across_heads")
 
     def inputs(self, dtype, t, generator):
         batch = t.shape[0]
         guidance = torch.full([batch], GUIDANCE, dtype=torch.float32)
-        return dict(
-            hidden_states=torch.randn(batch, 4, 4, 4,
-                                      generator=generator).to(dtype),
-            encoder_hidden_states=torch.randn(
-                batch, TEXT_TOKENS, 24, generator=generator).to(dtype),
-            encoder_attention_mask=torch.ones(batch, TEXT_TOKENS),
-            guidance=guidance.to(dtype) * self.guidance_embeds_scale,
-            timestep=t)
+        return dict(super().inputs(dtype, t, generator), timestep=t,
+                    guidance=guidance.to(dtype) * self.guidance_embeds_scale)
 
     def scalars(self, values, embedded):
         return [(values["t_model"], embedded[self.sinusoids[0]][0]),
@@ -1425,15 +1428,18 @@ class HunyuanVideo(Family):
     sinusoids = ("time_text_embed.time_proj",)  # t, then the guidance
     scalar_names = ("t_model", "g_model")
     pooled_argument = "pooled_projections"
+    seed = 18
+    channels = 4  # the latents', and the image-to-video inputs'
+    variant = {}  # image_condition_type, guidance_embeds
 
     def build(self, dtype):
-        torch.manual_seed(18)
+        torch.manual_seed(self.seed)
         model = diffusers.HunyuanVideoTransformer3DModel(
-            in_channels=4, out_channels=4, num_attention_heads=4,
+            in_channels=self.channels, out_channels=4, num_attention_heads=4,
             attention_head_dim=WIDTH // 4, num_layers=2, num_single_layers=3,
             num_refiner_layers=1, patch_size=1, patch_size_t=1,
             text_embed_dim=24, pooled_projection_dim=POOLED,
-            rope_axes_dim=(16, 24, 24))
+            rope_axes_dim=(16, 24, 24), **self.variant)
         return model.to(dtype).eval()
 
     def modules(self, model):
@@ -1447,16 +1453,21 @@ class HunyuanVideo(Family):
 
     def inputs(self, dtype, t, generator):
         # HunyuanVideoPipeline: t.expand(B).to(latents.dtype), float32; the
-        # guidance tensor made in the transformer's dtype, times 1000.
+        # guidance tensor made in the transformer's dtype, times 1000, where
+        # the model embeds it (the image-to-video pipeline puts the image
+        # latents and mask on the channels for latent_concat).
         batch = t.shape[0]
-        return dict(
-            hidden_states=torch.randn(batch, 4, 1, 2, 2,
+        args = dict(
+            hidden_states=torch.randn(batch, self.channels, 1, 2, 2,
                                       generator=generator).to(dtype),
             timestep=t,
             encoder_hidden_states=torch.randn(
                 batch, TEXT_TOKENS, 24, generator=generator).to(dtype),
-            encoder_attention_mask=torch.ones(batch, TEXT_TOKENS),
-            guidance=torch.full([batch], GUIDANCE, dtype=dtype) * 1000.0)
+            encoder_attention_mask=torch.ones(batch, TEXT_TOKENS))
+        if self.variant.get("guidance_embeds", True):
+            args["guidance"] = torch.full([batch], GUIDANCE,
+                                          dtype=dtype) * 1000.0
+        return args
 
     def scalars(self, values, embedded):
         t_seen, g_seen = embedded[self.sinusoids[0]]
@@ -1478,11 +1489,7 @@ class HunyuanVideo(Family):
             ("p_emb_a", Exact(lambda v: text.act_1(v["p_emb_h"]))),
             ("p_emb", Linear([text.linear_2], "p_emb_a")),
             ("temb", Exact(lambda v: v["tg_emb"] + v["p_emb"])),
-            ("temb_silu", Exact(lambda v: blocks[0].norm1.silu(v["temb"]))),
-            ("img_mod", Linear([b.norm1.linear for b in blocks], "temb_silu",
-                               stacked=True)),
-            ("txt_mod", Linear([b.norm1_context.linear for b in blocks],
-                               "temb_silu", stacked=True)),
+        ] + dual_stream_checks(blocks) + [
             ("single_mod", Linear([b.norm.linear for b in
                                    model.single_transformer_blocks],
                                   "temb_silu", stacked=True)),
@@ -1495,29 +1502,9 @@ class HunyuanVideoI2V(HunyuanVideo):
     mask concatenated to the latents' channels, no guidance embedder; its
     conditioning is the text-to-video model's without the guidance."""
     scalar_names = ("t_model",)
-
-    def build(self, dtype):
-        torch.manual_seed(20)
-        model = diffusers.HunyuanVideoTransformer3DModel(
-            in_channels=9, out_channels=4, num_attention_heads=4,
-            attention_head_dim=WIDTH // 4, num_layers=2, num_single_layers=3,
-            num_refiner_layers=1, patch_size=1, patch_size_t=1,
-            text_embed_dim=24, pooled_projection_dim=POOLED,
-            rope_axes_dim=(16, 24, 24), guidance_embeds=False,
-            image_condition_type="latent_concat")
-        return model.to(dtype).eval()
-
-    def inputs(self, dtype, t, generator):
-        # HunyuanVideoImageToVideoPipeline: [latents, image latents, mask]
-        # on the channels, t.expand(B).to(latents.dtype), no guidance.
-        batch = t.shape[0]
-        return dict(
-            hidden_states=torch.randn(batch, 9, 1, 2, 2,
-                                      generator=generator).to(dtype),
-            timestep=t,
-            encoder_hidden_states=torch.randn(
-                batch, TEXT_TOKENS, 24, generator=generator).to(dtype),
-            encoder_attention_mask=torch.ones(batch, TEXT_TOKENS))
+    seed = 20
+    channels = 9  # latents, image latents, mask
+    variant = dict(guidance_embeds=False, image_condition_type="latent_concat")
 
     def scalars(self, values, embedded):
         return [(values["t_model"], embedded[self.sinusoids[0]][0])]
@@ -1529,16 +1516,8 @@ class HunyuanVideoTokenReplace(HunyuanVideo):
     MLP at t = 0 plus the pooled MLP (no guidance), read by the image and
     single-stream modulation Linears (each called twice per forward)."""
     scalar_names = ("t_model", "tr_model", "g_model")
-
-    def build(self, dtype):
-        torch.manual_seed(22)
-        model = diffusers.HunyuanVideoTransformer3DModel(
-            in_channels=4, out_channels=4, num_attention_heads=4,
-            attention_head_dim=WIDTH // 4, num_layers=2, num_single_layers=3,
-            num_refiner_layers=1, patch_size=1, patch_size_t=1,
-            text_embed_dim=24, pooled_projection_dim=POOLED,
-            rope_axes_dim=(16, 24, 24), image_condition_type="token_replace")
-        return model.to(dtype).eval()
+    seed = 22
+    variant = dict(image_condition_type="token_replace")
 
     def modules(self, model):
         embed = model.time_text_embed
@@ -1610,21 +1589,11 @@ class HunyuanVideo15SR(Family):
         return found + [("norm_out", None, model.norm_out.linear)]
 
     def inputs(self, dtype, t, generator):
-        # HunyuanVideo15ImageToVideoPipeline with use_meanflow: t and
-        # timestep_r expanded to the batch, in the latents' dtype.
-        batch = t.shape[0]
-        return dict(
-            hidden_states=torch.randn(batch, 4, 1, 2, 2,
-                                      generator=generator).to(dtype),
-            timestep=t.to(dtype),
-            timestep_r=torch.tensor(self.next_timesteps(batch)).to(dtype),
-            encoder_hidden_states=torch.randn(
-                batch, TEXT_TOKENS, 24, generator=generator).to(dtype),
-            encoder_attention_mask=torch.ones(batch, TEXT_TOKENS),
-            encoder_hidden_states_2=torch.randn(
-                batch, 3, 24, generator=generator).to(dtype),
-            encoder_attention_mask_2=torch.ones(batch, 3),
-            image_embeds=torch.zeros(batch, 2, 24, dtype=dtype))
+        # HunyuanVideo15ImageToVideoPipeline with use_meanflow: timestep_r
+        # expanded to the batch in the latents' dtype, as t.
+        next_t = torch.tensor(self.next_timesteps(t.shape[0]))
+        return dict(hunyuan_video15_inputs(dtype, t, generator),
+                    timestep_r=next_t.to(dtype))
 
     def scalars(self, values, embedded):
         return [(values["t_model"], embedded[self.sinusoids[0]][0]),
@@ -1638,11 +1607,7 @@ class HunyuanVideo15SR(Family):
         checks += mlp_checks("r_emb", embed.timestep_embedder_r, "r_proj")
         return checks + [
             ("temb", Exact(lambda v: v["t_emb"] + v["r_emb"])),
-            ("temb_silu", Exact(lambda v: blocks[0].norm1.silu(v["temb"]))),
-            ("img_mod", Linear([b.norm1.linear for b in blocks], "temb_silu",
-                               stacked=True)),
-            ("txt_mod", Linear([b.norm1_context.linear for b in blocks],
-                               "temb_silu", stacked=True)),
+        ] + dual_stream_checks(blocks) + [
             ("norm_out", Linear([model.norm_out.linear], "temb_silu")),
         ]
 

@@ -1188,54 +1188,39 @@ def denoise_table(kind, model, dtype):
                 latents = scheduler.step(noise, t, latents,
                                          return_dict=False)[0]
                 continue
-            if kind == "hunyuanvideo":
-                # The guidance-distilled call: no CFG; float32 t, the
-                # guidance made in the model's dtype times 1000.
+            if kind.startswith("hunyuanvideo"):
+                # No CFG (the pipelines' default); float32 t, the guidance
+                # made in the model's dtype times 1000 where the model
+                # embeds it.  Image-to-video: latent_concat puts the image
+                # latents and mask on the channels; token_replace makes
+                # them the first frame, which the step leaves as it is, and
+                # that frame's tokens read token_replace_emb's modulations.
+                model_input = latents
+                if kind == "hunyuanvideo-i2v":
+                    model_input = torch.cat([latents, given["image"],
+                                             given["mask"]], dim=1)
+                elif kind == "hunyuanvideo-token-replace":
+                    model_input = torch.cat([given["image"],
+                                             latents[:, :, 1:]], dim=2)
+                guidance = {}
+                if model.config.guidance_embeds:
+                    guidance["guidance"] = torch.tensor(
+                        [6.0] * batch, dtype=dtype) * 1000.0
                 noise = model(
-                    hidden_states=latents.to(dtype),
+                    hidden_states=model_input.to(dtype),
                     timestep=t.expand(batch).to(torch.float32),
                     encoder_hidden_states=positive,
                     encoder_attention_mask=torch.ones(batch, TEXT_TOKENS),
-                    pooled_projections=given["pooled"][1],
-                    guidance=torch.tensor([6.0] * batch, dtype=dtype) * 1000.0,
+                    pooled_projections=given["pooled"][1], **guidance,
                     return_dict=False)[0]
-                latents = scheduler.step(noise, t, latents,
-                                         return_dict=False)[0]
-                continue
-            if kind == "hunyuanvideo-token-replace":
-                # token_replace: the image's latents replace the first
-                # frame; its tokens read token_replace_emb's modulations;
-                # the embedded guidance; the step leaves the first frame.
-                image = given["image"]
-                model_input = torch.cat([image, latents[:, :, 1:]],
-                                        dim=2).to(dtype)
-                noise = model(
-                    hidden_states=model_input,
-                    timestep=t.expand(batch).to(torch.float32),
-                    encoder_hidden_states=positive,
-                    encoder_attention_mask=torch.ones(batch, TEXT_TOKENS),
-                    pooled_projections=given["pooled"][1],
-                    guidance=torch.tensor([6.0] * batch, dtype=dtype) * 1000.0,
-                    return_dict=False)[0]
-                latents = scheduler.step(noise[:, :, 1:], t, latents[:, :, 1:],
-                                         return_dict=False)[0]
-                latents = torch.cat([image, latents], dim=2)
-                continue
-            if kind == "hunyuanvideo-i2v":
-                # latent_concat: [latents, image latents, mask] on the
-                # channels; no guidance embedder, and the pipeline's
-                # default call, without true CFG.
-                model_input = torch.cat([latents, given["image"],
-                                         given["mask"]], dim=1).to(dtype)
-                noise = model(
-                    hidden_states=model_input,
-                    timestep=t.expand(batch).to(torch.float32),
-                    encoder_hidden_states=positive,
-                    encoder_attention_mask=torch.ones(batch, TEXT_TOKENS),
-                    pooled_projections=given["pooled"][1],
-                    return_dict=False)[0]
-                latents = scheduler.step(noise, t, latents,
-                                         return_dict=False)[0]
+                if kind == "hunyuanvideo-token-replace":
+                    stepped = scheduler.step(noise[:, :, 1:], t,
+                                             latents[:, :, 1:],
+                                             return_dict=False)[0]
+                    latents = torch.cat([given["image"], stepped], dim=2)
+                else:
+                    latents = scheduler.step(noise, t, latents,
+                                             return_dict=False)[0]
                 continue
             if kind == "lumina2":
                 # CFG as two calls, 1 - t / 1000, the prediction negated.
