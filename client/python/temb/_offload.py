@@ -512,6 +512,11 @@ class _Family:
     # second half is the served row of timestep 0, fetched with the
     # schedule.
     zero_rows: bool = False
+    # The model may also embed the scheduler's t = 0 for some tokens:
+    # Z-Image's omni mode embeds t = 1 (its pipeline's (1000 - t) / 1000 of
+    # t = 0) for the clean condition images' tokens beside the noisy
+    # target's t.  That row is fetched with the schedule.
+    clean_row: bool = False
 
 
 _QWEN = _Family("qwen-image", ("timestep", "-", "-"), _t_over_1000, 1e-3,
@@ -575,10 +580,12 @@ _LUMINA2 = _Family("lumina2", ("timestep",), _t_lumina2, _t_lumina2_back,
                    dtype_module="time_caption_embed.timestep_embedder")
 # Z-Image: the final layer of the released patch sizes, the only one the
 # conditioning model serves; the time and scale set per model by
-# _family_of.
+# _family_of.  In omni mode the embedder runs twice a forward, for t and
+# for the clean images' t = 1, and each modulation is handed the answer of
+# the embedding it reads.
 _Z_IMAGE_FINAL = "2-1"
 _Z_IMAGE = _Family("z-image", ("timestep",), _t_as_is, 1.0, _z_image_slots,
-                   embedder="t_embedder")
+                   embedder="t_embedder", clean_row=True)
 # HiDream-I1's pipeline passes the scheduler's float32 t; the pooled
 # embedding reaches p_embedder after t_embedder, so a tap on the forward
 # gives it to the embedder.
@@ -959,7 +966,7 @@ class OffloadedConditioning:
                 "cpu", torch.float32).reshape(-1)
             if self.family.schedule is not None:
                 self._schedule = self.family.schedule(self._schedule)
-            if self.family.zero_rows:
+            if self.family.zero_rows or self.family.clean_row:
                 self._schedule = torch.cat([self._schedule,
                                             self._schedule.new_zeros(1)])
         self._scheduled = set()

@@ -80,7 +80,8 @@ KINDS += FLUX2_HUNYUAN_UNET_KINDS
 # looser bf16 bound).
 TABLE_KINDS = ("wan", "wan2.2-ti2v", "pixart-sigma", "pixart-alpha",
                "cogvideox", "cogvideox-1.5-i2v", "ltx-video", "ltx-video-i2v",
-               "hidream-i1", "sana", "sana-sprint", "z-image", "lumina2",
+               "hidream-i1", "sana", "sana-sprint", "z-image", "z-image-omni",
+               "lumina2",
                "hunyuanvideo", "hunyuanvideo-i2v",
                "hunyuanvideo-token-replace")
 
@@ -99,10 +100,13 @@ def build(kind, dtype):
     return flux_model(dtype, kind == "flux.1-dev")
 
 
+# Kinds that are another kind's model, called another way: LTX-Video's
+# image-to-video (per token), Z-Image's omni mode (condition images).
+SAME_MODEL = {"ltx-video-i2v": "ltx-video", "z-image-omni": "z-image"}
+
+
 def served_name(kind, dtype):
-    # The image-to-video LTX model is the text-to-video one, called per
-    # token.
-    kind = "ltx-video" if kind == "ltx-video-i2v" else kind
+    kind = SAME_MODEL.get(kind, kind)
     return f"{kind}-{'bf16' if dtype == torch.bfloat16 else 'fp32'}"
 
 
@@ -110,8 +114,8 @@ def served_name(kind, dtype):
 def repository(tmp_path_factory):
     root = tmp_path_factory.mktemp("repository")
     for kind in KINDS + TABLE_KINDS:
-        if kind == "ltx-video-i2v":
-            continue  # served as ltx-video
+        if kind in SAME_MODEL:
+            continue  # served as the model it is
         for dtype in (torch.float32, torch.bfloat16):
             if kind == "flux.1-schnell" and dtype == torch.bfloat16:
                 continue
@@ -535,7 +539,8 @@ def test_patched_transformer_denoises_to_the_same_latents(kind, client):
 @pytest.mark.parametrize("kind", ("qwen-image", "qwen-image-edit",
                                   "qwen-image-layered", "sd3.5",
                                   "flux.2-klein", "sdxl-unet", "hidream-i1",
-                                  "z-image", "lumina2", "sana-sprint"))
+                                  "z-image", "z-image-omni", "lumina2",
+                                  "sana-sprint"))
 def test_a_schedule_costs_one_call_and_a_repeat_none(kind, client):
     dtype = torch.bfloat16
     plain = build(kind, dtype)
@@ -545,9 +550,10 @@ def test_a_schedule_costs_one_call_and_a_repeat_none(kind, client):
         patched, client=client, model=served_name(kind, dtype),
         schedule=scheduler_for(kind).timesteps)
     if kind in ("qwen-image", "qwen-image-edit", "flux.2-klein", "z-image",
-                "lumina2"):
+                "z-image-omni", "lumina2"):
         # t alone: the schedule is fetched in the background at once (the
-        # edit model's with the row of t * 0).
+        # edit model's with the row of t * 0, Z-Image's with the clean
+        # images' row, t = 0).
         offload.wait()
         assert client.calls - calls == 1
     first = denoise(kind, patched, dtype)
@@ -563,7 +569,8 @@ def test_a_schedule_costs_one_call_and_a_repeat_none(kind, client):
                                     model=served_name(kind, dtype))
     assert torch.equal(first, denoise(kind, stepwise, dtype))
     # With the cache off, every forward asks (Qwen-Image's, klein's and
-    # Lumina's CFG: twice a step).
+    # Lumina's CFG: twice a step), Z-Image's omni mode for each of its two
+    # embeddings.
     uncached = copy.deepcopy(plain)
     offload = temb.torch.offload_conditioning(
         uncached, client=client, model=served_name(kind, dtype),
@@ -571,8 +578,8 @@ def test_a_schedule_costs_one_call_and_a_repeat_none(kind, client):
     calls = client.calls
     assert torch.equal(first, denoise(kind, uncached, dtype))
     assert client.calls - calls == STEPS * (
-        2 if kind.startswith("qwen-image") or kind in ("flux.2-klein",
-                                                        "lumina2") else 1)
+        2 if kind.startswith("qwen-image") or kind in (
+            "flux.2-klein", "lumina2", "z-image-omni") else 1)
     assert offload.cache_info()["entries"] == 0
 
 
@@ -975,6 +982,8 @@ def build_table_kind(kind, dtype):
             return FAMILIES["wan"].save(dtype, scratch)
     if kind.startswith("ltx-video"):
         return FAMILIES["ltx-video"].build(dtype)
+    if kind == "z-image-omni":
+        return FAMILIES["z-image"].build(dtype)
     if kind in ("hidream-i1", "sana", "sana-sprint", "z-image", "lumina2",
                 "hunyuanvideo", "hunyuanvideo-i2v",
                 "hunyuanvideo-token-replace"):
@@ -1012,7 +1021,7 @@ def table_scheduler(kind):
     elif kind == "lumina2":
         # Lumina-Image-2.0's scheduler config.
         scheduler = diffusers.FlowMatchEulerDiscreteScheduler(shift=6.0)
-    elif kind == "z-image":
+    elif kind.startswith("z-image"):
         # Z-Image-Turbo's scheduler config.
         scheduler = diffusers.FlowMatchEulerDiscreteScheduler(shift=3.0)
     elif kind == "sana":
@@ -1095,6 +1104,13 @@ def table_inputs(kind, dtype):
         # float32 latents, as the pipelines keep them.
         return dict(latents=randn(batch, 4, 4, 4, dt=torch.float32),
                     text=text)
+    if kind == "z-image-omni":
+        # One condition image's latents per sample, and one caption per
+        # image (the condition's, then the target's).
+        return dict(latents=randn(batch, 4, 4, 4, dt=torch.float32),
+                    condition=randn(batch, 4, 4, 4),
+                    captions=[randn(batch, TEXT_TOKENS, 24) for _ in "ct"],
+                    text=text)
     if kind == "hidream-i1":
         # Per prompt, one llama3 layer per block and the pooled embedding.
         return dict(latents=randn(batch, 4, 4, 4), text=text,
@@ -1175,6 +1191,23 @@ def denoise_table(kind, model, dtype):
                                       return_dict=False)[0]
                                 for text in (positive, negative))
                 noise = uncond + 5.0 * (cond - uncond)
+                latents = scheduler.step(noise, t, latents,
+                                         return_dict=False)[0]
+                continue
+            if kind == "z-image-omni":
+                # ZImageOmniPipeline's call without CFG: per sample the
+                # condition image and the target as one list, noise mask
+                # [0, 1], a caption per image; (1000 - t) / 1000, the
+                # prediction negated.
+                target = latents.to(dtype).unsqueeze(2).unbind(0)
+                condition = given["condition"].unsqueeze(2).unbind(0)
+                captions = [list(c) for c in zip(*given["captions"])]
+                out = model([[c, x] for c, x in zip(condition, target)],
+                            (1000 - t.expand(batch)) / 1000, captions,
+                            siglip_feats=[None] * batch,
+                            image_noise_mask=[[0, 1]] * batch,
+                            return_dict=False)[0]
+                noise = -torch.stack([o.float() for o in out]).squeeze(2)
                 latents = scheduler.step(noise, t, latents,
                                          return_dict=False)[0]
                 continue
@@ -1366,8 +1399,9 @@ def test_table_and_video_families_denoise_to_the_same_latents(kind, client):
         results[dtype] = (denoise(kind, plain, dtype),
                           denoise(kind, patched, dtype))
         # One call per step: Wan's second (negative) call of a step has the
-        # same t, and TI2V's rows at t = 0 are asked once.
-        assert client.calls - calls == STEPS
+        # same t, and TI2V's rows at t = 0 are asked once; with no schedule,
+        # Z-Image's omni mode asks for its clean images' row once more.
+        assert client.calls - calls == STEPS + (kind == "z-image-omni")
     plain32, patched32 = results[torch.float32]
     error32 = relative(patched32, plain32)
     print(f"{kind} fp32: patched vs unpatched relative L2 {error32:.3g}, "
