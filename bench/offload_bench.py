@@ -160,6 +160,10 @@ RELEASED = {
         num_routed_experts=4, num_activated_experts=2,
         axes_dims_rope=(64, 32, 32), max_resolution=(128, 128),
         llama_layers=list(range(48)))),
+    # Chroma1: the class defaults (FLUX.1's blocks, the 5120-wide
+    # approximator of 5 layers).
+    "Chroma1": (diffusers.ChromaTransformer2DModel, dict(
+        num_attention_heads=24, attention_head_dim=128)),
     # Lumina-Image-2.0: its released transformer config (Gemma-2-2B text).
     "Lumina-Image-2.0": (diffusers.Lumina2Transformer2DModel, dict(
         sample_size=128, patch_size=2, in_channels=16, hidden_size=2304,

@@ -4,6 +4,7 @@
 #include <cctype>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <optional>
 #include <set>
 #include <utility>
@@ -39,10 +40,12 @@ struct ConditioningModel::PlannedOp {
   std::vector<LoadedTensor> weights;     // one per block
   std::vector<LoadedTensor> biases;      // empty data for a Linear without
   DType weight_dtype = DType::kFloat32;  // of weights and biases
-  int64_t groups = 1;                    // kLinear
+  int64_t groups = 1;                    // kLinear, kRmsNorm, kRepeatBeside
   SinusoidParams sinusoid;               // kSinusoid, config fields resolved
-  float constant = 0;  // kDivide, kMultiply, kSubtractFrom, as float32
-  // kTableAdd: one per block; kEmbedding: its one table.
+  // kDivide, kMultiply, kSubtractFrom, kRange, as float32
+  float constant = 0;
+  // kTableAdd: one per block; kEmbedding: its one table; kRmsNorm: its
+  // weight.
   std::vector<std::vector<float>> tables;
   std::vector<int> engine_ids;  // kLinear on a LinearEngine: one per block
 };
@@ -490,7 +493,48 @@ absl::Status ConditioningModel::Plan(const Checkpoint& checkpoint) {
     for (const Value* value : in) out.depends |= value->depends;
     out.cols = in[0]->cols;
     out.scalar = in[0]->scalar;
+    planned.groups = op.groups;
+    if (!op.groups_field.empty()) {
+      ASSIGN_OR_RETURN(planned.groups, EvaluateConfig(config, op.groups_field));
+    }
     switch (op.kind) {
+      case OpKind::kRange: {
+        ASSIGN_OR_RETURN(out.cols, EvaluateConfig(config, op.width_field));
+        out.scalar = false;
+        planned.constant = static_cast<float>(op.constant);
+        break;
+      }
+      case OpKind::kRepeatBeside:
+        if (in[1]->blocks > 0 || in[1]->cols % planned.groups != 0) {
+          return absl::InternalError(
+              absl::StrCat(family_->name, ": ", op.out, ": ", op.in[1],
+                           " is not ", planned.groups, " equal parts"));
+        }
+        out.cols = planned.groups * in[0]->cols + in[1]->cols;
+        out.scalar = false;
+        break;
+      case OpKind::kRmsNorm: {
+        if (in[0]->cols % planned.groups != 0) {
+          return absl::InternalError(
+              absl::StrCat(family_->name, ": ", op.out, ": ", op.in[0],
+                           " is not ", planned.groups, " equal parts"));
+        }
+        planned.in_width = in[0]->cols / planned.groups;
+        if (!dtype_known) {
+          ASSIGN_OR_RETURN(dtype_, checkpoint.StoredDType(op.weight));
+          dtype_known = true;
+        }
+        ASSIGN_OR_RETURN(
+            LoadedTensor weight,
+            LoadAs(checkpoint, op.weight, dtype_, {planned.in_width}, convert));
+        weight_bytes_ += static_cast<int64_t>(weight.data.size());
+        Fingerprint(op.weight, dtype_, weight);
+        std::vector<float> values(static_cast<size_t>(planned.in_width));
+        DecodeInto(reinterpret_cast<const char*>(weight.data.data()),
+                   planned.in_width, dtype_, values.data());
+        planned.tables.push_back(std::move(values));
+        break;
+      }
       case OpKind::kDivide:
       case OpKind::kMultiply:
       case OpKind::kSubtractFrom: {
@@ -629,14 +673,13 @@ absl::Status ConditioningModel::Plan(const Checkpoint& checkpoint) {
         }
         break;
       case OpKind::kLinear: {
-        planned.groups = op.groups;
-        if (in[0]->cols % op.groups != 0 ||
-            (op.groups > 1 && !op.blocks.empty())) {
-          return absl::InternalError(
-              absl::StrCat(family_->name, ": linear ", op.out, " of ",
-                           op.groups, " groups over a row of ", in[0]->cols));
+        if (in[0]->cols % planned.groups != 0 ||
+            (planned.groups > 1 && !op.blocks.empty())) {
+          return absl::InternalError(absl::StrCat(
+              family_->name, ": linear ", op.out, " of ", planned.groups,
+              " groups over a row of ", in[0]->cols));
         }
-        planned.in_width = in[0]->cols / op.groups;
+        planned.in_width = in[0]->cols / planned.groups;
         int64_t unit = width_ / op.width_div;
         if (!op.width_field.empty()) {
           ASSIGN_OR_RETURN(unit, EvaluateConfig(config, op.width_field));
@@ -704,6 +747,10 @@ absl::Status ConditioningModel::Plan(const Checkpoint& checkpoint) {
     }
     if (absent.count(output.value) > 0) continue;
     outputs_.push_back(output);
+    if (!output.chunks_field.empty()) {
+      ASSIGN_OR_RETURN(outputs_.back().chunks,
+                       EvaluateConfig(config, output.chunks_field));
+    }
     if (value_info_.count(output.value) == 0) {
       return absl::InternalError(absl::StrCat(family_->name, ": output ",
                                               output.name, " has no value"));
@@ -740,6 +787,56 @@ absl::Status ConditioningModel::Run(
         out[i] = Rounded(planned.constant - in[i], op.dtype, dtype_);
       }
       break;
+    case OpKind::kRange:
+      for (int64_t row = 0; row < rows; ++row) {
+        for (int64_t k = 0; k < info.cols; ++k) {
+          out[row * info.cols + k] = Rounded(
+              static_cast<float>(k) * planned.constant, op.dtype, dtype_);
+        }
+      }
+      break;
+    case OpKind::kRepeatBeside: {
+      // Per row, per part: in[0]'s row, then the part of in[1].
+      const std::vector<float>& parts = values->at(op.in[1]);
+      const int64_t first = value_info_.at(op.in[0]).cols;
+      const int64_t part = value_info_.at(op.in[1]).cols / planned.groups;
+      float* to = out.data();
+      for (int64_t row = 0; row < rows; ++row) {
+        for (int64_t g = 0; g < planned.groups; ++g) {
+          for (int64_t k = 0; k < first; ++k) {
+            *to++ = Rounded(in[row * first + k], op.dtype, dtype_);
+          }
+          const float* from = parts.data() + (row * planned.groups + g) * part;
+          for (int64_t k = 0; k < part; ++k) {
+            *to++ = Rounded(from[k], op.dtype, dtype_);
+          }
+        }
+      }
+      break;
+    }
+    case OpKind::kRmsNorm: {
+      // PyTorch's CPU rms_norm: the squares rounded to float32 and their
+      // mean (a float32 sum here summed in double, then rounded), plus
+      // float32's epsilon, rsqrt as 1 / sqrt; x * that, times the weight,
+      // each product in float32, rounded once to dtype.
+      const int64_t width = planned.in_width;
+      const std::vector<float>& weight = planned.tables[0];
+      const float epsilon = std::numeric_limits<float>::epsilon();
+      for (int64_t part = 0; part < rows * planned.groups; ++part) {
+        const float* x = in.data() + part * width;
+        double sum = 0;
+        for (int64_t k = 0; k < width; ++k) {
+          sum += static_cast<double>(x[k] * x[k]);
+        }
+        const float mean = static_cast<float>(sum) / static_cast<float>(width);
+        const float scale = 1.0f / std::sqrt(mean + epsilon);
+        float* y = out.data() + part * width;
+        for (int64_t k = 0; k < width; ++k) {
+          y[k] = Rounded((x[k] * scale) * weight[k], op.dtype, dtype_);
+        }
+      }
+      break;
+    }
     case OpKind::kSilu:
       for (size_t i = 0; i < out.size(); ++i) {
         out[i] = Rounded(in[i] / (1.0f + std::exp(-in[i])), op.dtype, dtype_);

@@ -235,6 +235,17 @@ def _sana_sprint_slots(model: torch.nn.Module) -> List[Any]:
             _ada_layer_norm_single_slots(model, "time_embed"))
 
 
+def _chroma_slots(model: torch.nn.Module) -> List[Any]:
+    # Nothing besides the embedder: the blocks slice its answer.
+    return []
+
+
+def _chroma_width(model: torch.nn.Module) -> int:
+    # A D-wide modulation vector per index of the mod_proj buffer.
+    return (model.time_text_embed.mod_proj.shape[0]
+            * model.distilled_guidance_layer.out_proj.out_features)
+
+
 def _ltx_slots(model: torch.nn.Module) -> List[Any]:
     # PixArt's AdaLayerNormSingle as time_embed; the tables are added per
     # token ([B, T, k, D]) to rows of timestep.flatten().
@@ -512,6 +523,9 @@ class _Family:
     # second half is the served row of timestep 0, fetched with the
     # schedule.
     zero_rows: bool = False
+    # The served temb's row width where no modulation Linear reads it
+    # (Chroma's: a D-wide vector per modulation index).
+    temb_width: Optional[Callable[[torch.nn.Module], int]] = None
     # The model may also embed the scheduler's t = 0 for some tokens:
     # Z-Image's omni mode embeds t = 1 (its pipeline's (1000 - t) / 1000 of
     # t = 0) for the clean condition images' tokens beside the noisy
@@ -586,6 +600,17 @@ _LUMINA2 = _Family("lumina2", ("timestep",), _t_lumina2, _t_lumina2_back,
 _Z_IMAGE_FINAL = "2-1"
 _Z_IMAGE = _Family("z-image", ("timestep",), _t_as_is, 1.0, _z_image_slots,
                    embedder="t_embedder", clean_row=True)
+# Chroma: its distilled guidance layer (the embedder) maps the
+# time_text_embed rows to every modulation vector, [N, indices, D], which
+# the blocks slice; no block has a modulation Linear.  A tap on the
+# parameterless time_proj gives it t, after FLUX.1's arithmetic.
+_CHROMA = _Family("chroma", ("-",), _t_flux, 1.0, _chroma_slots,
+                  embedder="distilled_guidance_layer",
+                  temb_output="pooled_temb",
+                  taps=(("time_text_embed.time_proj", "timestep"),),
+                  temb_width=_chroma_width)
+# The approximator Chroma's conditioning models compute.
+_CHROMA_REQUIRED = {"approximator_num_channels": 64, "approximator_layers": 5}
 # HiDream-I1's pipeline passes the scheduler's float32 t; the pooled
 # embedding reaches p_embedder after t_embedder, so a tap on the forward
 # gives it to the embedder.
@@ -635,6 +660,18 @@ _UNET_REQUIRED = {"addition_embed_type": "text_time",
                   "timestep_post_act": None, "resnet_skip_time_act": False}
 
 
+def _require(name: str, config: Dict[str, Any], required: Dict[str, Any],
+             what: str) -> None:
+    """Refuses a config whose field differs from the value the served
+    family is computed for (an absent field counts as that value)."""
+    for key, value in required.items():
+        if config.get(key, value) != value:
+            raise ValueError(
+                f"offload_conditioning: {name} with {key}="
+                f"{config.get(key)!r} is not served by temb's conditioning "
+                f"models ({what} {value!r})")
+
+
 def _family_of(model: torch.nn.Module) -> _Family:
     name = type(model).__name__
     config = getattr(model, "config", {})
@@ -667,6 +704,9 @@ def _family_of(model: torch.nn.Module) -> _Family:
         return _HIDREAM
     if name == "Lumina2Transformer2DModel":
         return _LUMINA2
+    if name == "ChromaTransformer2DModel":
+        _require(name, config, _CHROMA_REQUIRED, "the released model's is")
+        return _CHROMA
     if name == "HunyuanVideoTransformer3DModel":
         # HunyuanVideo-I2V's latent_concat changes the latents only;
         # token_replace embeds a second row for the first frame's tokens.
@@ -720,12 +760,7 @@ def _family_of(model: torch.nn.Module) -> _Family:
     if name == "HunyuanVideo15Transformer3DModel":
         return _HUNYUAN_VIDEO15
     if name == "UNet2DConditionModel":
-        for key, value in _UNET_REQUIRED.items():
-            if config.get(key, value) != value:
-                raise ValueError(
-                    f"offload_conditioning: UNet2DConditionModel with "
-                    f"{key}={config.get(key)!r} is not served by temb's "
-                    f"conditioning models (SDXL's UNet has {value!r})")
+        _require(name, config, _UNET_REQUIRED, "SDXL's UNet has")
         return _SDXL_UNET
     raise ValueError(
         f"offload_conditioning: {type(model).__module__}.{name} is not a "
@@ -735,6 +770,7 @@ def _family_of(model: torch.nn.Module) -> _Family:
         "LTXVideoTransformer3DModel, HiDreamImageTransformer2DModel, "
         "SanaTransformer2DModel, ZImageTransformer2DModel, "
         "Lumina2Transformer2DModel, HunyuanVideoTransformer3DModel, "
+        "ChromaTransformer2DModel, "
         "CogVideoXTransformer3DModel, "
         "Flux2Transformer2DModel, "
         "HunyuanVideo15Transformer3DModel, UNet2DConditionModel)")
@@ -1860,8 +1896,9 @@ def offload_conditioning(transformer: torch.nn.Module, *, client: Any,
         else:
             counts[table.output] += 1
             expected[table.output] = (counts[table.output], width)
-    expected[family.temb_output] = (transformer.get_submodule(
-        slots[-1].linear).in_features,)
+    expected[family.temb_output] = (
+        (family.temb_width(transformer),) if family.temb_width is not None
+        else (transformer.get_submodule(slots[-1].linear).in_features,))
     for read, served in family.second:
         expected[served] = expected[read]
     extra_inputs = (family.extra_inputs(transformer)

@@ -1612,6 +1612,88 @@ class HunyuanVideo15SR(Family):
         ]
 
 
+class Chroma(Family):
+    """Chroma: no block has a modulation Linear; the distilled guidance
+    layer (in_proj, 5 residual RMSNorm -> MLP layers, out_proj) maps, for
+    each of the 3 * 3 + 12 * 2 + 2 = 35 modulation indices, [the 16-wide
+    sinusoids of t and of guidance 0, the index's row of the mod_proj
+    buffer] to its D-wide vector.  FLUX.1's pipeline and model arithmetic
+    on t."""
+    sinusoids = ("time_text_embed.time_proj", "time_text_embed.guidance_proj")
+    scalar_names = ("t_model", "g_model")
+    hidden = 256
+
+    def build(self, dtype):
+        torch.manual_seed(23)
+        model = diffusers.ChromaTransformer2DModel(
+            patch_size=1, in_channels=4, num_layers=2, num_single_layers=3,
+            attention_head_dim=WIDTH // 4, num_attention_heads=4,
+            joint_attention_dim=24, axes_dims_rope=ROPE,
+            approximator_hidden_dim=self.hidden)
+        return model.to(dtype).eval()
+
+    @staticmethod
+    def indices(model):
+        return model.time_text_embed.mod_proj.shape[0]
+
+    def modules(self, model):
+        return [("pooled_temb", None, model.distilled_guidance_layer)]
+
+    def inputs(self, dtype, t, generator):
+        # ChromaPipeline: t.expand(B).to(latents.dtype) / 1000, as FLUX.1's.
+        batch = t.shape[0]
+        return dict(
+            hidden_states=torch.randn(batch, 4, 4,
+                                      generator=generator).to(dtype),
+            encoder_hidden_states=torch.randn(
+                batch, TEXT_TOKENS, 24, generator=generator).to(dtype),
+            timestep=t.to(dtype) / 1000, img_ids=torch.zeros(4, 3),
+            txt_ids=torch.zeros(TEXT_TOKENS, 3))
+
+    def scalars(self, values, embedded):
+        # The guidance projection embeds an integer tensor of zeros.
+        (t_seen,), (g_seen,) = (embedded[name] for name in self.sinusoids)
+        return [(values["t_model"], t_seen),
+                (values["g_model"], g_seen.to(torch.float32))]
+
+    def op_checks(self, model):
+        embed = model.time_text_embed
+        layer = model.distilled_guidance_layer
+        groups = self.indices(model)
+
+        def per_index(module, name):
+            # A module of the approximator applied to temb's [N, I * W].
+            return Exact(lambda v: module(
+                v[name].unflatten(-1, (groups, -1))).flatten(1))
+
+        checks = [
+            ("t_proj", Sinusoid(embed.time_proj, "t_model")),
+            ("g_proj", Sinusoid(embed.guidance_proj, "g_model")),
+            ("tg_proj", Exact(lambda v: torch.cat([v["t_proj"], v["g_proj"]],
+                                                  dim=1))),
+            ("index_proj", Exact(lambda v: embed.mod_proj.to(
+                v["t_proj"].dtype).flatten()[None].expand(
+                    v["t_proj"].shape[0], -1))),
+            ("approx_in", Exact(lambda v: torch.cat(
+                [v["tg_proj"][:, None].expand(-1, groups, -1),
+                 v["index_proj"].unflatten(-1, (groups, -1))],
+                dim=-1).flatten(1))),
+            ("approx_0", Linear([layer.in_proj], "approx_in", groups=groups)),
+        ]
+        for j, (mlp, norm) in enumerate(zip(layer.layers, layer.norms)):
+            x = f"approx_{j}"
+            checks += [
+                (f"{x}_norm", per_index(norm, x)),
+                (f"{x}_h", Linear([mlp.linear_1], f"{x}_norm", groups=groups)),
+                (f"{x}_a", Exact(lambda v, x=x, mlp=mlp: mlp.act_1(
+                    v[f"{x}_h"]))),
+                (f"{x}_o", Linear([mlp.linear_2], f"{x}_a", groups=groups)),
+                (f"approx_{j + 1}", Exact(lambda v, x=x: v[x] + v[f"{x}_o"])),
+            ]
+        return checks + [("pooled_temb", Linear([layer.out_proj], "approx_5",
+                                                groups=groups))]
+
+
 class HiDream(Family):
     """HiDream-I1: FLUX-like per-block modulation (12D double-stream, 6D
     single-stream blocks, 2D final layer) of temb = the timestep MLP + the
@@ -1697,6 +1779,7 @@ FAMILIES = {
     "hunyuanvideo-i2v": HunyuanVideoI2V(),
     "hunyuanvideo-token-replace": HunyuanVideoTokenReplace(),
     "hunyuanvideo-1.5-sr": HunyuanVideo15SR(),
+    "chroma": Chroma(),
 }
 
 KINDS = ["qwen-image", "qwen-image-edit", "flux.1-dev", "flux.1-schnell", "sd3", "sd3.5",

@@ -139,7 +139,8 @@ def repository(tmp_path_factory):
                        ("hunyuanvideo", "hunyuanvideo-cond"),
                        ("hunyuanvideo-i2v", "hunyuanvideo-i2v-cond"),
                        ("hunyuanvideo-token-replace", "hunyuanvideo-tr-cond"),
-                       ("hunyuanvideo-1.5-sr", "hunyuanvideo-1.5-sr-cond")):
+                       ("hunyuanvideo-1.5-sr", "hunyuanvideo-1.5-sr-cond"),
+                       ("chroma", "chroma-cond")):
         FAMILIES[kind].build(torch.bfloat16).save_pretrained(root / name)
     good = tmp_path_factory.mktemp("qwen-fp32")
     qwen_model(torch.float32).save_pretrained(good)
@@ -278,7 +279,8 @@ def test_every_protocol_answers_the_clis_bits(protocol, server, repository,
             ("hunyuanvideo-cond", GUIDANCE, pooled, None),
             ("hunyuanvideo-i2v-cond", None, pooled, None),
             ("hunyuanvideo-tr-cond", GUIDANCE, pooled, None),
-            ("hunyuanvideo-1.5-sr-cond", None, None, meanflow)):
+            ("hunyuanvideo-1.5-sr-cond", None, None, meanflow),
+            ("chroma-cond", None, None, None)):
         expected = cli_outputs(temb_cli, root / model, tmp_path, guidance,
                                rows, extra)
         result = infer(module, client, model, guidance, rows, extra=extra)

@@ -53,6 +53,19 @@ enum class OpKind {
   // in[0], in[1], ... side by side in each row ([N, W0 + W1 + ...]; a
   // scalar input is one column), rounded to dtype.
   kConcat,
+  // Constant rows [N, W]: column k holds k * constant, W the config
+  // expression `width_field` (Chroma's modulation indices times 1000, whose
+  // sinusoids diffusers keeps in a buffer); in[0] gives the row count.
+  kRange,
+  // Each of in[1]'s `groups` equal parts with in[0]'s row before it:
+  // [N, groups * (W0 + W1 / groups)], rounded to dtype (Chroma's
+  // approximator input, the time row beside each index's sinusoid).
+  kRepeatBeside,
+  // nn.RMSNorm (eps None) over each of in[0]'s `groups` equal parts, times
+  // the checkpoint tensor `weight` (the full name): as PyTorch's CPU
+  // rms_norm, x * rsqrt(mean(x^2) + the float32 epsilon) * weight in float32
+  // whatever the dtype, rounded once to dtype.
+  kRmsNorm,
 };
 
 // Where an op's result is rounded to.
@@ -122,8 +135,10 @@ struct Op {
   int width_div = 1;
   // kLinear: in[0]'s row is `groups` equal rows, each through the same
   // Linear, results side by side (diffusers' flatten -> Linear -> reshape
-  // of PixArt-alpha's [N, 2] resolution).
+  // of PixArt-alpha's [N, 2] resolution); kRmsNorm, kRepeatBeside as
+  // described there.
   int groups = 1;
+  std::string groups_field;  // `groups` from this config expression instead
   // kLinear: false for a Linear built without a bias (FLUX.2): only
   // <prefix>.weight is read.  When true a missing <prefix>.bias refuses the
   // checkpoint.
@@ -165,7 +180,8 @@ struct OutputSpec {
   // > 0: the row is shown as [chunks, W / chunks], as the model reshapes
   // it (Wan's [N, 6, D] timestep_proj); the bytes are the same.
   int chunks = 0;
-  std::string when;  // as Op::when: produced exactly when it holds
+  std::string when;          // as Op::when: produced exactly when it holds
+  std::string chunks_field;  // `chunks` from this config expression instead
 };
 
 // A flag that config.json may leave null, with the value diffusers derives
