@@ -291,13 +291,26 @@ FamilyDescription Flux1Like(std::string class_name, std::string name,
   return family;
 }
 
+// FLUX.1's (and Chroma's) t: the pipeline passes t.expand(B).to(
+// latents.dtype) / 1000, the model embeds timestep.to(hidden_states.dtype)
+// * 1000, each in that dtype.
+std::vector<Op> FluxTime() {
+  return {Cast("t_pipeline", "t", ValueDType::kModel),
+          Divide("t_passed", "t_pipeline", 1000),
+          Multiply("t_model", "t_passed", 1000)};
+}
+
+// zeros_like(in), a float32 value, as `out`: in * 0 (`signed`), then 0
+// minus that, +0 whatever in's sign.
+void AppendZerosLike(std::vector<Op>* ops, const std::string& out,
+                     const std::string& signed_zero, const std::string& in,
+                     const std::string& when = "") {
+  ops->push_back(When(when, InFloat32(Multiply(signed_zero, in, 0))));
+  ops->push_back(When(when, InFloat32(SubtractFrom(out, signed_zero, 0))));
+}
+
 FamilyDescription Flux1() {
-  // Pipeline: t.expand(B).to(latents.dtype), passed as timestep / 1000;
-  // the model: timestep.to(hidden_states.dtype) * 1000, in that dtype.
-  return Flux1Like("FluxTransformer2DModel", "flux.1",
-                   {Cast("t_pipeline", "t", ValueDType::kModel),
-                    Divide("t_passed", "t_pipeline", 1000),
-                    Multiply("t_model", "t_passed", 1000)});
+  return Flux1Like("FluxTransformer2DModel", "flux.1", FluxTime());
 }
 
 // HunyuanVideo (1.0): HunyuanVideoConditionEmbedding sums t_emb + g_emb +
@@ -321,10 +334,7 @@ FamilyDescription HunyuanVideo() {
   // ...Single); the text stream and norm_out read temb alone.
   const std::string replace = "image_condition_type=\"token_replace\"";
   std::vector<Op>& ops = family.ops;
-  // zeros_like(t): t * 0, then 0 minus that, +0 whatever t's sign.
-  ops.push_back(When(replace, InFloat32(Multiply("tr_signed", "t_model", 0))));
-  ops.push_back(
-      When(replace, InFloat32(SubtractFrom("tr_model", "tr_signed", 0))));
+  AppendZerosLike(&ops, "tr_model", "tr_signed", "t_model", replace);
   AppendSinusoidInModelDType(&ops, "tr", replace);
   AppendMlp(&ops, "tr_t_emb", "tr_proj", "time_text_embed.timestep_embedder",
             replace);
@@ -1031,19 +1041,13 @@ FamilyDescription Chroma() {
   const std::string indices = "3 * num_single_layers + 12 * num_layers + 2";
   std::vector<Op>& ops = family.ops;
   // FLUX.1's pipeline and model: t.to(dtype) / 1000, then * 1000.
-  ops.push_back(Cast("t_pipeline", "t", ValueDType::kModel));
-  ops.push_back(Divide("t_passed", "t_pipeline", 1000));
-  ops.push_back(Multiply("t_model", "t_passed", 1000));
+  ops = FluxTime();
   // ChromaCombinedTimestepTextProjEmbeddings: Timesteps(16, flip, shift 0)
-  // of t and of a guidance of 0 (t * 0, then 0 minus that: +0 whatever
-  // t's sign), each cast to t's dtype, side by side...
-  ops.push_back(InFloat32(Multiply("g_signed", "t_model", 0)));
-  ops.push_back(InFloat32(SubtractFrom("g_model", "g_signed", 0)));
+  // of t and of a guidance of 0, each cast to t's dtype, side by side...
+  AppendZerosLike(&ops, "g_model", "g_signed", "t_model");
   for (const char* name : {"t", "g"}) {
-    Op sinusoid =
-        Sinusoid(absl::StrCat(name, "_sinus"), absl::StrCat(name, "_model"), 1);
-    sinusoid.sinusoid.dim = 16;
-    ops.push_back(sinusoid);
+    ops.push_back(SinusoidOfSize(absl::StrCat(name, "_sinus"),
+                                 absl::StrCat(name, "_model"), "16"));
     ops.push_back(Cast(absl::StrCat(name, "_proj"),
                        absl::StrCat(name, "_sinus"), ValueDType::kModel));
   }
@@ -1056,9 +1060,7 @@ FamilyDescription Chroma() {
   index.constant = 1000;
   index.width_field = indices;
   ops.push_back(index);
-  Op index_sinusoid = Sinusoid("index_sinus", "index_model", 1);
-  index_sinusoid.sinusoid.dim = 32;
-  ops.push_back(index_sinusoid);
+  ops.push_back(SinusoidOfSize("index_sinus", "index_model", "32"));
   ops.push_back(Cast("index_proj", "index_sinus", ValueDType::kModel));
   Op input =
       MakeOp(OpKind::kRepeatBeside, "approx_in", {"tg_proj", "index_proj"});
