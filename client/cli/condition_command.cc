@@ -57,7 +57,7 @@ std::vector<FlagSpec> ConditionFlags() {
        "name=@file.npy (float32), e.g. resolution=1024,768;aspect_ratio=0.75"},
       {"outputs", FlagType::kString,
        "comma-separated outputs (default: all of the family's); any value "
-       "of the family's description (server/models/families.cc) by name"},
+       "of the family's description (server/models/families/) by name"},
       {"out", FlagType::kString,
        "the file to write: .safetensors (every output), or .npy (exactly "
        "one output; bf16 as raw uint16 bits)"},

@@ -2254,7 +2254,7 @@ def sdxl_op_checks(model):
 def op_checks(kind, model):
     """(temb value, check against the diffusers module computing it from
     temb's values) for every op of the family after the scalars, in
-    order.  The value names are those of server/models/families.cc."""
+    order.  The value names are those of server/models/families/."""
     if kind in FAMILIES:
         return FAMILIES[kind].op_checks(model)
     embed = time_embedding(kind, model)

@@ -1,8 +1,10 @@
 // What a model family computes between its inputs (the scheduler's
 // timestep, a guidance scale, a pooled text embedding) and its blocks,
 // written as data: a short list of ops over named values, read by one
-// evaluator (conditioning_model.h).  Families() is the only place that
-// knows a family; adding one is adding an entry there.
+// evaluator (conditioning_model.h).  Each family is one file of
+// server/models/families/, listed in the one table behind Families()
+// (families/registry.cc); adding a family is adding its file and its entry
+// there.
 //
 // Values are [N] scalars or [N, W] rows (W per op, from config.json); a
 // linear or table-add op stacked over `blocks` produces [N, L, W] with

@@ -1,0 +1,111 @@
+// The helpers the family files share: an op of each kind, and the op runs
+// several families compute alike.  A helper used by one family lives in
+// that family's file.
+#ifndef TEMB_MODELS_FAMILIES_BUILDERS_H_
+#define TEMB_MODELS_FAMILIES_BUILDERS_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "temb/models/family.h"
+
+namespace temb::models::families {
+
+Op MakeOp(OpKind kind, std::string out, std::vector<std::string> in);
+
+Op Cast(std::string out, std::string in, ValueDType dtype);
+
+Op Divide(std::string out, std::string in, double constant);
+
+Op Multiply(std::string out, std::string in, double constant);
+
+Op SubtractFrom(std::string out, std::string in, double constant);
+
+// An op of a pipeline's float32 arithmetic on t, rounded to float32
+// whatever the model's dtype.
+Op InFloat32(Op op);
+
+// get_timestep_embedding always computes in float32.
+Op Sinusoid(std::string out, std::string in, double scale);
+
+// A sinusoid whose size is a config expression.
+Op SinusoidOfSize(std::string out, std::string in, std::string dim);
+
+Op Linear(std::string out, std::string in, std::string weight, int width_d,
+          std::string blocks = "");
+
+Op Silu(std::string out, std::string in);
+
+Op Add(std::string out, std::string a, std::string b);
+
+Op When(std::string flag, Op op);
+
+// in + the checkpoint tensor `table` of shape lead + [D], rounded to dtype.
+Op TableAdd(std::string out, std::string in, std::string table,
+            std::vector<int64_t> lead, ValueDType dtype,
+            std::string blocks = "");
+
+// in[0], in[1], ... side by side, rounded to `dtype`.
+Op Concat(std::string out, std::vector<std::string> in,
+          ValueDType dtype = ValueDType::kModel);
+
+// diffusers' Timesteps(256, flip, shift 0) of `<name>_model` in float32
+// (`<name>_sinus`), cast to the model's dtype (`<name>_proj`): an
+// embedder's time_proj(x).to(dtype), in every family that embeds so.
+void AppendSinusoidInModelDType(std::vector<Op>* ops, const std::string& name,
+                                const std::string& when = "");
+
+// TimestepEmbedding: linear_2(SiLU(linear_1(x))), all in the model's dtype.
+void AppendMlp(std::vector<Op>* ops, const std::string& out,
+               const std::string& in, const std::string& prefix,
+               const std::string& when = "");
+
+// TimestepEmbedding whose width is not D: `field`'s value, or D / div with
+// `groups` rows per input row (see Op::groups).
+void AppendMlpOf(std::vector<Op>* ops, const std::string& out,
+                 const std::string& in, const std::string& prefix,
+                 const std::string& field, int div, int groups,
+                 const std::string& when);
+
+// SD3's and HiDream-I1's temb: the MLP `t_mlp` of the sinusoid of the
+// scheduler's float32 t (the pipelines pass it uncast) plus the MLP
+// `pooled_mlp` of the pipeline's pooled embedding (in the model's dtype),
+// summed in the model's dtype; then temb_silu.
+void AppendFloat32TimePlusPooled(std::vector<Op>* ops, const std::string& t_mlp,
+                                 const std::string& pooled_mlp);
+
+// FLUX.1's (and Chroma's) t: the pipeline passes t.expand(B).to(
+// latents.dtype) / 1000, the model embeds timestep.to(hidden_states.dtype)
+// * 1000, each in that dtype.
+std::vector<Op> FluxTime();
+
+// zeros_like(in), a float32 value, as `out`: in * 0 (`signed`), then 0
+// minus that, +0 whatever in's sign.
+void AppendZerosLike(std::vector<Op>* ops, const std::string& out,
+                     const std::string& signed_zero, const std::string& in,
+                     const std::string& when = "");
+
+// diffusers' AdaLayerNormZero order, FLUX.1's and HunyuanVideo-1.5's.
+inline constexpr char kAdaLayerNormZeroChunks[] =
+    "shift_msa, scale_msa, gate_msa, shift_mlp, scale_mlp, gate_mlp";
+
+// A dual-stream block's modulation: block i's image and text Linears
+// (`img_key`, `txt_key` with "{i}"), each 6D wide on SiLU(temb), stacked
+// over num_layers as outputs img_mod and txt_mod with `chunks` in order.
+void AppendDualStreamModulation(FamilyDescription* family,
+                                const std::string& img_key,
+                                const std::string& txt_key,
+                                const std::string& chunks);
+
+// AdaLayerNormSingle `prefix` after its embedder (value "temb", the
+// embedded timestep): linear(silu(temb)), one Linear D -> 6D shared by every
+// block, each block's scale_shift_table (6, D) added to it, and the
+// output's table (2, D) added to temb, every sum in the model's dtype
+// (PixArt's BasicTransformerBlock and LTX-Video's blocks).
+void AppendAdaLayerNormSingle(FamilyDescription* family,
+                              const std::string& prefix);
+
+}  // namespace temb::models::families
+
+#endif  // TEMB_MODELS_FAMILIES_BUILDERS_H_

@@ -1,0 +1,67 @@
+// diffusers' FluxTransformer2DModel: FLUX.1.
+#include "flux1.h"
+
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "builders.h"
+#include "registry.h"
+
+namespace temb::models::families {
+
+FamilyDescription Flux1Like(std::string class_name, std::string name,
+                            std::vector<Op> time_ops) {
+  FamilyDescription family;
+  family.class_name = std::move(class_name);
+  family.name = std::move(name);
+  family.width_fields = {"num_attention_heads", "attention_head_dim"};
+  family.inputs = {
+      {"t", "", "", "the scheduler's timesteps (0..1000)"},
+      {"guidance", "", "guidance_embeds", "the guidance scale (dev)"},
+      {"pooled", "pooled_projection_dim", "", "the pooled CLIP text embedding"},
+  };
+  std::vector<Op>& ops = family.ops;
+  ops = std::move(time_ops);
+  // CombinedTimestep(Guidance)TextProjEmbeddings: Timesteps(256, flip,
+  // shift 0), the float32 sinusoid cast to the pooled projection's dtype.
+  AppendSinusoidInModelDType(&ops, "t");
+  AppendMlp(&ops, "t_emb", "t_proj", "time_text_embed.timestep_embedder");
+  // Guidance: a float32 tensor from the pipeline, then
+  // guidance.to(hidden_states.dtype) * 1000 in the model.
+  ops.push_back(When("guidance_embeds",
+                     Cast("g_model_dtype", "guidance", ValueDType::kModel)));
+  ops.push_back(
+      When("guidance_embeds", Multiply("g_model", "g_model_dtype", 1000)));
+  AppendSinusoidInModelDType(&ops, "g", "guidance_embeds");
+  AppendMlp(&ops, "g_emb", "g_proj", "time_text_embed.guidance_embedder",
+            "guidance_embeds");
+  // (t + g) first, then + pooled: each sum rounded to the model's dtype.
+  ops.push_back(When("guidance_embeds", Add("tg_emb", "t_emb", "g_emb")));
+  ops.push_back(
+      When("!guidance_embeds", Cast("tg_emb", "t_emb", ValueDType::kModel)));
+  // The pipeline's pooled embedding is in the model's dtype.
+  ops.push_back(Cast("pooled_model", "pooled", ValueDType::kModel));
+  AppendMlp(&ops, "p_emb", "pooled_model", "time_text_embed.text_embedder");
+  ops.push_back(Add("temb", "tg_emb", "p_emb"));
+  ops.push_back(Silu("temb_silu", "temb"));
+  family.outputs = {{"temb", "temb", "[N, D]"}};
+  // AdaLayerNormZero (norm1, norm1_context) and AdaLayerNormZeroSingle.
+  AppendDualStreamModulation(&family, "transformer_blocks.{i}.norm1.linear",
+                             "transformer_blocks.{i}.norm1_context.linear",
+                             kAdaLayerNormZeroChunks);
+  ops.push_back(Linear("single_mod", "temb_silu",
+                       "single_transformer_blocks.{i}.norm.linear", 3,
+                       "num_single_layers"));
+  ops.push_back(Linear("norm_out", "temb_silu", "norm_out.linear", 2));
+  family.outputs.push_back(
+      {"single_mod", "single_mod", "[N, L_single, 3D]: shift, scale, gate"});
+  family.outputs.push_back({"norm_out", "norm_out", "[N, 2D]: scale, shift"});
+  return family;
+}
+
+FamilyDescription Flux1() {
+  return Flux1Like("FluxTransformer2DModel", "flux.1", FluxTime());
+}
+
+}  // namespace temb::models::families

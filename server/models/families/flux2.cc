@@ -1,0 +1,83 @@
+// diffusers' Flux2Transformer2DModel: FLUX.2.
+#include <string>
+#include <vector>
+
+#include "builders.h"
+#include "registry.h"
+
+namespace temb::models::families {
+namespace {
+
+// A Linear built with bias=False: only its weight is read.
+Op NoBias(Op op) {
+  op.has_bias = false;
+  return op;
+}
+
+}  // namespace
+
+FamilyDescription Flux2() {
+  FamilyDescription family;
+  family.class_name = "Flux2Transformer2DModel";
+  family.name = "flux.2";
+  family.width_fields = {"num_attention_heads", "attention_head_dim"};
+  family.inputs = {
+      {"t", "", "", "the scheduler's timesteps (0..1000)"},
+      {"guidance", "", "guidance_embeds", "the guidance scale (dev)"},
+  };
+  std::vector<Op>& ops = family.ops;
+  // Every Linear here is built with bias=False.
+  auto mlp = [&ops](const std::string& out, const std::string& in,
+                    const std::string& prefix, const std::string& when) {
+    ops.push_back(
+        When(when, NoBias(Linear(out + "_h", in, prefix + ".linear_1", 1))));
+    ops.push_back(When(when, Silu(out + "_a", out + "_h")));
+    ops.push_back(
+        When(when, NoBias(Linear(out, out + "_a", prefix + ".linear_2", 1))));
+  };
+  // Pipeline: t.expand(B).to(latents.dtype), passed as timestep / 1000;
+  // the model: timestep.to(hidden_states.dtype) * 1000, in that dtype.
+  ops.push_back(Cast("t_pipeline", "t", ValueDType::kModel));
+  ops.push_back(Divide("t_passed", "t_pipeline", 1000));
+  ops.push_back(Multiply("t_model", "t_passed", 1000));
+  // Flux2TimestepGuidanceEmbeddings: Timesteps(256, flip, shift 0), the
+  // float32 sinusoid cast to timestep.dtype (the model's).
+  AppendSinusoidInModelDType(&ops, "t");
+  mlp("t_emb", "t_proj", "time_guidance_embed.timestep_embedder", "");
+  // dev: the pipeline's float32 guidance, guidance.to(hidden_states.dtype)
+  // * 1000 in the model, embedded by the same time_proj.
+  ops.push_back(When("guidance_embeds",
+                     Cast("g_model_dtype", "guidance", ValueDType::kModel)));
+  ops.push_back(
+      When("guidance_embeds", Multiply("g_model", "g_model_dtype", 1000)));
+  AppendSinusoidInModelDType(&ops, "g", "guidance_embeds");
+  mlp("g_emb", "g_proj", "time_guidance_embed.guidance_embedder",
+      "guidance_embeds");
+  ops.push_back(When("guidance_embeds", Add("temb", "t_emb", "g_emb")));
+  ops.push_back(
+      When("!guidance_embeds", Cast("temb", "t_emb", ValueDType::kModel)));
+  ops.push_back(Silu("temb_silu", "temb"));
+  // Flux2Modulation: linear(SiLU(temb)), one Linear each, shared by every
+  // double block (image and text streams) and by every single block.
+  ops.push_back(NoBias(Linear("img_mod", "temb_silu",
+                              "double_stream_modulation_img.linear", 6)));
+  ops.push_back(NoBias(Linear("txt_mod", "temb_silu",
+                              "double_stream_modulation_txt.linear", 6)));
+  ops.push_back(NoBias(
+      Linear("single_mod", "temb_silu", "single_stream_modulation.linear", 3)));
+  // AdaLayerNormContinuous(bias=False): linear(SiLU(temb).to(x.dtype)).
+  ops.push_back(NoBias(Linear("norm_out", "temb_silu", "norm_out.linear", 2)));
+  family.outputs = {
+      {"temb", "temb", "[N, D]"},
+      {"img_mod", "img_mod",
+       "[N, 6D], shared by every double block: shift, scale, gate (attention), "
+       "shift, scale, gate (feed-forward)"},
+      {"txt_mod", "txt_mod", "[N, 6D]: same order, text stream"},
+      {"single_mod", "single_mod",
+       "[N, 3D], shared by every single block: shift, scale, gate"},
+      {"norm_out", "norm_out", "[N, 2D]: scale, shift"},
+  };
+  return family;
+}
+
+}  // namespace temb::models::families

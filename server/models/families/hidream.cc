@@ -1,0 +1,50 @@
+// diffusers' HiDreamImageTransformer2DModel: HiDream-I1.
+#include <string>
+#include <vector>
+
+#include "builders.h"
+#include "registry.h"
+
+namespace temb::models::families {
+
+FamilyDescription HiDream() {
+  FamilyDescription family;
+  family.class_name = "HiDreamImageTransformer2DModel";
+  family.name = "hidream-i1";
+  family.width_fields = {"num_attention_heads", "attention_head_dim"};
+  family.inputs = {
+      {"t", "", "", "the scheduler's timesteps (0..1000)"},
+      {"pooled", "text_emb_dim", "",
+       "the pooled CLIP-L + CLIP-G text embedding"},
+  };
+  std::vector<Op>& ops = family.ops;
+  // Pipeline: t.expand(B), the scheduler's float32 t; HiDreamImage-
+  // TimestepEmbed: Timesteps(256, flip, shift 0) in float32, cast to
+  // hidden_states' dtype, then its MLP.
+  // HiDreamImagePooledEmbed: an MLP of the pipeline's pooled embedding.
+  AppendFloat32TimePlusPooled(&ops, "t_embedder.timestep_embedder",
+                              "p_embedder.pooled_embedder");
+  // adaLN_modulation = Sequential(SiLU, Linear): 12D in the double-stream
+  // blocks (image then text), 6D in the single-stream ones, 2D at the end.
+  ops.push_back(Linear("double_mod", "temb_silu",
+                       "double_stream_blocks.{i}.block.adaLN_modulation.1", 12,
+                       "num_layers"));
+  ops.push_back(Linear("single_mod", "temb_silu",
+                       "single_stream_blocks.{i}.block.adaLN_modulation.1", 6,
+                       "num_single_layers"));
+  ops.push_back(
+      Linear("final_mod", "temb_silu", "final_layer.adaLN_modulation.1", 2));
+  family.outputs = {
+      {"temb", "temb", "[N, D]"},
+      {"double_mod", "double_mod",
+       "[N, L, 12D]: shift_msa_i, scale_msa_i, gate_msa_i, shift_mlp_i, "
+       "scale_mlp_i, gate_mlp_i, then the same six for the text stream (_t)"},
+      {"single_mod", "single_mod",
+       "[N, L_single, 6D]: shift_msa, scale_msa, gate_msa, shift_mlp, "
+       "scale_mlp, gate_mlp"},
+      {"final_mod", "final_mod", "[N, 2D]: shift, scale"},
+  };
+  return family;
+}
+
+}  // namespace temb::models::families
