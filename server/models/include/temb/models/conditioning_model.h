@@ -1,6 +1,7 @@
 // A model's time conditioning computed from its own diffusers checkpoint:
 // the family's description (family.h) evaluated on the CPU over the
-// checkpoint's tensors, in the model's dtype, exactly as diffusers' own
+// checkpoint's tensors (loader.cc plans it, evaluator.cc runs it, each op
+// kind a unit of ops/), in the model's dtype, exactly as diffusers' own
 // forward computes it up to the summation order of a Linear (see
 // docs/conditioning.md for the measured agreement).
 //
@@ -90,6 +91,8 @@ struct ConditioningOutput {
   std::string data;
 };
 
+struct ModelGraph;
+
 class ConditioningModel {
  public:
   // NOT_FOUND when the folder has no weights; INVALID_ARGUMENT naming the
@@ -102,7 +105,7 @@ class ConditioningModel {
   const FamilyDescription& family() const { return *family_; }
   DType dtype() const { return dtype_; }
   int64_t width() const { return width_; }  // D
-  const std::vector<InputSpec>& active_inputs() const { return inputs_; }
+  const std::vector<InputSpec>& active_inputs() const;
   // The inputs this model takes and the outputs it gives, in the family's
   // order.
   std::vector<InputInfo> inputs() const;
@@ -131,18 +134,7 @@ class ConditioningModel {
       const std::vector<std::string>& names) const;
 
  private:
-  struct Value;      // a named value's width, dtype and dependencies
-  struct PlannedOp;  // an op with its widths and checkpoint tensors
-
   ConditioningModel() = default;
-  absl::Status Plan(const Checkpoint& checkpoint);
-  // Hands every Linear's parameters to options_.linear_engine.
-  absl::Status UploadLinears();
-  // Records tensor `name`'s fingerprint; `dtype`: the one it was read as.
-  void Fingerprint(const std::string& name, DType dtype,
-                   const LoadedTensor& tensor);
-  absl::Status Run(const PlannedOp& op, int64_t rows,
-                   std::map<std::string, std::vector<float>>* values) const;
 
   const FamilyDescription* family_ = nullptr;
   ConditioningOptions options_;
@@ -153,12 +145,8 @@ class ConditioningModel {
   int64_t weight_bytes_ = 0;
   std::map<std::string, std::string> weight_fingerprints_;
   std::string cache_key_;
-  std::vector<InputSpec> inputs_;
-  // The family's outputs this model has: all but those over an empty
-  // block selection.
-  std::vector<OutputSpec> outputs_;
-  std::vector<PlannedOp> ops_;
-  std::map<std::string, Value> value_info_;
+  // The description resolved against this model (model_graph.h).
+  std::unique_ptr<const ModelGraph> graph_;
   std::unique_ptr<Backend> sinusoid_backend_;
 };
 

@@ -1,0 +1,269 @@
+// Computing a loaded model's outputs: the inputs are checked and broadcast
+// into their slots, the ops the asked-for values need are found, and they
+// run in the cache policy's groups (cache_policy.h).
+#include <algorithm>
+#include <cmath>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "cache_policy.h"
+#include "model_graph.h"
+#include "temb/base/quoted.h"
+#include "temb/base/status_macros.h"
+#include "temb/models/conditioning_model.h"
+#include "value_codec.h"
+
+namespace temb::models {
+namespace {
+
+// Every given input is one the family takes.
+absl::Status CheckInputNames(const FamilyDescription& family,
+                             const ConditioningInputs& inputs) {
+  for (const auto& [name, given] : inputs.values) {
+    if (given.empty()) continue;
+    const bool known =
+        std::any_of(family.inputs.begin(), family.inputs.end(),
+                    [&name = name](const InputSpec& spec) {
+                      return spec.name == name;
+                    });
+    if (known) continue;
+    std::vector<std::string> names;
+    for (const InputSpec& spec : family.inputs) names.push_back(spec.name);
+    return absl::InvalidArgumentError(
+        absl::StrCat(name, ": not an input of ", family.name, " (",
+                     absl::StrJoin(names, ", "), ")"));
+  }
+  return absl::OkStatus();
+}
+
+// `given` checked (finite, an index where it is one) and broadcast to
+// `rows` rows of `cols` into `value`.
+absl::Status TakeInput(const FamilyDescription& family, const InputSpec& spec,
+                       int64_t rows, int64_t cols,
+                       const std::vector<float>& given,
+                       std::vector<float>& value) {
+  const std::string& name = spec.name;
+  if (given.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        name, ": required by this ", family.name, " model, not given"));
+  }
+  const int64_t count = static_cast<int64_t>(given.size());
+  if (count != rows * cols && count != cols) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        name, ": expected ", cols, " or ", rows * cols, " values (", rows,
+        " rows of ", cols, "), got ", given.size()));
+  }
+  for (size_t i = 0; i < given.size(); ++i) {
+    if (!std::isfinite(given[i])) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(name, "[", i, "] must be finite, got ", given[i]));
+    }
+    if (spec.index_count > 0 &&
+        (given[i] != std::floor(given[i]) || given[i] < 0 ||
+         given[i] >= static_cast<float>(spec.index_count))) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(name, "[", i, "] must be an integer in [0, ",
+                       spec.index_count, "), got ", given[i]));
+    }
+  }
+  value.resize(static_cast<size_t>(rows * cols));
+  for (int64_t row = 0; row < rows; ++row) {
+    const float* src = given.data() + (count == cols ? 0 : row * cols);
+    std::copy_n(src, cols, value.data() + row * cols);
+  }
+  return absl::OkStatus();
+}
+
+// The inputs into their slots; one the model does not take (its condition
+// does not hold) must not be given.
+absl::Status TakeInputs(const FamilyDescription& family,
+                        const ModelGraph& graph,
+                        const ConditioningInputs& inputs, int64_t rows,
+                        Values& values) {
+  for (const InputSpec& spec : family.inputs) {
+    const std::vector<float>& given = inputs.Get(spec.name);
+    const auto active =
+        std::find_if(graph.inputs.begin(), graph.inputs.end(),
+                     [&](const InputSpec& a) { return a.name == spec.name; });
+    if (active == graph.inputs.end()) {
+      if (given.empty()) continue;
+      return absl::InvalidArgumentError(absl::StrCat(
+          spec.name, ": ", family.name, " model ",
+          "does not take this input (see its config.json flags)"));
+    }
+    const int slot = graph.input_slots[active - graph.inputs.begin()];
+    RETURN_IF_ERROR(TakeInput(family, spec, rows, graph.values[slot].cols,
+                              given, values[slot]));
+  }
+  return absl::OkStatus();
+}
+
+// What a call returns: an output of the model's, or any value its
+// description computes, asked for by name (the tests compare each op
+// with diffusers' own module that way).
+struct Wanted {
+  OutputSpec spec;
+  int slot = -1;
+};
+
+absl::StatusOr<std::vector<Wanted>> WantedOutputs(
+    const FamilyDescription& family, const ModelGraph& graph,
+    const std::vector<std::string>& names) {
+  std::vector<Wanted> wanted;
+  std::vector<std::string> known;
+  for (size_t i = 0; i < graph.outputs.size(); ++i) {
+    const OutputSpec& output = graph.outputs[i];
+    known.push_back(output.name);
+    if (names.empty() ||
+        std::find(names.begin(), names.end(), output.name) != names.end()) {
+      wanted.push_back({output, graph.output_slots[i]});
+    }
+  }
+  for (const std::string& name : names) {
+    if (std::find(known.begin(), known.end(), name) != known.end()) continue;
+    const int slot = graph.SlotOf(name);
+    if (slot < 0 || graph.values[slot].producer < 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("outputs: ", Quoted(name), " is not an output of ",
+                       family.name, " (", absl::StrJoin(known, ", "),
+                       ") nor a value of its description"));
+    }
+    wanted.push_back({OutputSpec{name, name, ""}, slot});
+  }
+  return wanted;
+}
+
+// The ops the wanted values need, by op index.
+std::vector<bool> NeededOps(const ModelGraph& graph,
+                            const std::vector<int>& wanted) {
+  std::vector<bool> needed(graph.ops.size(), false);
+  std::vector<int> stack = wanted;
+  while (!stack.empty()) {
+    const int slot = stack.back();
+    stack.pop_back();
+    const int producer = graph.values[slot].producer;
+    if (producer < 0 || needed[producer]) continue;
+    needed[producer] = true;
+    for (const int in : graph.ops[producer]->in) stack.push_back(in);
+  }
+  return needed;
+}
+
+ConditioningOutput Encode(const Wanted& wanted, const ModelGraph& graph,
+                          DType model_dtype, int64_t rows,
+                          const Values& values) {
+  const ValueInfo& info = graph.values[wanted.slot];
+  ConditioningOutput output;
+  output.name = wanted.spec.name;
+  output.dtype = ModelGraph::DTypeOf(info, model_dtype);
+  output.shape = {rows};
+  if (info.blocks > 0) {
+    output.shape.push_back(info.blocks);
+    output.shape.push_back(info.cols / info.blocks);
+  } else if (!info.scalar) {
+    output.shape.push_back(info.cols);
+  }
+  if (wanted.spec.chunks > 0 && !info.scalar) {
+    output.shape.back() /= wanted.spec.chunks;
+    output.shape.insert(output.shape.end() - 1, wanted.spec.chunks);
+  }
+  const std::vector<float>& data = values[wanted.slot];
+  AppendEncoded(data.data(), static_cast<int64_t>(data.size()), output.dtype,
+                &output.data);
+  return output;
+}
+
+}  // namespace
+
+const std::vector<float>& ConditioningInputs::Get(
+    const std::string& name) const {
+  static const std::vector<float> kNone;
+  const auto found = values.find(name);
+  return found == values.end() ? kNone : found->second;
+}
+
+const std::vector<InputSpec>& ConditioningModel::active_inputs() const {
+  return graph_->inputs;
+}
+
+std::vector<InputInfo> ConditioningModel::inputs() const {
+  std::vector<InputInfo> infos;
+  for (size_t i = 0; i < graph_->inputs.size(); ++i) {
+    const ValueInfo& value = graph_->values[graph_->input_slots[i]];
+    infos.push_back({graph_->inputs[i].name, value.scalar ? 0 : value.cols,
+                     graph_->inputs[i].help});
+  }
+  return infos;
+}
+
+std::vector<OutputInfo> ConditioningModel::outputs() const {
+  std::vector<OutputInfo> infos;
+  for (size_t i = 0; i < graph_->outputs.size(); ++i) {
+    const ValueInfo& value = graph_->values[graph_->output_slots[i]];
+    OutputInfo info;
+    info.name = graph_->outputs[i].name;
+    info.dtype = ModelGraph::DTypeOf(value, dtype_);
+    if (value.blocks > 0) {
+      info.row_shape = {value.blocks, value.cols / value.blocks};
+    } else if (!value.scalar) {
+      info.row_shape = {value.cols};
+    }
+    info.row_bytes = (value.scalar ? 1 : value.cols) * DTypeSize(info.dtype);
+    info.layout = graph_->outputs[i].layout;
+    infos.push_back(std::move(info));
+  }
+  return infos;
+}
+
+int64_t ConditioningModel::working_bytes_per_row() const {
+  int64_t bytes = 0;
+  for (const ValueInfo& value : graph_->values) {
+    bytes += (value.scalar ? 1 : value.cols) * int64_t{sizeof(float)};
+  }
+  return bytes;
+}
+
+absl::StatusOr<std::vector<ConditioningOutput>> ConditioningModel::Compute(
+    const ConditioningInputs& inputs,
+    const std::vector<std::string>& names) const {
+  const ModelGraph& graph = *graph_;
+  RETURN_IF_ERROR(CheckInputNames(*family_, inputs));
+  const int64_t rows = static_cast<int64_t>(inputs.Get("t").size());
+  if (rows < 1) {
+    return absl::InvalidArgumentError("t: at least one timestep is required");
+  }
+  if (rows > kMaxConditioningRows) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("t: ", rows, " timesteps is above the limit of ",
+                     kMaxConditioningRows));
+  }
+  Values values(graph.values.size());
+  RETURN_IF_ERROR(TakeInputs(*family_, graph, inputs, rows, values));
+  ASSIGN_OR_RETURN(const std::vector<Wanted> wanted,
+                   WantedOutputs(*family_, graph, names));
+  std::vector<int> wanted_slots;
+  for (const Wanted& w : wanted) wanted_slots.push_back(w.slot);
+  const CachePlan plan =
+      PlanCaching(graph, NeededOps(graph, wanted_slots), wanted_slots);
+  const RunContext context{dtype_, options_.threads, sinusoid_backend_.get(),
+                           options_.linear_engine.get()};
+  for (const int op : plan.scalar_ops) {
+    RETURN_IF_ERROR(graph.ops[op]->Run(context, rows, values));
+  }
+  RETURN_IF_ERROR(FillCachedRows(graph, plan, context, cache_key_,
+                                 options_.cache.get(), rows, values));
+  for (const int op : plan.other_ops) {
+    RETURN_IF_ERROR(graph.ops[op]->Run(context, rows, values));
+  }
+  std::vector<ConditioningOutput> outputs;
+  for (const Wanted& w : wanted) {
+    outputs.push_back(Encode(w, graph, dtype_, rows, values));
+  }
+  return outputs;
+}
+
+}  // namespace temb::models

@@ -1,0 +1,92 @@
+#include "tensor_reader.h"
+
+#include <cstring>
+#include <utility>
+
+#include "absl/types/span.h"
+#include "temb/base/status_macros.h"
+#include "temb/models/weight_fingerprint.h"
+#include "value_codec.h"
+
+namespace temb::models {
+namespace {
+
+// Tensor `name` of `shape` as the op reads it: in the model's dtype
+// (`model`, which the stored dtype must be unless `convert`), or float32
+// from any stored floating dtype.  With `convert`, any stored floating
+// dtype is converted to `dtype` as torch's .to(dtype) does: through the
+// exact float32 value, rounded to nearest even.
+absl::StatusOr<LoadedTensor> LoadAs(const Checkpoint& checkpoint,
+                                    const std::string& name, DType dtype,
+                                    const std::vector<int64_t>& shape,
+                                    bool convert) {
+  if (dtype != DType::kFloat32 && !convert) {
+    return checkpoint.Load(name, dtype, shape);
+  }
+  ASSIGN_OR_RETURN(const DType stored, checkpoint.StoredDType(name));
+  ASSIGN_OR_RETURN(LoadedTensor tensor, checkpoint.Load(name, stored, shape));
+  if (stored == dtype) return tensor;
+  const int64_t count =
+      static_cast<int64_t>(tensor.data.size()) / DTypeSize(stored);
+  std::vector<float> values(static_cast<size_t>(count));
+  DecodeInto(reinterpret_cast<const char*>(tensor.data.data()), count, stored,
+             values.data());
+  // A new buffer of the converted size: assigning into the stored one would
+  // keep its capacity, and an fp32 checkpoint run in bf16 would hold twice
+  // the bytes it uses.
+  WeightBytes converted(static_cast<size_t>(count) * DTypeSize(dtype));
+  for (int64_t i = 0; i < count; ++i) {
+    if (dtype == DType::kFloat32) {
+      std::memcpy(&converted[i * 4], &values[i], 4);
+    } else {
+      const uint16_t bits = dtype == DType::kBFloat16
+                                ? FloatToBFloat16(values[i])
+                                : FloatToHalf(values[i]);
+      std::memcpy(&converted[i * 2], &bits, 2);
+    }
+  }
+  tensor.data = std::move(converted);
+  tensor.entry.dtype = dtype;
+  tensor.entry.dtype_name = std::string(SafetensorsDTypeName(dtype));
+  return tensor;
+}
+
+}  // namespace
+
+TensorReader::TensorReader(const Checkpoint& checkpoint,
+                           std::optional<DType> torch_dtype)
+    : checkpoint_(checkpoint),
+      convert_(torch_dtype.has_value()),
+      dtype_(torch_dtype) {}
+
+absl::StatusOr<DType> TensorReader::DTypeFor(ValueDType where,
+                                             const std::string& name) {
+  if (where == ValueDType::kFloat32) return DType::kFloat32;
+  if (!dtype_.has_value()) {
+    ASSIGN_OR_RETURN(dtype_, checkpoint_.StoredDType(name));
+  }
+  return *dtype_;
+}
+
+absl::StatusOr<LoadedTensor> TensorReader::Load(
+    const std::string& name, DType dtype, const std::vector<int64_t>& shape) {
+  ASSIGN_OR_RETURN(LoadedTensor tensor,
+                   LoadAs(checkpoint_, name, dtype, shape, convert_));
+  weight_bytes_ += static_cast<int64_t>(tensor.data.size());
+  fingerprints_[name] = WeightFingerprint(
+      dtype, absl::MakeConstSpan(tensor.data.data(), tensor.data.size()));
+  return tensor;
+}
+
+absl::StatusOr<std::vector<float>> TensorReader::LoadValues(
+    const std::string& name, DType dtype, const std::vector<int64_t>& shape) {
+  ASSIGN_OR_RETURN(const LoadedTensor tensor, Load(name, dtype, shape));
+  const int64_t count =
+      static_cast<int64_t>(tensor.data.size()) / DTypeSize(dtype);
+  std::vector<float> values(static_cast<size_t>(count));
+  DecodeInto(reinterpret_cast<const char*>(tensor.data.data()), count, dtype,
+             values.data());
+  return values;
+}
+
+}  // namespace temb::models

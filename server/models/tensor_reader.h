@@ -1,0 +1,60 @@
+// The checkpoint tensors a model's ops read, each in the dtype the model
+// computes with, counted and fingerprinted as they are read.
+#ifndef TEMB_MODELS_TENSOR_READER_H_
+#define TEMB_MODELS_TENSOR_READER_H_
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "temb/kernels/dtype.h"
+#include "temb/models/checkpoint.h"
+#include "temb/models/family.h"
+
+namespace temb::models {
+
+class TensorReader {
+ public:
+  // `torch_dtype` set: every tensor read in the model's dtype is converted
+  // to it, from any stored floating dtype.  Unset: the model's dtype is the
+  // stored dtype of the first such tensor read, and every other one must
+  // be stored in it (Checkpoint::Load checks).
+  TensorReader(const Checkpoint& checkpoint, std::optional<DType> torch_dtype);
+
+  // The dtype an op reads tensor `name` as: float32 for kept modules
+  // (`where` is kFloat32), else the model's dtype, which the first call
+  // sets from `name`'s stored dtype when no torch_dtype did.
+  absl::StatusOr<DType> DTypeFor(ValueDType where, const std::string& name);
+
+  // Tensor `name` of `shape` as elements of `dtype` (one DTypeFor gave):
+  // as stored when it is the model's dtype and nothing converts; else any
+  // stored floating dtype converted as torch's .to(dtype) converts it.
+  absl::StatusOr<LoadedTensor> Load(const std::string& name, DType dtype,
+                                    const std::vector<int64_t>& shape);
+  // The same, decoded to float32 values (tables and norm weights).
+  absl::StatusOr<std::vector<float>> LoadValues(
+      const std::string& name, DType dtype, const std::vector<int64_t>& shape);
+
+  // The model's dtype once a tensor set it (or the torch_dtype), else
+  // float32.
+  DType model_dtype() const { return dtype_.value_or(DType::kFloat32); }
+  int64_t weight_bytes() const { return weight_bytes_; }
+  // Each tensor read: WeightFingerprint of its bytes in the dtype read as.
+  const std::map<std::string, std::string>& fingerprints() const {
+    return fingerprints_;
+  }
+
+ private:
+  const Checkpoint& checkpoint_;
+  const bool convert_;
+  std::optional<DType> dtype_;
+  int64_t weight_bytes_ = 0;
+  std::map<std::string, std::string> fingerprints_;
+};
+
+}  // namespace temb::models
+
+#endif  // TEMB_MODELS_TENSOR_READER_H_
