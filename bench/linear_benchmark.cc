@@ -86,7 +86,7 @@ int Main(int argc, char** argv) {
       for (int64_t rows : {1, 16, 50}) {
         std::vector<float> x(rows * kIn), out(rows * kOut);
         for (float& v : x) v = BFloat16ToFloat(FloatToBFloat16(normal(rng)));
-        LinearParams params;
+        LinearWeights params;
         params.weight = absl::MakeConstSpan(data, bytes);
         params.dtype = dtype;
         params.in_features = kIn;

@@ -149,7 +149,7 @@ int main(int argc, char** argv) {
 
   auto temb_linear = [&](temb::DType dtype) -> Gemm {
     return [&, dtype](const float* in, int rows, int threads, float* y) {
-      temb::LinearParams params;
+      temb::LinearWeights params;
       params.dtype = dtype;
       params.in_features = kIn;
       params.out_features = kOut;

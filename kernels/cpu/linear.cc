@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "temb/kernels/cpu_backend.h"
 
 #if defined(__x86_64__)
@@ -674,7 +675,7 @@ float RoundToDType(float value, DType dtype) {
   }
 }
 
-absl::Status LinearForward(const LinearParams& params,
+absl::Status LinearForward(const LinearWeights& params,
                            absl::Span<const float> x, int64_t rows,
                            DType out_dtype, int threads,
                            absl::Span<float> out) {
@@ -682,7 +683,7 @@ absl::Status LinearForward(const LinearParams& params,
                             threads, out);
 }
 
-absl::Status LinearForwardOnIsa(CpuIsa isa, const LinearParams& params,
+absl::Status LinearForwardOnIsa(CpuIsa isa, const LinearWeights& params,
                                 absl::Span<const float> x, int64_t rows,
                                 DType out_dtype, int threads,
                                 absl::Span<float> out) {
@@ -816,6 +817,55 @@ absl::Status LinearForwardOnIsa(CpuIsa isa, const LinearParams& params,
   work();
   for (std::thread& helper : helpers) helper.join();
   return absl::OkStatus();
+}
+
+namespace {
+
+class CpuLinearEngine final : public LinearEngine {
+ public:
+  explicit CpuLinearEngine(int threads) : threads_(threads) {}
+
+  absl::StatusOr<int> Upload(const LinearWeights& weights) override {
+    if (weights.dtype == DType::kFloat64 || weights.in_features < 1 ||
+        weights.out_features < 1) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "linear: an fp32, bf16 or fp16 Linear of at least one feature "
+          "each way is required, got ", DTypeName(weights.dtype), " [",
+          weights.out_features, ", ", weights.in_features, "]"));
+    }
+    absl::MutexLock lock(&mutex_);
+    linears_.push_back(weights);
+    return static_cast<int>(linears_.size() - 1);
+  }
+
+  absl::Status Forward(int id, absl::Span<const float> x, int64_t rows,
+                       DType out_dtype, absl::Span<float> out) override {
+    LinearWeights weights;
+    {
+      absl::MutexLock lock(&mutex_);
+      if (id < 0 || id >= static_cast<int>(linears_.size())) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("linear: no Linear of id ", id));
+      }
+      weights = linears_[id];
+    }
+    return LinearForward(weights, x, rows, out_dtype, threads_, out);
+  }
+
+  std::string name() const override { return "cpu"; }
+  int64_t device_bytes() const override { return 0; }
+  bool copies_weights() const override { return false; }
+
+ private:
+  const int threads_;
+  absl::Mutex mutex_;
+  std::vector<LinearWeights> linears_;  // borrowed spans
+};
+
+}  // namespace
+
+std::unique_ptr<LinearEngine> CreateCpuLinearEngine(int threads) {
+  return std::make_unique<CpuLinearEngine>(threads);
 }
 
 }  // namespace temb

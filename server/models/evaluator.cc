@@ -249,8 +249,8 @@ absl::StatusOr<std::vector<ConditioningOutput>> ConditioningModel::Compute(
   for (const Wanted& w : wanted) wanted_slots.push_back(w.slot);
   const CachePlan plan =
       PlanCaching(graph, NeededOps(graph, wanted_slots), wanted_slots);
-  const RunContext context{dtype_, options_.threads, sinusoid_backend_.get(),
-                           options_.linear_engine.get()};
+  const RunContext context{dtype_, sinusoid_backend_.get(),
+                           linear_engine_.get()};
   for (const int op : plan.scalar_ops) {
     RETURN_IF_ERROR(graph.ops[op]->Run(context, rows, values));
   }

@@ -16,6 +16,7 @@
 #include "temb/base/quoted.h"
 #include "temb/base/status_macros.h"
 #include "temb/kernels/cpu_backend.h"
+#include "temb/kernels/linear.h"
 #include "temb/models/conditioning_model.h"
 #include "tensor_reader.h"
 
@@ -197,10 +198,11 @@ absl::StatusOr<std::unique_ptr<ConditioningModel>> ConditioningModel::Load(
   model->dtype_ = tensors.model_dtype();
   model->weight_bytes_ = tensors.weight_bytes();
   model->weight_fingerprints_ = tensors.fingerprints();
-  if (options.linear_engine != nullptr) {
-    for (const std::unique_ptr<PlannedOp>& op : graph->ops) {
-      RETURN_IF_ERROR(op->Upload(*options.linear_engine));
-    }
+  model->linear_engine_ = options.linear_engine != nullptr
+                              ? options.linear_engine
+                              : CreateCpuLinearEngine(options.threads);
+  for (const std::unique_ptr<PlannedOp>& op : graph->ops) {
+    RETURN_IF_ERROR(op->Upload(*model->linear_engine_));
   }
   model->graph_ = std::move(graph);
   // Rows summed by another engine may round differently: never shared.  The
@@ -210,8 +212,7 @@ absl::StatusOr<std::unique_ptr<ConditioningModel>> ConditioningModel::Load(
       family->name, "|", DTypeName(model->dtype_), "|torch_dtype:",
       model->torch_dtype_.has_value() ? DTypeName(*model->torch_dtype_)
                                       : "stored",
-      "|", checkpoint->weights_identity(), "|",
-      options.linear_engine != nullptr ? options.linear_engine->name() : "cpu");
+      "|", checkpoint->weights_identity(), "|", model->linear_engine_->name());
   return model;
 }
 

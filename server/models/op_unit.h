@@ -42,9 +42,8 @@ using Values = std::vector<std::vector<float>>;
 // What a run step may use besides its values.
 struct RunContext {
   DType model_dtype = DType::kFloat32;
-  int threads = 1;
   Backend* sinusoid_backend = nullptr;  // the CPU sinusoid
-  LinearEngine* linear_engine = nullptr;  // null: the CPU Linear kernel
+  LinearEngine* linear_engine = nullptr;  // where the Linears were uploaded
 };
 
 // An op resolved against one model.
@@ -56,7 +55,7 @@ class PlannedOp {
   virtual absl::Status Run(const RunContext& context, int64_t rows,
                            Values& values) const = 0;
   // Hands the op's Linear parameters to `engine` (Linears only), releasing
-  // the host copy.
+  // the host copy when the engine made its own.
   virtual absl::Status Upload(LinearEngine& engine) {
     (void)engine;
     return absl::OkStatus();

@@ -18,7 +18,7 @@ struct Layer {
   std::vector<uint8_t> bias;
   std::vector<double> weight_values;  // the stored values, widened
   std::vector<double> bias_values;
-  LinearParams params;
+  LinearWeights params;
 };
 
 Layer RandomLayer(DType dtype, int64_t in, int64_t out, uint32_t seed) {

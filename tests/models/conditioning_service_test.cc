@@ -249,6 +249,7 @@ class ThrowingLinearEngine final : public LinearEngine {
   }
   std::string name() const override { return "throwing"; }
   int64_t device_bytes() const override { return 0; }
+  bool copies_weights() const override { return true; }
 
  private:
   std::atomic<int> uploads_{0};

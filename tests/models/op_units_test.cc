@@ -14,6 +14,8 @@
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "op_unit.h"
+#include "temb/kernels/cpu_backend.h"
+#include "temb/kernels/linear.h"
 #include "temb/models/checkpoint.h"
 #include "temb/models/safetensors.h"
 #include "tensor_reader.h"
@@ -84,6 +86,7 @@ class OpUnitTest : public ::testing::Test {
     }
     plan->planned->out = static_cast<int>(inputs_.size());
     plan->planned->out_cols = plan->out.cols;
+    EXPECT_TRUE(plan->planned->Upload(*engine_).ok());
     out_ = plan->out;
     return std::move(plan->planned);
   }
@@ -93,8 +96,8 @@ class OpUnitTest : public ::testing::Test {
     Values values = std::move(inputs);
     values.resize(values.size() + 1);
     std::unique_ptr<Backend> backend = CreateCpuBackend(1);
-    const RunContext context{tensors_->model_dtype(), 2, backend.get(),
-                             nullptr};
+    const RunContext context{tensors_->model_dtype(), backend.get(),
+                             engine_.get()};
     const absl::Status status = op.Run(context, rows, values);
     EXPECT_TRUE(status.ok()) << status;
     return values.back();
@@ -114,6 +117,7 @@ class OpUnitTest : public ::testing::Test {
   std::optional<DType> model_dtype_;  // unset: the stored dtype (float32)
   std::unique_ptr<Checkpoint> checkpoint_;
   std::unique_ptr<TensorReader> tensors_;
+  std::unique_ptr<LinearEngine> engine_ = CreateCpuLinearEngine(2);
   std::vector<ValueInfo> inputs_;
   std::vector<Op> ops_ = std::vector<Op>();
   ValueInfo out_;

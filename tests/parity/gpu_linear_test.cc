@@ -158,7 +158,7 @@ TEST_P(GpuLinearTest, AgreesWithFloat64AndIsBatchInvariant) {
   // 16-bit output hides most order differences in its last rounding, so
   // most elements are bit-equal; float32 outputs show every one of them.
   std::vector<float> cpu(rows * layer.out);
-  LinearParams params;
+  LinearWeights params;
   params.weight = layer.weight;
   params.bias = layer.bias;
   params.dtype = dtype;

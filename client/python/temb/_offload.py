@@ -652,7 +652,7 @@ _SDXL_UNET = _Family("sdxl-unet", ("pooled",), _t_as_is, 1.0, _unet_slots,
                      pooled_width=_unet_pooled_width)
 
 # The UNet config values whose other settings change emb and that the
-# conditioning model refuses (server/models/families/sdxl_unet.cc).
+# conditioning model refuses (server/models/families.cc).
 _UNET_REQUIRED = {"addition_embed_type": "text_time",
                   "time_embedding_type": "positional",
                   "time_cond_proj_dim": None, "class_embed_type": None,

@@ -17,68 +17,54 @@
 namespace temb::models::ops {
 namespace {
 
+// Every block's parameters stacked into one Linear of L * W outputs: one
+// engine call and one pass over the weights per op, whose [N, L * W]
+// result is the [N, L, W] value as it stands.  Each output element is its
+// own dot product (linear.h), so stacking changes no bit.
 class LinearOp : public PlannedOp {
  public:
   LinearOp(int64_t in_width, int64_t out_width, int64_t groups)
       : in_width_(in_width), out_width_(out_width), groups_(groups) {}
 
-  // Block `block`'s parameters, in block order.
-  void Add(DType dtype, LoadedTensor weight, LoadedTensor bias) {
+  // Appends the next block's parameters; `blocks` of them in all.
+  void Add(DType dtype, const LoadedTensor& weight, const LoadedTensor& bias,
+           int64_t blocks) {
     dtype_ = dtype;
-    weights_.push_back(std::move(weight));
-    biases_.push_back(std::move(bias));
+    if (blocks_ == 0) {
+      weight_.reserve(weight.data.size() * blocks);
+      bias_.reserve(bias.data.size() * blocks);
+    }
+    weight_.insert(weight_.end(), weight.data.begin(), weight.data.end());
+    bias_.insert(bias_.end(), bias.data.begin(), bias.data.end());
+    ++blocks_;
   }
-  int64_t blocks() const { return static_cast<int64_t>(weights_.size()); }
+  int64_t blocks() const { return blocks_; }
 
   absl::Status Upload(LinearEngine& engine) override {
-    for (int64_t block = 0; block < blocks(); ++block) {
-      LinearWeights weights;
-      weights.weight = weights_[block].data;
-      weights.bias = biases_[block].data;
-      weights.dtype = dtype_;
-      weights.in_features = in_width_;
-      weights.out_features = out_width_;
-      ASSIGN_OR_RETURN(const int id, engine.Upload(weights));
-      engine_ids_.push_back(id);
-      // The device holds them now.
-      WeightBytes().swap(weights_[block].data);
-      WeightBytes().swap(biases_[block].data);
+    LinearWeights weights;
+    weights.weight = weight_;
+    weights.bias = bias_;
+    weights.dtype = dtype_;
+    weights.in_features = in_width_;
+    weights.out_features = out_width_ * blocks_;
+    ASSIGN_OR_RETURN(id_, engine.Upload(weights));
+    if (engine.copies_weights()) {
+      WeightBytes().swap(weight_);
+      WeightBytes().swap(bias_);
     }
     return absl::OkStatus();
   }
 
+  // A row of `groups` inputs is `groups` rows of the Linear (then one
+  // block only).
   absl::Status Run(const RunContext& context, int64_t rows,
                    Values& values) const override {
-    const std::vector<float>& x = values[in[0]];
     std::vector<float> y = Output(rows);
     const DType out_dtype = op->dtype == ValueDType::kModel
                                 ? context.model_dtype
                                 : DType::kFloat32;
-    // A row of `groups` inputs is `groups` rows of the Linear.
-    const int64_t row_width = out_width_ * groups_;
-    std::vector<float> block_out(static_cast<size_t>(rows * row_width));
-    for (int64_t block = 0; block < blocks(); ++block) {
-      if (context.linear_engine != nullptr) {
-        RETURN_IF_ERROR(context.linear_engine->Forward(
-            engine_ids_[block], x, rows * groups_, out_dtype,
-            absl::MakeSpan(block_out)));
-      } else {
-        LinearParams params;
-        params.weight = weights_[block].data;
-        params.bias = biases_[block].data;
-        params.dtype = dtype_;
-        params.in_features = in_width_;
-        params.out_features = out_width_;
-        RETURN_IF_ERROR(LinearForward(params, x, rows * groups_, out_dtype,
-                                      context.threads,
-                                      absl::MakeSpan(block_out)));
-      }
-      // [N, W] of block `block` into [N, L, W].
-      for (int64_t row = 0; row < rows; ++row) {
-        std::copy_n(block_out.data() + row * row_width, row_width,
-                    y.data() + row * out_cols + block * row_width);
-      }
-    }
+    RETURN_IF_ERROR(context.linear_engine->Forward(
+        id_, values[in[0]], rows * groups_, out_dtype, absl::MakeSpan(y)));
     Store(std::move(y), values);
     return absl::OkStatus();
   }
@@ -87,10 +73,11 @@ class LinearOp : public PlannedOp {
   const int64_t in_width_;
   const int64_t out_width_;  // per block and group
   const int64_t groups_;
+  int64_t blocks_ = 0;
   DType dtype_ = DType::kFloat32;  // of weights and biases
-  std::vector<LoadedTensor> weights_;  // one per block
-  std::vector<LoadedTensor> biases_;   // empty data for a Linear without
-  std::vector<int> engine_ids_;        // on a LinearEngine: one per block
+  WeightBytes weight_;  // [L * W, in], block after block
+  WeightBytes bias_;    // [L * W], empty for a Linear without
+  int id_ = -1;         // on the engine
 };
 
 }  // namespace
@@ -127,7 +114,7 @@ absl::StatusOr<OpPlan> PlanLinear(const Op& op, PlanContext& context) {
       ASSIGN_OR_RETURN(bias, context.tensors.Load(prefix + ".bias", dtype,
                                                   {out_width}));
     }
-    linear->Add(dtype, std::move(weight), std::move(bias));
+    linear->Add(dtype, weight, bias, static_cast<int64_t>(indices.size()));
   }
   plan.out.cols = out_width * linear->blocks() * groups;
   plan.out.scalar = false;

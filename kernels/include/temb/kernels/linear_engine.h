@@ -1,8 +1,9 @@
-// A device that computes the conditioning models' Linear layers (y = x W^T
-// + b) with the parameters kept on it, uploaded once.  The CPU kernel
-// (temb/kernels/linear.h) needs no such engine: it reads the checkpoint's
-// host memory directly.  The registry creates the GPU one
-// (CreateGpuLinearEngine).
+// The one interface through which the conditioning models compute their
+// Linear layers (y = x W^T + b), whatever the device: each Linear's
+// parameters are handed over once (Upload), then called by id.  The CPU
+// engine (CreateCpuLinearEngine, temb/kernels/linear.h) borrows the host
+// bytes without a copy; the GPU one (the registry's CreateGpuLinearEngine)
+// copies them to its device, after which the caller may release them.
 #ifndef TEMB_KERNELS_LINEAR_ENGINE_H_
 #define TEMB_KERNELS_LINEAR_ENGINE_H_
 
@@ -31,7 +32,8 @@ class LinearEngine {
  public:
   virtual ~LinearEngine() = default;
 
-  // Copies the parameters to the device; returns the Linear's id.
+  // Takes the parameters (a copy on the device, or borrowed: see
+  // copies_weights()); returns the Linear's id.
   // INVALID_ARGUMENT naming the field for sizes that disagree with the
   // shapes or an unsupported dtype; UNAVAILABLE when the device cannot
   // hold or run it.
@@ -50,6 +52,11 @@ class LinearEngine {
 
   // Device memory held for parameters.
   virtual int64_t device_bytes() const = 0;
+
+  // True: Upload copied the parameters, and the caller may free its bytes.
+  // False: the engine reads the caller's bytes, which must then outlive
+  // every Forward of that id.
+  virtual bool copies_weights() const = 0;
 };
 
 }  // namespace temb

@@ -20,26 +20,15 @@
 #define TEMB_KERNELS_LINEAR_H_
 
 #include <cstdint>
+#include <memory>
 
 #include "absl/status/status.h"
 #include "absl/types/span.h"
 #include "temb/kernels/cpu_backend.h"
 #include "temb/kernels/dtype.h"
+#include "temb/kernels/linear_engine.h"
 
 namespace temb {
-
-// The parameters of one Linear layer, borrowed: `weight` is
-// [out_features, in_features] row-major and `bias` [out_features] (or
-// empty: no bias), both little-endian elements of `dtype` (fp32, bf16 or
-// fp16), `weight` aligned to its element size.  Weights are widened to
-// float32 on the fly; nothing is copied.
-struct LinearParams {
-  absl::Span<const uint8_t> weight;
-  absl::Span<const uint8_t> bias;
-  DType dtype = DType::kFloat32;
-  int64_t in_features = 0;
-  int64_t out_features = 0;
-};
 
 // out[m * out_features + o] = rnd(bias[o] + sum_k x[m * in_features + k] *
 // w[o, k]) for m in [0, rows), summed in float32 in the order above, rnd
@@ -57,17 +46,26 @@ struct LinearParams {
 // rows x features so that a tile of weights is read from memory once for
 // many rows, with the tile that fits its registers; the tile never changes
 // a bit.  Threads split the output features, never k.
-absl::Status LinearForward(const LinearParams& params,
+// `params` is borrowed: `weight` is [out_features, in_features] row-major
+// and `bias` [out_features] (or empty: no bias), little-endian elements of
+// `dtype` (fp32, bf16 or fp16), `weight` aligned to its element size;
+// weights are widened to float32 on the fly, nothing is copied.
+absl::Status LinearForward(const LinearWeights& params,
                            absl::Span<const float> x, int64_t rows,
                            DType out_dtype, int threads, absl::Span<float> out);
 
 // LinearForward on a given engine (kScalar and kSse2 share the baseline
 // one); FAILED_PRECONDITION when this CPU cannot run it.  For tests that
 // hold the engines to the same bits.
-absl::Status LinearForwardOnIsa(CpuIsa isa, const LinearParams& params,
+absl::Status LinearForwardOnIsa(CpuIsa isa, const LinearWeights& params,
                                 absl::Span<const float> x, int64_t rows,
                                 DType out_dtype, int threads,
                                 absl::Span<float> out);
+
+// LinearForward behind the LinearEngine interface, on `threads` threads:
+// Upload borrows the host bytes (copies_weights() is false) and Forward
+// gives LinearForward's bits.  Named "cpu".
+std::unique_ptr<LinearEngine> CreateCpuLinearEngine(int threads);
 
 // The value of `value` rounded to nearest even in `dtype` (fp32: itself),
 // as a float32.

@@ -62,6 +62,7 @@ class CublasLinearEngine final : public LinearEngine {
 
   std::string name() const override;
   int64_t device_bytes() const override;
+  bool copies_weights() const override { return true; }
 
  private:
   struct Impl;

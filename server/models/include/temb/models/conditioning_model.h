@@ -40,9 +40,10 @@ struct ConditioningOptions {
   // Shared by every model that is given it; null: no cache (rows are still
   // computed once per distinct input within a call).
   std::shared_ptr<RowCache> cache;
-  // Where the Linear layers run: null, the CPU kernel over the checkpoint's
-  // host memory; else the engine, which takes a copy of every Linear's
-  // parameters at load (the host copy is then released).
+  // Where the Linear layers run: null, the CPU engine on `threads` threads
+  // (CreateCpuLinearEngine), which reads the checkpoint's host memory; else
+  // this engine, which may copy every Linear's parameters at load (the host
+  // copy is then released).
   std::shared_ptr<LinearEngine> linear_engine;
   // The dtype the model computes in, as diffusers' from_pretrained(
   // torch_dtype=...) sets it: every tensor the family reads is converted
@@ -148,6 +149,7 @@ class ConditioningModel {
   // The description resolved against this model (model_graph.h).
   std::unique_ptr<const ModelGraph> graph_;
   std::unique_ptr<Backend> sinusoid_backend_;
+  std::shared_ptr<LinearEngine> linear_engine_;  // every Linear uploaded
 };
 
 }  // namespace temb::models
