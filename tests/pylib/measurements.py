@@ -1,10 +1,12 @@
 """Measured numbers a test suite records while it runs and prints after the
 run: a conftest imports `measure` (the fixture) and sets its
 pytest_terminal_summary to summary("<suite>")."""
+from typing import Dict, Tuple
+
 import pytest
 
 # (test, quantity) -> text.
-MEASUREMENTS = {}
+MEASUREMENTS: Dict[Tuple[str, str], str] = {}
 
 
 @pytest.fixture

@@ -14,7 +14,6 @@ Environment (set by the suites' CMakeLists.txt under ctest):
 """
 import os
 import pathlib
-import subprocess
 import sys
 
 import pytest
@@ -34,7 +33,8 @@ def use_client_from_source():
 def binary_from_env(variable):
     """The file that $`variable` names, or None."""
     value = os.environ.get(variable)
-    return pathlib.Path(value) if value and pathlib.Path(value).is_file() else None
+    return (pathlib.Path(value) if value and pathlib.Path(value).is_file()
+            else None)
 
 
 @pytest.fixture(scope="session")
@@ -44,8 +44,8 @@ def server_binary():
                     "to a temb-server binary)")
     binary = binary_from_env("TEMB_SERVER_BIN")
     if binary is None:  # configured but not built: a broken setup, not a skip
-        pytest.fail(f"TEMB_SERVER_BIN={os.environ['TEMB_SERVER_BIN']} does not "
-                    "exist: build the temb-server target first")
+        pytest.fail(f"TEMB_SERVER_BIN={os.environ['TEMB_SERVER_BIN']} does "
+                    "not exist: build the temb-server target first")
     return binary
 
 

@@ -9,6 +9,7 @@ import socket
 import subprocess
 import time
 from pathlib import Path
+from typing import Dict
 
 NGINX = shutil.which("nginx") or "/usr/sbin/nginx"
 # temb-server's loopback ports in the shipped config, by role.
@@ -25,7 +26,7 @@ def moved_config(text, workdir, upstreams):
     """(config text, {shipped listen port: test port}): every `listen` moved
     to a free loopback port, each upstream of `upstreams` ({role: port})
     pointed at that port, temporary files under `workdir`."""
-    listens = {}
+    listens: Dict[int, int] = {}
 
     def listen(match):
         port = int(match.group(1))
@@ -69,10 +70,10 @@ class Front:
                 socket.create_connection(("127.0.0.1", wait_port),
                                          timeout=1).close()
                 return
-            except OSError:
+            except OSError as e:
                 if time.monotonic() > deadline:
                     self.stop()
-                    raise AssertionError("nginx did not listen")
+                    raise AssertionError("nginx did not listen") from e
                 time.sleep(0.05)
 
     def stop(self):
@@ -86,10 +87,13 @@ class Front:
 
     def rss_bytes(self):
         children = subprocess.run(["pgrep", "-P", str(self.pid)],
-                                  capture_output=True, text=True).stdout.split()
+                                  capture_output=True,
+                                  text=True).stdout.split()
         return sum(_rss(pid) for pid in [self.pid, *map(int, children)])
 
 
 def _rss(pid):
     status = Path(f"/proc/{pid}/status").read_text()
-    return int(re.search(r"^VmRSS:\s+(\d+) kB", status, re.M).group(1)) * 1024
+    match = re.search(r"^VmRSS:\s+(\d+) kB", status, re.M)
+    assert match, f"no VmRSS in /proc/{pid}/status"
+    return int(match.group(1)) * 1024

@@ -53,7 +53,8 @@ class KServeConditioning:
             inputs.append(triton_grpc.InferInput(name, list(array.shape),
                                                  "FP32"))
             inputs[-1].set_data_from_numpy(array)
-        requested = [triton_grpc.InferRequestedOutput(n) for n in outputs or ()]
+        requested = [triton_grpc.InferRequestedOutput(n)
+                     for n in outputs or ()]
         result = self.client.infer(model, inputs, outputs=requested or None)
         answer = {}
         for output in result.get_response(as_json=True)["outputs"]:

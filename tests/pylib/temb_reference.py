@@ -2,11 +2,13 @@
 "What temb computes"): the formulas and the presets' conventions are written
 down here from the published model code, not read back from the server."""
 
+from typing import Any, Dict, Optional, Tuple
+
 import numpy as np
 
 # name -> (default dim, convention); "transformer" and "ldm" have no default
 # dim.
-PRESETS = {
+PRESETS: Dict[str, Tuple[Optional[int], Dict[str, Any]]] = {
     "sd15": (320, dict(flip_sin_to_cos=True, downscale_freq_shift=0)),
     "sdxl": (320, dict(flip_sin_to_cos=True, downscale_freq_shift=0)),
     "ddpm": (128, dict(flip_sin_to_cos=False, downscale_freq_shift=1)),
@@ -22,7 +24,8 @@ PRESETS = {
 
 def _timesteps(timesteps):
     # Timesteps travel as float32: round them the same way first.
-    return np.asarray(timesteps, dtype=np.float32).astype(np.float64).reshape(-1)
+    return (np.asarray(timesteps, dtype=np.float32).astype(np.float64)
+            .reshape(-1))
 
 
 def embedding(timesteps, dim, *, flip_sin_to_cos, downscale_freq_shift=0.0,
@@ -72,11 +75,14 @@ def preset_fp32_bound(preset, timesteps):
 
 
 def to_bf16_bits(values):
-    """float32 -> bfloat16 bit patterns, round to nearest even (finite input)."""
-    bits = np.asarray(values, dtype=np.float32).view(np.uint32).astype(np.uint64)
+    """float32 -> bfloat16 bit patterns, round to nearest even (finite
+    input)."""
+    bits = (np.asarray(values, dtype=np.float32).view(np.uint32)
+            .astype(np.uint64))
     rounding = ((bits >> 16) & 1) + 0x7FFF
     return ((bits + rounding) >> 16).astype(np.uint16)
 
 
 def bf16_bits_to_float32(bits):
-    return (np.asarray(bits, dtype=np.uint16).astype(np.uint32) << 16).view(np.float32)
+    return ((np.asarray(bits, dtype=np.uint16).astype(np.uint32) << 16)
+            .view(np.float32))

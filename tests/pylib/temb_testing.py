@@ -24,7 +24,8 @@ _LABEL = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
 
 
 def parse_metrics(text):
-    """Yields (name, labels, value) for each sample of a Prometheus text page."""
+    """Yields (name, labels, value) for each sample of a Prometheus text
+    page."""
     for line in text.splitlines():
         if not line or line.startswith("#"):
             continue
@@ -79,8 +80,8 @@ class TembServer:
                 return int(text)
             if self.process.poll() is not None:
                 raise RuntimeError(
-                    f"temb-server exited with {self.process.returncode} before "
-                    f"writing {path.name}:\n{self.log()}")
+                    f"temb-server exited with {self.process.returncode} "
+                    f"before writing {path.name}:\n{self.log()}")
             time.sleep(0.05)
         raise RuntimeError(
             f"temb-server did not write {path.name} in time:\n{self.log()}")
@@ -112,7 +113,9 @@ class TembServer:
     def rss_bytes(self):
         """Resident memory now, from /proc/PID/status (VmRSS, in kB)."""
         status = Path(f"/proc/{self.process.pid}/status").read_text()
-        return int(re.search(r"^VmRSS:\s+(\d+) kB", status, re.M).group(1)) * 1024
+        match = re.search(r"^VmRSS:\s+(\d+) kB", status, re.M)
+        assert match, f"no VmRSS in /proc/{self.process.pid}/status"
+        return int(match.group(1)) * 1024
 
     def metrics_text(self):
         url = f"http://127.0.0.1:{self.metrics_port}/metrics"

@@ -50,9 +50,12 @@ def save_model(repository, name=NAME):
     return folder
 
 
-def input_data(rows=len(TIMESTEPS)):
-    """perf_analyzer's --input-data: one entry per request row, cycling
-    through real denoising timesteps, one guidance scale, a pooled row."""
+def input_data(rows=None):
+    """perf_analyzer's --input-data: one entry per request row (default:
+    one per timestep), cycling through real denoising timesteps, one
+    guidance scale, a pooled row."""
+    if rows is None:
+        rows = len(TIMESTEPS)
     return {"data": [{"timesteps": [TIMESTEPS[i % len(TIMESTEPS)]],
                       "guidance": [GUIDANCE],
                       "pooled_projections": pooled_row(i)}

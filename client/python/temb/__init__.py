@@ -3,7 +3,8 @@
     import temb
     with temb.Client("localhost:50051") as client:
         emb = client.embed([999, 500, 1], preset="sdxl")   # numpy [3, 320]
-        emb = client.embed(t_per_token, preset="ltx-video")   # [B, L] -> [B, L, 256]
+        # per-token timesteps [B, L] -> [B, L, 256]
+        emb = client.embed(t_per_token, preset="ltx-video")
         parts = client.embed_parts({"timestep": sigmas, "guidance": g},
                                    preset="flux", timestep_dtype="bf16")
         cond = client.condition("flux-dev", t, guidance=3.5,

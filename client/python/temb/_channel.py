@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from typing import Any, List, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
 import grpc
 
@@ -42,10 +42,11 @@ def service_config(retries: int) -> str:
     """
     if retries < 0:
         raise ValueError(f"retries must be >= 0, got {retries}")
-    unary = {"name": [{"service": SERVICE, "method": "Embed"},
-                      {"service": SERVICE, "method": "GetServerInfo"},
-                      {"service": "grpc.health.v1.Health"}]}
-    other = {"name": [{"service": SERVICE}]}
+    unary: Dict[str, Any] = {
+        "name": [{"service": SERVICE, "method": "Embed"},
+                 {"service": SERVICE, "method": "GetServerInfo"},
+                 {"service": "grpc.health.v1.Health"}]}
+    other: Dict[str, Any] = {"name": [{"service": SERVICE}]}
     if retries:
         for method_config, codes in ((unary, ["UNAVAILABLE", "CANCELLED"]),
                                      (other, ["UNAVAILABLE"])):
@@ -88,7 +89,8 @@ def credentials(tls: TlsOption) -> Optional[grpc.ChannelCredentials]:
     if isinstance(tls, TlsConfig):
         if (tls.certificate_chain is None) != (tls.private_key is None):
             raise ValueError("TlsConfig needs both certificate_chain and "
-                             "private_key for client authentication, or neither")
+                             "private_key for client authentication, or "
+                             "neither")
         return grpc.ssl_channel_credentials(
             root_certificates=_pem(tls.root_certificates),
             private_key=_pem(tls.private_key),

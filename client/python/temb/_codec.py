@@ -28,8 +28,9 @@ _DTYPES: Dict[str, int] = {
 _DTYPE_NAMES = {pb.DTYPE_FP32: "fp32", pb.DTYPE_FP16: "fp16",
                 pb.DTYPE_BF16: "bf16", pb.DTYPE_FP64: "fp64"}
 # Wire element types (little-endian); bf16 travels as its raw bits.
-_WIRE: Dict[int, np.dtype] = {pb.DTYPE_FP32: np.dtype("<f4"), pb.DTYPE_FP16: np.dtype("<f2"),
-         pb.DTYPE_BF16: np.dtype("<u2"), pb.DTYPE_FP64: np.dtype("<f8")}
+_WIRE: Dict[int, np.dtype] = {
+    pb.DTYPE_FP32: np.dtype("<f4"), pb.DTYPE_FP16: np.dtype("<f2"),
+    pb.DTYPE_BF16: np.dtype("<u2"), pb.DTYPE_FP64: np.dtype("<f8")}
 # The same in this machine's byte order (what results are returned in).
 _NATIVE = {k: v.newbyteorder("=") for k, v in _WIRE.items()}
 _LAYOUTS = {"halves": pb.LAYOUT_HALVES, "interleaved": pb.LAYOUT_INTERLEAVED}
@@ -84,7 +85,8 @@ def _choice(name: str, value: Any, allowed: Any) -> Any:
 
 def _is_torch_tensor(value: Any) -> bool:
     # Checked by module name so that torch is imported only by its users.
-    return type(value).__module__.startswith("torch") and hasattr(value, "detach")
+    return (type(value).__module__.startswith("torch")
+            and hasattr(value, "detach"))
 
 
 _FLOAT32 = np.dtype(np.float32)
@@ -108,7 +110,8 @@ def timesteps_array(timesteps: Any) -> np.ndarray:
         if tensor.dtype == torch.float32 and tensor.device.type == "cpu":
             array = tensor.numpy()  # the common case: shares the memory
         elif tensor.is_complex() or tensor.dtype == torch.bool:
-            raise TypeError(f"timesteps must be real numbers, got {tensor.dtype}")
+            raise TypeError(
+                f"timesteps must be real numbers, got {tensor.dtype}")
         elif tensor.device.type == "meta":
             raise ValueError("timesteps on the meta device have no values")
         else:
@@ -170,7 +173,8 @@ def frequencies_list(frequencies: Any) -> list:
 
 def enum_value(field: str, name: Any) -> Any:
     """The temb.v1 enum number of a "dtype", "timestep_dtype", "layout",
-    "exponent_order" or "precision" name; the dtypes also take torch and numpy dtypes."""
+    "exponent_order" or "precision" name; the dtypes also take torch and
+    numpy dtypes."""
     if field in ("dtype", "timestep_dtype"):
         name = _dtype_name(name)
     return _choice(field, name, _ENUMS[field])
@@ -187,8 +191,8 @@ def _import_torch():
     try:
         import torch
     except ImportError as e:
-        raise ImportError(
-            'return_tensors="pt" needs PyTorch: pip install "temb[torch]"') from e
+        raise ImportError('return_tensors="pt" needs PyTorch: '
+                          'pip install "temb[torch]"') from e
     return torch
 
 
@@ -238,7 +242,8 @@ def finish_array(array: np.ndarray, decoding: Decoding) -> Any:
     return array if finish is None else finish(array)
 
 
-def finisher(decoding: Decoding, bf16: bool) -> Optional[Callable[[np.ndarray], Any]]:
+def finisher(decoding: Decoding, bf16: bool
+             ) -> Optional[Callable[[np.ndarray], Any]]:
     """What turns a decoded array (bf16 as uint16 bits) into what embed()
     returns, or None for the array itself (see :func:`decode_tensor`)."""
     if decoding.return_tensors == "pt":

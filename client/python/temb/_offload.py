@@ -52,7 +52,8 @@ import math
 import os
 import pickle
 import threading
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+from typing import (Any, Callable, Dict, List, Optional, Sequence, Tuple,
+                    Union, cast)
 
 import torch
 
@@ -76,6 +77,12 @@ _DTYPE_NAMES = {torch.float32: "fp32", torch.bfloat16: "bf16",
 
 # --- families ---------------------------------------------------------------
 
+# What a family's helpers below are handed: a diffusers transformer (or
+# SDXL's UNet) of that family.  They read its blocks, layers and config by
+# attribute, which torch.nn.Module types as `Tensor | Module` whatever the
+# family's class holds there: typed as Any.
+_Model = Any
+
 @dataclasses.dataclass(frozen=True)
 class _Slot:
     """A modulation Linear replaced by a lookup: `linear` reads output
@@ -96,7 +103,7 @@ def _adanorm(prefix: str, output: str, index: Optional[int]) -> _Slot:
     return _Slot(f"{prefix}.linear", f"{prefix}.silu", output, index)
 
 
-def _qwen_slots(model: torch.nn.Module) -> List[_Slot]:
+def _qwen_slots(model: _Model) -> List[_Slot]:
     slots = []
     for i in range(len(model.transformer_blocks)):
         for stream in ("img", "txt"):
@@ -107,7 +114,7 @@ def _qwen_slots(model: torch.nn.Module) -> List[_Slot]:
     return slots
 
 
-def _dual_stream_slots(model: torch.nn.Module) -> List[_Slot]:
+def _dual_stream_slots(model: _Model) -> List[_Slot]:
     # Every block's AdaLayerNormZero pair, norm1 (image) and norm1_context
     # (text): FLUX.1's double blocks and HunyuanVideo-1.5's blocks.
     slots = []
@@ -118,7 +125,7 @@ def _dual_stream_slots(model: torch.nn.Module) -> List[_Slot]:
     return slots
 
 
-def _flux_slots(model: torch.nn.Module) -> List[_Slot]:
+def _flux_slots(model: _Model) -> List[_Slot]:
     slots = _dual_stream_slots(model)
     for i in range(len(model.single_transformer_blocks)):
         slots.append(_adanorm(f"single_transformer_blocks.{i}.norm",
@@ -127,7 +134,7 @@ def _flux_slots(model: torch.nn.Module) -> List[_Slot]:
     return slots
 
 
-def _sd3_slots(model: torch.nn.Module) -> List[_Slot]:
+def _sd3_slots(model: _Model) -> List[_Slot]:
     # Each stacked output holds its blocks in increasing block index, so a
     # block's position is its rank among the blocks of its own kind
     # (docs/conditioning.md, "Outputs and layouts").
@@ -185,7 +192,7 @@ class _StandIn:
     kind: str
 
 
-def _wan_slots(model: torch.nn.Module) -> List[Any]:
+def _wan_slots(model: _Model) -> List[Any]:
     # WanTimeTextImageEmbedding: timesteps_proj (the embedder) -> the time
     # MLP -> .type_as(text) -> time_proj(act_fn(temb)), one Linear shared by
     # every block; text_embedder and image_embedder do not depend on t and
@@ -201,7 +208,7 @@ def _wan_slots(model: torch.nn.Module) -> List[Any]:
     return slots
 
 
-def _ada_layer_norm_single_slots(model: torch.nn.Module,
+def _ada_layer_norm_single_slots(model: _Model,
                                  prefix: str) -> List[Any]:
     # AdaLayerNormSingle `prefix`: emb (the embedder) -> linear(silu(.)),
     # one Linear shared by every block, each of which adds its own table;
@@ -215,17 +222,17 @@ def _ada_layer_norm_single_slots(model: torch.nn.Module,
     return slots
 
 
-def _pixart_slots(model: torch.nn.Module) -> List[Any]:
+def _pixart_slots(model: _Model) -> List[Any]:
     return _ada_layer_norm_single_slots(model, "adaln_single")
 
 
-def _sana_slots(model: torch.nn.Module) -> List[Any]:
+def _sana_slots(model: _Model) -> List[Any]:
     # PixArt-Sigma's AdaLayerNormSingle as time_embed; the output norm is
     # handed the model's own table.
     return _ada_layer_norm_single_slots(model, "time_embed")
 
 
-def _sana_sprint_slots(model: torch.nn.Module) -> List[Any]:
+def _sana_sprint_slots(model: _Model) -> List[Any]:
     # SanaCombinedTimestepGuidanceEmbeddings: timestep_embedder(t's
     # sinusoid) + guidance_embedder(the guidance's), the sum read by
     # linear(silu(.)) and returned beside it.  The guidance embedder (the
@@ -235,24 +242,24 @@ def _sana_sprint_slots(model: torch.nn.Module) -> List[Any]:
             _ada_layer_norm_single_slots(model, "time_embed"))
 
 
-def _chroma_slots(model: torch.nn.Module) -> List[Any]:
+def _chroma_slots(model: _Model) -> List[Any]:
     # Nothing besides the embedder: the blocks slice its answer.
     return []
 
 
-def _chroma_width(model: torch.nn.Module) -> int:
+def _chroma_width(model: _Model) -> int:
     # A D-wide modulation vector per index of the mod_proj buffer.
     return (model.time_text_embed.mod_proj.shape[0]
             * model.distilled_guidance_layer.out_proj.out_features)
 
 
-def _ltx_slots(model: torch.nn.Module) -> List[Any]:
+def _ltx_slots(model: _Model) -> List[Any]:
     # PixArt's AdaLayerNormSingle as time_embed; the tables are added per
     # token ([B, T, k, D]) to rows of timestep.flatten().
     return _ada_layer_norm_single_slots(model, "time_embed")
 
 
-def _hidream_slots(model: torch.nn.Module) -> List[Any]:
+def _hidream_slots(model: _Model) -> List[Any]:
     # t_embedder (the embedder) + p_embedder, summed in the forward: the
     # served temb holds both, so p_embedder adds -0.0.  Every block's and
     # the final layer's adaLN_modulation = Sequential(SiLU, Linear).
@@ -268,7 +275,7 @@ def _hidream_slots(model: torch.nn.Module) -> List[Any]:
     return slots
 
 
-def _z_image_slots(model: torch.nn.Module) -> List[Any]:
+def _z_image_slots(model: _Model) -> List[Any]:
     # t_embedder (the embedder) gives temb; every modulated block's
     # adaLN_modulation is one Linear of it, with no SiLU before; the final
     # layer's is SiLU then Linear.
@@ -282,7 +289,7 @@ def _z_image_slots(model: torch.nn.Module) -> List[Any]:
     return slots
 
 
-def _lumina2_slots(model: torch.nn.Module) -> List[Any]:
+def _lumina2_slots(model: _Model) -> List[Any]:
     # time_caption_embed.time_proj (the embedder) -> timestep_embedder
     # (passes the served temb on); caption_embedder does not depend on t
     # and stays.  Every modulated block's LuminaRMSNormZero and the output
@@ -298,7 +305,7 @@ def _lumina2_slots(model: torch.nn.Module) -> List[Any]:
     return slots
 
 
-def _cogvideox_slots(model: torch.nn.Module) -> List[Any]:
+def _cogvideox_slots(model: _Model) -> List[Any]:
     # time_proj (the embedder) -> .to(dtype) -> time_embedding, [+ the ofs
     # embedding], then CogVideoXLayerNormZero norm1 and norm2 in every block
     # and the AdaLayerNorm output norm, each linear(silu(temb)).
@@ -312,23 +319,23 @@ def _cogvideox_slots(model: torch.nn.Module) -> List[Any]:
     return slots
 
 
-def _pixart_inputs(model: torch.nn.Module) -> Tuple[str, ...]:
+def _pixart_inputs(model: _Model) -> Tuple[str, ...]:
     # PixArt-alpha's micro-conditions, passed to the embedder by name.
     return (("resolution", "aspect_ratio")
             if model.adaln_single.emb.use_additional_conditions else ())
 
 
-def _qwen_layered_inputs(model: torch.nn.Module) -> Tuple[str, ...]:
+def _qwen_layered_inputs(model: _Model) -> Tuple[str, ...]:
     # The forward's additional_t_cond, the embedder's third argument.
     return ("addition_t_cond",)
 
 
-def _cogvideox_inputs(model: torch.nn.Module) -> Tuple[str, ...]:
+def _cogvideox_inputs(model: _Model) -> Tuple[str, ...]:
     # CogVideoX 1.5 I2V: the forward's `ofs` (its pipeline passes 2.0).
     return ("ofs",) if model.ofs_embedding is not None else ()
 
 
-def _hunyuan_video15_inputs(model: torch.nn.Module) -> Tuple[str, ...]:
+def _hunyuan_video15_inputs(model: _Model) -> Tuple[str, ...]:
     # The super-resolution (MeanFlow) model: the embedder's timestep_r, the
     # next step's timestep (0 at the last), in the latents' dtype.
     return ("timestep_r",) if model.config.get("use_meanflow") else ()
@@ -336,7 +343,7 @@ def _hunyuan_video15_inputs(model: torch.nn.Module) -> Tuple[str, ...]:
 
 # --- FLUX.2, HunyuanVideo-1.5 and SDXL's UNet -------------------------------
 
-def _flux2_slots(model: torch.nn.Module) -> List[_Slot]:
+def _flux2_slots(model: _Model) -> List[_Slot]:
     # One Flux2Modulation per stream, shared by every block of its kind:
     # its output has no block axis.  Flux2Modulation names its SiLU act_fn.
     slots = [_Slot(f"{prefix}.linear", f"{prefix}.act_fn", output, None)
@@ -348,7 +355,7 @@ def _flux2_slots(model: torch.nn.Module) -> List[_Slot]:
     return slots
 
 
-def _hunyuan_video15_slots(model: torch.nn.Module) -> List[_Slot]:
+def _hunyuan_video15_slots(model: _Model) -> List[_Slot]:
     # The main path only: the token refiner (context_embedder) embeds t
     # with the prompt's masked mean, which the conditioning model does not
     # serve, so it keeps its own time embedding and modulations.
@@ -357,7 +364,7 @@ def _hunyuan_video15_slots(model: torch.nn.Module) -> List[_Slot]:
     return slots
 
 
-def _unet_slots(model: torch.nn.Module) -> List[Any]:
+def _unet_slots(model: _Model) -> List[Any]:
     # The UNet computes emb = time_embedding(time_proj(t)) + add_embedding(
     # [text_embeds, add_time_proj(time_ids)]) inline in its forward.  The
     # embedder is add_embedding, the last of them, and returns the served
@@ -382,13 +389,13 @@ def _t_hunyuan_video15(t: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     return t.to(dtype)
 
 
-def _unet_inputs(model: torch.nn.Module) -> Tuple[str, ...]:
+def _unet_inputs(model: _Model) -> Tuple[str, ...]:
     # The pipeline's add_time_ids (original size, crop, target size), six
     # per row, beside the pooled text embedding.
     return ("time_ids",)
 
 
-def _unet_pooled_width(model: torch.nn.Module) -> int:
+def _unet_pooled_width(model: _Model) -> int:
     # add_embedding's input: the pooled text embedding, then one sinusoid
     # of addition_time_embed_dim per time id (6 for SDXL, as served).
     return (model.add_embedding.linear_1.in_features
@@ -470,7 +477,7 @@ class _Family:
     timestep: Callable[[torch.Tensor, torch.dtype], torch.Tensor]
     timestep_factor: Any
     # _Slot, _Table and _StandIn rows.
-    slots: Callable[[torch.nn.Module], List[Any]]
+    slots: Callable[[_Model], List[Any]]
     guidance: Optional[Callable[[torch.Tensor, torch.dtype],
                                 torch.Tensor]] = None
     guidance_factor: float = 1.0
@@ -486,8 +493,7 @@ class _Family:
     # The model's other inputs of the conditioning (the served model's
     # inputs beside timesteps, guidance and pooled_projections), per row,
     # read from the embedder's arguments or from a tap.
-    extra_inputs: Optional[Callable[[torch.nn.Module],
-                                    Tuple[str, ...]]] = None
+    extra_inputs: Optional[Callable[[_Model], Tuple[str, ...]]] = None
     # Where the embedder's own arguments lack one of the inputs
     # ("timestep", "guidance" or an extra input), the module that receives
     # it first: (path, input).  A forward pre-hook there records it for the
@@ -501,7 +507,7 @@ class _Family:
     # The embedder's "pooled" argument holds the pooled row in its first
     # pooled_width(model) columns (the UNet's add_embedding receives
     # [text_embeds, sinusoids of the time ids]); None: all of it.
-    pooled_width: Optional[Callable[[torch.nn.Module], int]] = None
+    pooled_width: Optional[Callable[[_Model], int]] = None
     # The embedder returns (temb, second): HunyuanVideo's second result is
     # its token_replace embedding, None unless image_condition_type is
     # "token_replace".
@@ -525,7 +531,7 @@ class _Family:
     zero_rows: bool = False
     # The served temb's row width where no modulation Linear reads it
     # (Chroma's: a D-wide vector per modulation index).
-    temb_width: Optional[Callable[[torch.nn.Module], int]] = None
+    temb_width: Optional[Callable[[_Model], int]] = None
     # The model may also embed the scheduler's t = 0 for some tokens:
     # Z-Image's omni mode embeds t = 1 (its pipeline's (1000 - t) / 1000 of
     # t = 0) for the clean condition images' tokens beside the noisy
@@ -795,10 +801,10 @@ def _scheduler_values(seen: torch.Tensor, forward: Callable, factor: Any,
     start = (factor(seen32.double()) if callable(factor)
              else seen32.double() / factor).float()
     bits = start.view(torch.int32)
-    candidates = [(bits + k).view(torch.float32) for k in _NEIGHBOURS]
-    candidates += [(((bits >> 16) + k) << 16).view(torch.float32)
+    neighbours = [(bits + k).view(torch.float32) for k in _NEIGHBOURS]
+    neighbours += [(((bits >> 16) + k) << 16).view(torch.float32)
                    for k in _NEIGHBOURS]
-    candidates = torch.stack(candidates)  # [K, N]
+    candidates = torch.stack(neighbours)  # [K, N]
     mapped = forward(candidates, dtype).to(torch.float32)
     match = mapped.view(torch.int32) == seen32.view(torch.int32)
     if not bool(match.any(0).all()):
@@ -812,7 +818,7 @@ def _scheduler_values(seen: torch.Tensor, forward: Callable, factor: Any,
     return candidates.gather(0, first[None])[0]
 
 
-# --- the weights' identity ------------------------------------------------------
+# --- the weights' identity --------------------------------------------------
 
 _SAFETENSORS_DTYPES = {torch.float32: "F32", torch.bfloat16: "BF16",
                        torch.float16: "F16"}
@@ -855,7 +861,7 @@ def _weight_fingerprints(transformer: torch.nn.Module
     return found
 
 
-# --- the client, its reconnection after pickle and fork -----------------------
+# --- the client, its reconnection after pickle and fork ---------------------
 
 def _recipe_of(client: Any) -> Tuple[str, Any]:
     """What reopens an equal client elsewhere (after pickle, in a forked
@@ -885,7 +891,7 @@ def _reopen(recipe: Tuple[str, Any]) -> Any:
     return pickle.loads(pickle.dumps(value))
 
 
-# --- the shared state ----------------------------------------------------------
+# --- the shared state -------------------------------------------------------
 
 class OffloadedConditioning:
     """What offload_conditioning returns, shared by the modules it put in
@@ -926,7 +932,7 @@ class OffloadedConditioning:
         self.replaced: List[str] = []
         self._schedule: Optional[torch.Tensor] = None
         self._scheduled: set = set()
-        self._cache: "collections.OrderedDict[Tuple, Dict[str, torch.Tensor]]" \
+        self._cache: collections.OrderedDict[Tuple, Dict[str, torch.Tensor]] \
             = collections.OrderedDict()
         self._cached_bytes = 0
         self._lock = threading.Lock()
@@ -959,11 +965,11 @@ class OffloadedConditioning:
         return tapped
 
     @_not_compiled
-    def set_current(self, answer: Optional["_Answer"]) -> None:
+    def set_current(self, answer: Optional[_Answer]) -> None:
         self._per_thread.current = answer
 
     @_not_compiled
-    def current(self) -> Optional["_Answer"]:
+    def current(self) -> Optional[_Answer]:
         """This thread's latest answer of the embedder, if any."""
         return getattr(self._per_thread, "current", None)
 
@@ -1081,7 +1087,8 @@ class OffloadedConditioning:
         problems = []
         want = _DTYPE_NAMES.get(self.dtype, str(self.dtype))
         if served_dtype is not None and served_dtype != want:
-            problems.append(f"dtype: served {served_dtype}, transformer {want}")
+            problems.append(
+                f"dtype: served {served_dtype}, transformer {want}")
         missing = sorted(set(self.expected) - set(served))
         extra = sorted(set(served) - set(self.expected) - {"index"})
         if missing or extra:
@@ -1256,7 +1263,7 @@ class OffloadedConditioning:
     def rows(self, timestep: torch.Tensor, guidance: Optional[torch.Tensor],
              pooled: Optional[torch.Tensor],
              dtype: Optional[torch.dtype] = None,
-             extras: Optional[Dict[str, torch.Tensor]] = None) -> "_Answer":
+             extras: Optional[Dict[str, torch.Tensor]] = None) -> _Answer:
         """As :meth:`answer`, but each distinct row once, with the index of
         each received row among them: Wan 2.2 TI2V's per-token timesteps
         ([B, seq], flattened) hold two distinct values, and neither the call
@@ -1387,9 +1394,9 @@ class OffloadedConditioning:
         # The rows to ask for: the missing ones, and with a schedule every
         # step's row for each distinct (guidance, pooled, extras) of this
         # batch.
-        wanted: "collections.OrderedDict[Tuple, Tuple]" = \
+        wanted: collections.OrderedDict[Tuple, Tuple] = \
             collections.OrderedDict()
-        first = {}
+        first: Dict[Tuple, int] = {}
         for i in missing:
             wanted.setdefault(keys[i], ("seen", i))
         scheduled = []  # recorded once the call has answered
@@ -1417,6 +1424,8 @@ class OffloadedConditioning:
             back = dict(zip(seen_rows, values.tolist()))
         g_back = {}
         if g_seen is not None:
+            # Only a family with a guidance map receives guidance.
+            assert family.guidance is not None
             distinct = sorted({w[-1] for w in wanted.values()})
             values = _scheduler_values(g_seen[distinct], family.guidance,
                                        family.guidance_factor, dtype,
@@ -1424,8 +1433,11 @@ class OffloadedConditioning:
             g_back = dict(zip(distinct, values.tolist()))
         for w in wanted.values():
             row = w[-1]  # the batch row giving guidance and pooled
-            t_values.append(schedule_t[w[1]].item() if w[0] == "schedule"
-                            else back[w[1]])
+            if w[0] == "schedule":
+                assert schedule_t is not None  # wanted only with a schedule
+                t_values.append(schedule_t[w[1]].item())
+            else:
+                t_values.append(back[w[1]])
             if g_seen is not None:
                 g_values.append(g_back[row])
             p_index.append(row)
@@ -1453,7 +1465,7 @@ class OffloadedConditioning:
         return fetched
 
     # copy.deepcopy: the copy shares the caller's client, copies the rest.
-    def __deepcopy__(self, memo: Dict[int, Any]) -> "OffloadedConditioning":
+    def __deepcopy__(self, memo: Dict[int, Any]) -> OffloadedConditioning:
         self.wait()
         clone = self.__class__.__new__(self.__class__)
         memo[id(self)] = clone
@@ -1491,7 +1503,7 @@ class OffloadedConditioning:
         self._owner_pid = os.getpid()
 
 
-# --- the modules ------------------------------------------------------------------
+# --- the modules ------------------------------------------------------------
 
 def _product(shape: Sequence[int]) -> int:
     return int(math.prod(shape))
@@ -1508,13 +1520,13 @@ class _Answer:
         self.index = index
 
     def to(self, device: Any,
-           dtypes: Dict[str, torch.dtype]) -> "_Answer":
+           dtypes: Dict[str, torch.dtype]) -> _Answer:
         return _Answer({name: value.to(device=device, dtype=dtypes[name],
                                        non_blocking=True)
                         for name, value in self.rows.items()},
                        self.index.to(device, non_blocking=True))
 
-    def first(self, count: int) -> "_Answer":
+    def first(self, count: int) -> _Answer:
         """The answer for the first `count` rows received."""
         return _Answer(self.rows, self.index[:count])
 
@@ -1541,6 +1553,8 @@ class ConditioningEmbedder(torch.nn.Module):
     buffer follows ``.to(dtype)`` so that the answer comes in the module's
     dtype, on the timestep's device."""
 
+    dtype_marker: torch.Tensor  # a buffer (register_buffer below)
+
     def __init__(self, state: OffloadedConditioning) -> None:
         super().__init__()
         self.state = state
@@ -1548,7 +1562,9 @@ class ConditioningEmbedder(torch.nn.Module):
                              torch.empty(0, dtype=state.dtype),
                              persistent=False)
 
-    def forward(self, *args: Any, **kwargs: Any) -> torch.Tensor:
+    def forward(self, *args: Any, **kwargs: Any
+                ) -> Union[torch.Tensor,
+                           Tuple[torch.Tensor, Optional[torch.Tensor]]]:
         names = self.state.family.arguments
         given = dict(zip(names, args))
         for name, value in kwargs.items():
@@ -1662,7 +1678,7 @@ class ModulationLookup(torch.nn.Module):
         return f"output={self.output!r}, index={self.index}"
 
 
-# --- the table and video families' modules -------------------------------------
+# --- the table and video families' modules ----------------------------------
 
 class Carrier(torch.nn.Module):
     """Stands in for a module with weights whose result the served temb
@@ -1694,13 +1710,15 @@ class ZeroContribution(torch.nn.Module):
 
 class TableLookup(torch.nn.Module):
     """Stands in for an additive ``scale_shift_table`` parameter (Wan,
-    PixArt, LTX-Video).  The model adds the table to its modulation (a block's) or to
-    temb (the output's); the stand-in's sum is output `output` at block
-    position `index` of the step's answer, which is that sum, laid out as
-    the model's addend is ([N, k, D], or [B, seq, k, D] per token).  It
-    takes the indexing, unsqueeze, ``.to()`` and ``.device`` the models
-    apply to their table on the way, and keeps the table's dtype for the
-    sum's type promotion."""
+    PixArt, LTX-Video).  The model adds the table to its modulation (a
+    block's) or to temb (the output's); the stand-in's sum is output
+    `output` at block position `index` of the step's answer, which is that
+    sum, laid out as the model's addend is ([N, k, D], or [B, seq, k, D]
+    per token).  It takes the indexing, unsqueeze, ``.to()`` and
+    ``.device`` the models apply to their table on the way, and keeps the
+    table's dtype for the sum's type promotion."""
+
+    dtype_marker: torch.Tensor  # a buffer (register_buffer below)
 
     def __init__(self, state: OffloadedConditioning, output: str,
                  index: Optional[int], dtype: torch.dtype,
@@ -1719,14 +1737,14 @@ class TableLookup(torch.nn.Module):
     def device(self) -> torch.device:
         return self.dtype_marker.device
 
-    def __getitem__(self, item: Any) -> "TableLookup":
+    def __getitem__(self, item: Any) -> TableLookup:
         # table[None] (PixArt), table[None, None] (LTX-Video).
         if item is None or item in ((None,), (None, None)):
             return self
         raise TypeError(f"offload_conditioning: {self.output} table indexed "
                         f"with {item!r}")
 
-    def unsqueeze(self, dim: int) -> "TableLookup":
+    def unsqueeze(self, dim: int) -> TableLookup:
         return self
 
     def __add__(self, other: torch.Tensor) -> torch.Tensor:
@@ -1772,9 +1790,10 @@ class InputTap:
         self.state.record_tap(self.name, value)
 
 
-# --- patching --------------------------------------------------------------------
+# --- patching ---------------------------------------------------------------
 
-def _owned_bytes(modules: Sequence[torch.nn.Module]) -> int:
+def _owned_bytes(
+        modules: Sequence[Union[torch.nn.Module, torch.Tensor]]) -> int:
     seen = set()
     total = 0
     for module in modules:
@@ -1898,7 +1917,8 @@ def offload_conditioning(transformer: torch.nn.Module, *, client: Any,
             expected[table.output] = (counts[table.output], width)
     expected[family.temb_output] = (
         (family.temb_width(transformer),) if family.temb_width is not None
-        else (transformer.get_submodule(slots[-1].linear).in_features,))
+        else (cast(torch.nn.Linear,  # checked above
+                   transformer.get_submodule(slots[-1].linear)).in_features,))
     for read, served in family.second:
         expected[served] = expected[read]
     extra_inputs = (family.extra_inputs(transformer)

@@ -12,8 +12,9 @@ import collections
 import contextlib
 import inspect
 from typing import (TYPE_CHECKING, Any, AsyncIterable, AsyncIterator,
-                    Callable, Deque, Dict, Iterable, Iterator, Mapping,
-                    NamedTuple, Optional, Sequence, Tuple, TypeVar, Union)
+                    Callable, Deque, Dict, Generic, Iterable, Iterator,
+                    Mapping, NamedTuple, Optional, Sequence, Tuple, TypeVar,
+                    Union)
 
 import grpc
 import numpy as np
@@ -150,7 +151,8 @@ class ResponseDecoder(NamedTuple):
     shapes: Tuple[Tuple[int, ...], ...]
     names: Optional[Tuple[str, ...]] = None
 
-    def decode(self, response: pb.EmbedResponse) -> Union[Embedding, Dict[str, Embedding]]:
+    def decode(self, response: pb.EmbedResponse
+               ) -> Union[Embedding, Dict[str, Embedding]]:
         if self.names is None:
             return _codec.decode_tensor(response.embedding, self.decoding,
                                         self.shapes[0])
@@ -159,7 +161,8 @@ class ResponseDecoder(NamedTuple):
             raise TembError(grpc.StatusCode.DATA_LOSS,
                             f"response parts {list(got)} do not answer the "
                             f"requested parts {list(self.names)}")
-        return {part.name: _codec.decode_tensor(part.tensor, self.decoding, shape)
+        return {part.name: _codec.decode_tensor(part.tensor, self.decoding,
+                                                shape)
                 for part, shape in zip(response.parts, self.shapes)}
 
     def decode_array(self, array: np.ndarray) -> Embedding:
@@ -182,10 +185,10 @@ class EmbedCall(NamedTuple):
 
 
 # The keyword arguments that fill an EmbeddingSpec (embed()'s and a part's).
-SPEC_KEYWORDS = ("dim", "max_period", "flip_sin_to_cos", "downscale_freq_shift",
-                 "scale", "time_factor", "repeat_only", "layout",
-                 "exponent_order", "precision", "timestep_dtype", "frequencies",
-                 "log_spaced_frequencies")
+SPEC_KEYWORDS = ("dim", "max_period", "flip_sin_to_cos",
+                 "downscale_freq_shift", "scale", "time_factor",
+                 "repeat_only", "layout", "exponent_order", "precision",
+                 "timestep_dtype", "frequencies", "log_spaced_frequencies")
 # What a part given as a mapping may hold.
 PART_KEYWORDS = frozenset(("timesteps", "preset", "dtype") + SPEC_KEYWORDS)
 
@@ -214,11 +217,12 @@ def fill_spec(spec: pb.EmbeddingSpec, *, dim: Optional[int] = None,
                         ("repeat_only", repeat_only)):
         if value is not None:
             setattr(spec, name, value)
-    for name, value in (("layout", layout), ("exponent_order", exponent_order),
-                        ("precision", precision),
-                        ("timestep_dtype", timestep_dtype)):
-        if value is not None:
-            setattr(spec, name, _codec.enum_value(name, value))
+    for name, option in (("layout", layout),
+                         ("exponent_order", exponent_order),
+                         ("precision", precision),
+                         ("timestep_dtype", timestep_dtype)):
+        if option is not None:
+            setattr(spec, name, _codec.enum_value(name, option))
     if frequencies is not None:
         values = _codec.frequencies_list(frequencies)
         spec.frequencies.extend(values)
@@ -293,7 +297,8 @@ def embed_call(timesteps: Any = None, dim: Optional[int] = None,
                         "part carries its own timesteps")
     if not isinstance(parts, Mapping):
         raise TypeError("parts must be a mapping of part name to timesteps "
-                        f"(or to a dict of options), got {type(parts).__name__}")
+                        "(or to a dict of options), got "
+                        f"{type(parts).__name__}")
     if not parts:
         raise ValueError("parts is empty")
     shapes = tuple(_encode_part(request.parts.add(), name, value)
@@ -459,16 +464,24 @@ takes_embed_arguments = with_parameters_of(embed_call)
 takes_embed_parts_arguments = with_parameters_of(embed_parts_call)
 
 
-class StreamState:
-    """Book-keeping for embed_stream: decodings in request order, and an
-    error raised while building a request (re-raised after the stream)."""
+_Request = TypeVar("_Request")
+_Decoder = TypeVar("_Decoder")
+
+
+class _Stream(Generic[_Request, _Decoder]):
+    """Book-keeping for a stream: each request's id and how to decode its
+    answer, in request order, and an error raised while building a request
+    (re-raised after the stream)."""
 
     def __init__(self) -> None:
-        self.pending: Deque[Tuple[str, ResponseDecoder]] = collections.deque()
+        self.pending: Deque[Tuple[str, _Decoder]] = collections.deque()
         self.error: Optional[BaseException] = None
 
+    def request(self, item: Mapping[str, Any]) -> _Request:
+        raise NotImplementedError
+
     def requests(self, items: Iterable[Mapping[str, Any]]
-                 ) -> Iterator[pb.EmbedRequest]:
+                 ) -> Iterator[_Request]:
         try:
             for item in items:
                 yield self.request(item)
@@ -476,12 +489,16 @@ class StreamState:
             self.error = e
 
     async def async_requests(self, items: AsyncIterable[Mapping[str, Any]]
-                             ) -> AsyncIterator[pb.EmbedRequest]:
+                             ) -> AsyncIterator[_Request]:
         try:
             async for item in items:
                 yield self.request(item)
         except Exception as e:  # surfaced to the caller after the stream
             self.error = e
+
+
+class StreamState(_Stream[pb.EmbedRequest, ResponseDecoder]):
+    """_Stream for embed_stream: items are embed()'s keyword arguments."""
 
     def request(self, item: Mapping[str, Any]) -> pb.EmbedRequest:
         if "timeout" in item:
@@ -508,7 +525,8 @@ def condition_call(model: str, timesteps: Any, guidance: Any = None,
                    pooled_projections: Any = None, outputs: Any = None,
                    return_tensors: Optional[str] = None, *,
                    request_id: Optional[str] = None, bf16_format: str = "auto",
-                   **extras: Any) -> Tuple[pb.ConditionRequest, _codec.Decoding]:
+                   **extras: Any
+                   ) -> Tuple[pb.ConditionRequest, _codec.Decoding]:
     """A condition() call's request and how to decode its answer."""
     decoding = _codec.make_decoding(return_tensors or "np", bf16_format)
     request = _codec.condition_request(
@@ -518,11 +536,11 @@ def condition_call(model: str, timesteps: Any, guidance: Any = None,
     return request, decoding
 
 
-class ConditionStreamState(StreamState):
-    """StreamState for condition_stream: items are condition()'s keyword
+class ConditionStreamState(_Stream[pb.ConditionRequest, _codec.Decoding]):
+    """_Stream for condition_stream: items are condition()'s keyword
     arguments, answers dicts of outputs."""
 
-    def request(self, item: Mapping[str, Any]) -> Any:
+    def request(self, item: Mapping[str, Any]) -> pb.ConditionRequest:
         if "timeout" in item:
             raise TypeError("condition_stream items take no timeout: the "
                             "stream's timeout bounds them all")

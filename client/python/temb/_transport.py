@@ -49,7 +49,7 @@ FORKED_REASON = ("this process was forked from one that used gRPC's C++ "
 _warned_missing = False
 # The clients with a native channel, told when this process is a forked
 # child.
-_native_clients: "weakref.WeakSet[Any]" = weakref.WeakSet()
+_native_clients: weakref.WeakSet[Any] = weakref.WeakSet()
 # What those clients held, in such a child: the parent's channels and
 # calls, kept here for good (the extension would not close them anyway).
 _inherited: List[Any] = []
@@ -93,7 +93,7 @@ def _missing_reason(error: ImportError) -> str:
     (temb._build, written by an installed package's build), else the
     loader's message (a checkout, or TEMB_LOCAL_EXTENSION_DIR)."""
     try:
-        from temb import _build  # pylint: disable=import-outside-toplevel
+        import temb._build as _build  # pylint: disable=import-outside-toplevel
     except ImportError:
         return str(error)
     missing = getattr(_build, "NATIVE_TRANSPORT_MISSING", None)

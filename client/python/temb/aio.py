@@ -39,12 +39,14 @@ class Client(_request.ClientBase):
         super()._open_transport(transport, options)
         # The native calls in flight by token (their futures and calls),
         # and where they end (made on the first call, in the client's loop).
-        self._waiting: Dict[int, Tuple["asyncio.Future[Any]", Any]] = {}
+        self._waiting: Dict[int, Tuple[asyncio.Future[Any], Any]] = {}
         self._next_token = 0
         self._completions: Any = None
         self._loop: Optional[asyncio.AbstractEventLoop] = None
 
-    def _watch_completions(self) -> Any:
+    def _watch_completions(self) -> Tuple[Any, asyncio.AbstractEventLoop]:
+        """The native completions and the client's loop (the running one,
+        where they are watched)."""
         loop = asyncio.get_running_loop()
         if self._completions is None:
             self._completions = self._native_module().Completions()
@@ -53,7 +55,7 @@ class Client(_request.ClientBase):
         elif loop is not self._loop:
             raise RuntimeError("this temb.aio.Client belongs to another event "
                                "loop: create it in the loop that uses it")
-        return self._completions
+        return self._completions, loop
 
     @staticmethod
     def _native_module() -> Any:
@@ -97,9 +99,9 @@ class Client(_request.ClientBase):
                     call.request_bytes(), timeout=timeout,
                     metadata=self._metadata)
             return _request.decode_embed_result(call, data)
-        completions = self._watch_completions()
+        completions, loop = self._watch_completions()
         token = self._next_token = self._next_token + 1
-        result = self._loop.create_future()
+        result = loop.create_future()
         shaped = call.timesteps is not None and call.timesteps.ndim > 1
         pending = native.embed_async(call.head, call.request_id,
                                      call.timesteps, shaped, timeout,
@@ -218,9 +220,11 @@ class Client(_request.ClientBase):
         completions, self._completions = self._completions, None
         self._native = None  # later calls fail on the closed grpc.aio channel
         if completions is not None:
-            loop_open = not self._loop.is_closed()
+            loop = self._loop
+            assert loop is not None  # set with the completions
+            loop_open = not loop.is_closed()
             if loop_open:
-                self._loop.remove_reader(completions.fd)
+                loop.remove_reader(completions.fd)
             waiting, self._waiting = self._waiting, {}
             for result, pending in waiting.values():
                 pending.cancel()
@@ -229,7 +233,7 @@ class Client(_request.ClientBase):
                                        None))
         await self._channel.close(grace=None)
 
-    async def __aenter__(self) -> "Client":
+    async def __aenter__(self) -> Client:
         return self
 
     async def __aexit__(self, *exc_info: Any) -> None:

@@ -335,7 +335,7 @@ class Client(_request.ClientBase):
         """Closes the channel; calls in flight are cancelled."""
         self._channel.close()
 
-    def __enter__(self) -> "Client":
+    def __enter__(self) -> Client:
         return self
 
     def __exit__(self, *exc_info: Any) -> None:

@@ -92,7 +92,8 @@ _BY_VALUE: Dict[int, grpc.StatusCode] = {
 
 def error_from_code(code: grpc.StatusCode | int, details: str,
                     request_id: str = "") -> TembError:
-    """The exception for a status code (a ``grpc.StatusCode`` or its number)."""
+    """The exception for a status code (a ``grpc.StatusCode`` or its
+    number)."""
     if isinstance(code, int):
         code = _BY_VALUE.get(code, grpc.StatusCode.UNKNOWN)
     return _BY_CODE.get(code, TembError)(code, details, request_id)

@@ -2,8 +2,8 @@
 network.
 
     import temb.local
-    emb = temb.local.embed([999, 500, 1], preset="sdxl")          # numpy [3, 320]
-    emb = temb.local.embed(t, preset="sd3", return_tensors="pt")   # torch tensor
+    emb = temb.local.embed([999, 500, 1], preset="sdxl")   # numpy [3, 320]
+    emb = temb.local.embed(t, preset="sd3", return_tensors="pt")  # a tensor
     parts = temb.local.embed_parts({"timestep": s, "guidance": g},
                                    preset="flux", timestep_dtype="bf16")
 
@@ -205,7 +205,8 @@ class Engine:
                     threads = a["cpu_threads"]
                     self._core = native.Core(
                         a["backend"],
-                        _default_cpu_threads() if threads is None else int(threads),
+                        (_default_cpu_threads() if threads is None
+                         else int(threads)),
                         -1 if a["gpu_min_output_bytes"] is None
                         else int(a["gpu_min_output_bytes"]),
                         os.fspath(a["presets_file"] or ""))
@@ -346,7 +347,8 @@ class Engine:
         temb.Client does, makes the plan (remembered under `key` unless
         None) and uses it; parts and request ids take the general path."""
         if kwargs.get("parts") is not None or kwargs.get("request_id"):
-            return self._answer(_request.embed_call(timesteps, *rest, **kwargs))
+            return self._answer(_request.embed_call(timesteps, *rest,
+                                                    **kwargs))
         plan, finish, _ = self._plan(timesteps is not None, rest, kwargs)
         if key is not None:
             if len(self._plans) >= _MAX_PLANS:
@@ -423,7 +425,7 @@ class Engine:
     def close(self) -> None:
         """Nothing to close (for symmetry with temb.Client)."""
 
-    def __enter__(self) -> "Engine":
+    def __enter__(self) -> Engine:
         return self
 
     def __exit__(self, *exc_info: Any) -> None:

@@ -57,7 +57,7 @@ _DEFAULT_MAX_PERIOD = 10000.0
 # life of the process (after unpickling, or in a multiprocessing worker).
 
 _LOCK = threading.Lock()
-_LIVE: "weakref.WeakValueDictionary[str, Client]" = weakref.WeakValueDictionary()
+_LIVE: weakref.WeakValueDictionary[str, Client] = weakref.WeakValueDictionary()
 _OPENED: Dict[str, Client] = {}
 _SETTINGS: Dict[str, Dict[str, Any]] = {}
 _KEY_ATTRIBUTE = "_temb_torch_key"
@@ -184,13 +184,17 @@ if hasattr(torch.library, "custom_op"):  # PyTorch 2.4 and later
         "temb::timestep_embedding", _embed, mutates_args=())
     timestep_embedding.register_fake(_fake)
 else:  # pragma: no cover - older PyTorch: eager only
-    def timestep_embedding(timesteps, *args):
+    # A plain function stands in for the op (a CustomOpDef above).
+    def timestep_embedding(timesteps, *args):  # type: ignore[misc]
         if timesteps.device.type == "meta":
             return _fake(timesteps, *args)
         return _embed(timesteps, *args)
 
 
-try:  # what tells whether a Python mode watches the dispatcher
+# What tells whether a Python mode watches the dispatcher (None: a PyTorch
+# without it).
+_len_torch_dispatch_stack: Optional[Callable[[], int]]
+try:
     from torch._C import _len_torch_dispatch_stack, _len_torch_function_stack
 except ImportError:  # pragma: no cover - a PyTorch without them: always the op
     _len_torch_dispatch_stack = None
@@ -206,7 +210,8 @@ def _plain_eager_call(timesteps: torch.Tensor) -> bool:
     Python helpers that list them cost several microseconds."""
     # is_compiling() first: Dynamo folds it to True and must not trace the
     # C calls after it.
-    if (_len_torch_dispatch_stack is None or type(timesteps) is not torch.Tensor
+    if (_len_torch_dispatch_stack is None
+            or type(timesteps) is not torch.Tensor
             or torch.compiler.is_compiling() or timesteps.is_meta):
         return False
     return (not torch.jit.is_tracing()
@@ -223,9 +228,9 @@ class Timesteps(torch.nn.Module):
     shared :class:`temb.Client`, the better choice for many modules; or
     ``temb.local`` or a ``temb.local.Engine``: computed in this process, the
     same numbers without a server) or `target` (modules with the same target
-    then share one client opened on first use) must be given.  `max_period` (default 10000, as diffusers'
-    get_timestep_embedding) and `precision` ("fp32" | "fp64") are passed
-    through.
+    then share one client opened on first use) must be given.
+    `max_period` (default 10000, as diffusers' get_timestep_embedding) and
+    `precision` ("fp32" | "fp64") are passed through.
 
     forward(timesteps) takes a tensor of rank 0 to 5 (or anything
     :meth:`temb.Client.embed` accepts) and returns float32 of shape
@@ -244,9 +249,11 @@ class Timesteps(torch.nn.Module):
                  timeout: Optional[float] = None) -> None:
         super().__init__()
         if (client is None) == (target is None):
-            raise ValueError("Timesteps needs exactly one of client= or target=")
+            raise ValueError(
+                "Timesteps needs exactly one of client= or target=")
         if precision not in (None, "fp32", "fp64"):
-            raise ValueError(f'precision must be "fp32" or "fp64", got {precision!r}')
+            raise ValueError(
+                f'precision must be "fp32" or "fp64", got {precision!r}')
         self.num_channels = int(num_channels)
         self.flip_sin_to_cos = bool(flip_sin_to_cos)
         self.downscale_freq_shift = float(downscale_freq_shift)
@@ -266,6 +273,7 @@ class Timesteps(torch.nn.Module):
             self._client = client  # keeps the caller's client alive
         else:
             # One client per target among modules made with target=.
+            assert target is not None  # exactly one of client and target
             self._client_settings = {"target": target}
             self._client_key = "target:" + target
             _register_settings(self._client_key, self._client_settings)
@@ -325,7 +333,7 @@ class Timesteps(torch.nn.Module):
         _drop(self._client_key)
 
     # copy.deepcopy (EMA copies): the copy shares the live client.
-    def __deepcopy__(self, memo: Dict[int, Any]) -> "Timesteps":
+    def __deepcopy__(self, memo: Dict[int, Any]) -> Timesteps:
         clone = self.__class__.__new__(self.__class__)
         memo[id(self)] = clone
         state = self.__dict__.copy()
@@ -374,8 +382,9 @@ def _replaceable(module: torch.nn.Module) -> Optional[Dict[str, Any]]:
         extra: Dict[str, Any] = {}
     elif name in ("BriaTimesteps", "BriaFiboTimesteps") and \
             cls.__module__.startswith("diffusers.models.transformers."):
-        # get_timestep_embedding(..., max_period=time_theta)
-        extra = {"max_period": float(module.time_theta)}
+        # get_timestep_embedding(..., max_period=time_theta): a float
+        # attribute, which torch types as a submodule or a tensor.
+        extra = {"max_period": float(module.time_theta)}  # type: ignore[arg-type]
     else:
         return None
     return dict(num_channels=module.num_channels,
@@ -404,7 +413,8 @@ def patch(model: torch.nn.Module, client: Any = None, *,
         raise ValueError("patch needs exactly one of client= or target=")
     replacements: Dict[int, Timesteps] = {}
     replaced: List[str] = []
-    for parent_name, parent in list(model.named_modules(remove_duplicate=False)):
+    for parent_name, parent in list(
+            model.named_modules(remove_duplicate=False)):
         for child_name, child in list(parent.named_children()):
             if isinstance(child, Timesteps):
                 continue

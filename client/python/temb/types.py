@@ -35,7 +35,7 @@ class TlsConfig:
     def from_files(cls, root_certificates: Optional[str] = None,
                    certificate_chain: Optional[str] = None,
                    private_key: Optional[str] = None,
-                   server_name_override: Optional[str] = None) -> "TlsConfig":
+                   server_name_override: Optional[str] = None) -> TlsConfig:
         """Reads the PEM files named by the (optional) paths."""
         def read(path: Optional[str]) -> Optional[bytes]:
             return None if path is None else pathlib.Path(path).read_bytes()
