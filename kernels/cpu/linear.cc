@@ -830,8 +830,9 @@ class CpuLinearEngine final : public LinearEngine {
         weights.out_features < 1) {
       return absl::InvalidArgumentError(absl::StrCat(
           "linear: an fp32, bf16 or fp16 Linear of at least one feature "
-          "each way is required, got ", DTypeName(weights.dtype), " [",
-          weights.out_features, ", ", weights.in_features, "]"));
+          "each way is required, got ",
+          DTypeName(weights.dtype), " [", weights.out_features, ", ",
+          weights.in_features, "]"));
     }
     absl::MutexLock lock(&mutex_);
     linears_.push_back(weights);

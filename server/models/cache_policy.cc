@@ -23,8 +23,7 @@ bool TimestepOnly(const ModelGraph& graph, int slot) {
 
 // The key of each row: the model, the cached values' names and the exact
 // bits of the scalars the cached values are computed from.
-std::vector<std::string> RowKeys(const ModelGraph& graph,
-                                 const CachePlan& plan,
+std::vector<std::string> RowKeys(const ModelGraph& graph, const CachePlan& plan,
                                  const std::string& model_key, int64_t rows,
                                  const Values& values) {
   std::vector<std::string> names;
@@ -65,8 +64,7 @@ absl::StatusOr<std::vector<std::shared_ptr<const std::string>>> ComputeRows(
     for (const int slot : plan.frontier) {
       const int64_t cols = graph.values[slot].cols;
       AppendEncoded(sub[slot].data() + j * cols, cols,
-                    DTypeOfSlot(graph, slot, context.model_dtype),
-                    bytes.get());
+                    DTypeOfSlot(graph, slot, context.model_dtype), bytes.get());
     }
     entries.push_back(std::move(bytes));
   }
@@ -98,9 +96,9 @@ CachePlan PlanCaching(const ModelGraph& graph, const std::vector<bool>& needed,
         std::find(wanted.begin(), wanted.end(), op.out) != wanted.end();
     for (size_t j = i + 1; j < graph.ops.size() && !read_later; ++j) {
       const PlannedOp& later = *graph.ops[j];
-      read_later = needed[j] && !TimestepOnly(graph, later.out) &&
-                   std::find(later.in.begin(), later.in.end(), op.out) !=
-                       later.in.end();
+      read_later =
+          needed[j] && !TimestepOnly(graph, later.out) &&
+          std::find(later.in.begin(), later.in.end(), op.out) != later.in.end();
     }
     if (read_later) plan.frontier.push_back(op.out);
   }
@@ -129,8 +127,8 @@ absl::Status FillCachedRows(const ModelGraph& graph, const CachePlan& plan,
     found[keys[row]] = std::move(hit);
   }
   if (!to_compute.empty()) {
-    ASSIGN_OR_RETURN(
-        auto entries, ComputeRows(graph, plan, context, to_compute, values));
+    ASSIGN_OR_RETURN(auto entries,
+                     ComputeRows(graph, plan, context, to_compute, values));
     for (size_t j = 0; j < to_compute.size(); ++j) {
       const std::string& key = keys[to_compute[j]];
       if (cache != nullptr) cache->Insert(key, entries[j]);

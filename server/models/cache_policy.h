@@ -20,10 +20,10 @@
 namespace temb::models {
 
 struct CachePlan {
-  std::vector<int> scalar_ops;  // run over every row first
-  std::vector<int> cached_ops;  // run over the rows the cache misses only
-  std::vector<int> other_ops;   // run over every row last
-  std::vector<int> frontier;    // slots kept in an entry, in op order
+  std::vector<int> scalar_ops;   // run over every row first
+  std::vector<int> cached_ops;   // run over the rows the cache misses only
+  std::vector<int> other_ops;    // run over every row last
+  std::vector<int> frontier;     // slots kept in an entry, in op order
   std::vector<int> key_scalars;  // slots keyed by their bits, by name
 };
 

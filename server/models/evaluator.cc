@@ -25,11 +25,9 @@ absl::Status CheckInputNames(const FamilyDescription& family,
                              const ConditioningInputs& inputs) {
   for (const auto& [name, given] : inputs.values) {
     if (given.empty()) continue;
-    const bool known =
-        std::any_of(family.inputs.begin(), family.inputs.end(),
-                    [&name = name](const InputSpec& spec) {
-                      return spec.name == name;
-                    });
+    const bool known = std::any_of(
+        family.inputs.begin(), family.inputs.end(),
+        [&name = name](const InputSpec& spec) { return spec.name == name; });
     if (known) continue;
     std::vector<std::string> names;
     for (const InputSpec& spec : family.inputs) names.push_back(spec.name);
@@ -91,9 +89,9 @@ absl::Status TakeInputs(const FamilyDescription& family,
                      [&](const InputSpec& a) { return a.name == spec.name; });
     if (active == graph.inputs.end()) {
       if (given.empty()) continue;
-      return absl::InvalidArgumentError(absl::StrCat(
-          spec.name, ": ", family.name, " model ",
-          "does not take this input (see its config.json flags)"));
+      return absl::InvalidArgumentError(
+          absl::StrCat(spec.name, ": ", family.name, " model ",
+                       "does not take this input (see its config.json flags)"));
     }
     const int slot = graph.input_slots[active - graph.inputs.begin()];
     RETURN_IF_ERROR(TakeInput(family, spec, rows, graph.values[slot].cols,
@@ -127,10 +125,9 @@ absl::StatusOr<std::vector<Wanted>> WantedOutputs(
     if (std::find(known.begin(), known.end(), name) != known.end()) continue;
     const int slot = graph.SlotOf(name);
     if (slot < 0 || graph.values[slot].producer < 0) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("outputs: ", Quoted(name), " is not an output of ",
-                       family.name, " (", absl::StrJoin(known, ", "),
-                       ") nor a value of its description"));
+      return absl::InvalidArgumentError(absl::StrCat(
+          "outputs: ", Quoted(name), " is not an output of ", family.name, " (",
+          absl::StrJoin(known, ", "), ") nor a value of its description"));
     }
     wanted.push_back({OutputSpec{name, name, ""}, slot});
   }

@@ -139,15 +139,16 @@ absl::Status AddOutputs(const FamilyDescription& family,
     }
     const int slot = graph.SlotOf(output.value);
     if (slot < 0) {
-      return absl::InternalError(absl::StrCat(family.name, ": output ",
-                                              output.name, " has no value"));
+      return absl::InternalError(
+          absl::StrCat(family.name, ": output ", output.name, " has no value"));
     }
     graph.output_slots.push_back(slot);
   }
   return absl::OkStatus();
 }
 
-absl::Status UnknownFamily(const std::string& dir, const Checkpoint& checkpoint) {
+absl::Status UnknownFamily(const std::string& dir,
+                           const Checkpoint& checkpoint) {
   std::vector<std::string> known;
   for (const FamilyDescription& f : Families()) known.push_back(f.class_name);
   return absl::InvalidArgumentError(absl::StrCat(

@@ -10,8 +10,8 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
-#include "temb/models/family.h"
 #include "op_unit.h"
+#include "temb/models/family.h"
 
 namespace temb::models {
 

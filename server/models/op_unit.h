@@ -42,7 +42,7 @@ using Values = std::vector<std::vector<float>>;
 // What a run step may use besides its values.
 struct RunContext {
   DType model_dtype = DType::kFloat32;
-  Backend* sinusoid_backend = nullptr;  // the CPU sinusoid
+  Backend* sinusoid_backend = nullptr;    // the CPU sinusoid
   LinearEngine* linear_engine = nullptr;  // where the Linears were uploaded
 };
 
@@ -62,8 +62,8 @@ class PlannedOp {
   }
 
   const Op* op = nullptr;
-  std::vector<int> in;  // slots of op->in
-  int out = -1;         // slot of op->out
+  std::vector<int> in;           // slots of op->in
+  int out = -1;                  // slot of op->out
   std::vector<int64_t> in_cols;  // the inputs' widths
   int64_t out_cols = 0;
 

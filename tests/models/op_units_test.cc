@@ -69,12 +69,10 @@ class OpUnitTest : public ::testing::Test {
 
   // `op` planned over inputs of the given shapes, in slots 0..k-1; its
   // output goes to slot k.
-  std::unique_ptr<PlannedOp> Plan(const Op& op,
-                                   std::vector<ValueInfo> inputs) {
+  std::unique_ptr<PlannedOp> Plan(const Op& op, std::vector<ValueInfo> inputs) {
     inputs_ = std::move(inputs);
     ops_.push_back(op);
-    PlanContext context{family_, checkpoint_->config(), width_, *tensors_,
-                        {}};
+    PlanContext context{family_, checkpoint_->config(), width_, *tensors_, {}};
     for (const ValueInfo& value : inputs_) context.in.push_back(&value);
     absl::StatusOr<OpPlan> plan = PlanOp(ops_.back(), context);
     EXPECT_TRUE(plan.ok()) << plan.status();
@@ -204,8 +202,8 @@ TEST_F(OpUnitTest, SiluAndAddAgainstFloat64) {
   Open(kConfig);
   const std::vector<float> a = Pseudorandom(8192, 3);
   const std::vector<float> b = Pseudorandom(8192, 4);
-  auto silu = Plan(MakeOp(OpKind::kSilu, {"a"}, ValueDType::kFloat32),
-                   {Row(8)});
+  auto silu =
+      Plan(MakeOp(OpKind::kSilu, {"a"}, ValueDType::kFloat32), {Row(8)});
   ASSERT_NE(silu, nullptr);
   const std::vector<float> y = Run(*silu, 1024, {a});
   for (size_t i = 0; i < a.size(); ++i) {
@@ -249,10 +247,14 @@ TEST_F(OpUnitTest, SinusoidFlattensARowAndFollowsTheConfig) {
 TEST_F(OpUnitTest, StackedLinearAgainstFloat64) {
   std::vector<TensorToWrite> tensors;
   for (int i = 0; i < 3; ++i) {
-    tensors.push_back({absl::StrCat("b.", i, ".w.weight"), DType::kFloat32,
-                       {16, 8}, Float32Bytes(Pseudorandom(128, 10 + i))});
-    tensors.push_back({absl::StrCat("b.", i, ".w.bias"), DType::kFloat32,
-                       {16}, Float32Bytes(Pseudorandom(16, 20 + i))});
+    tensors.push_back({absl::StrCat("b.", i, ".w.weight"),
+                       DType::kFloat32,
+                       {16, 8},
+                       Float32Bytes(Pseudorandom(128, 10 + i))});
+    tensors.push_back({absl::StrCat("b.", i, ".w.bias"),
+                       DType::kFloat32,
+                       {16},
+                       Float32Bytes(Pseudorandom(16, 20 + i))});
   }
   Open(kConfig, tensors);
   Op op = MakeOp(OpKind::kLinear, {"x"}, ValueDType::kFloat32);
@@ -307,8 +309,9 @@ TEST_F(OpUnitTest, ALinearOverNoBlockIsAbsent) {
 }
 
 TEST_F(OpUnitTest, TableAddRepeatsTheRowAlongTheTable) {
-  Open(kConfig, {{"table", DType::kFloat32, {2, 8},
-                  Float32Bytes(Pseudorandom(16, 40))}});
+  Open(
+      kConfig,
+      {{"table", DType::kFloat32, {2, 8}, Float32Bytes(Pseudorandom(16, 40))}});
   Op op = MakeOp(OpKind::kTableAdd, {"x"}, ValueDType::kFloat32);
   op.weight = "table";
   op.table_shape = {2};
@@ -328,8 +331,9 @@ TEST_F(OpUnitTest, TableAddRepeatsTheRowAlongTheTable) {
 
 TEST_F(OpUnitTest, EmbeddingPicksTheIndexedRow) {
   family_.inputs = {{"index", "", "", "", 3}};
-  Open(kConfig, {{"table", DType::kFloat32, {3, 8},
-                  Float32Bytes(Pseudorandom(24, 50))}});
+  Open(
+      kConfig,
+      {{"table", DType::kFloat32, {3, 8}, Float32Bytes(Pseudorandom(24, 50))}});
   Op op = MakeOp(OpKind::kEmbedding, {"index"}, ValueDType::kFloat32);
   op.weight = "table";
   op.table_shape = {3};
@@ -359,8 +363,8 @@ TEST_F(OpUnitTest, ConcatRangeAndRepeatBesideLayOutRows) {
   EXPECT_EQ(Run(*planned_range, 2, {{7, 8}}),
             (std::vector<float>{0, 1000, 2000, 0, 1000, 2000}));
 
-  Op beside = MakeOp(OpKind::kRepeatBeside, {"t", "parts"},
-                     ValueDType::kFloat32);
+  Op beside =
+      MakeOp(OpKind::kRepeatBeside, {"t", "parts"}, ValueDType::kFloat32);
   beside.groups = 2;
   auto planned_beside = Plan(beside, {Row(1), Row(4)});
   ASSERT_NE(planned_beside, nullptr);
@@ -370,7 +374,9 @@ TEST_F(OpUnitTest, ConcatRangeAndRepeatBesideLayOutRows) {
 }
 
 TEST_F(OpUnitTest, RmsNormPerGroupAgainstFloat64) {
-  Open(kConfig, {{"norm.weight", DType::kFloat32, {8},
+  Open(kConfig, {{"norm.weight",
+                  DType::kFloat32,
+                  {8},
                   Float32Bytes(Pseudorandom(8, 60))}});
   Op op = MakeOp(OpKind::kRmsNorm, {"x"}, ValueDType::kFloat32);
   op.weight = "norm.weight";
@@ -382,7 +388,8 @@ TEST_F(OpUnitTest, RmsNormPerGroupAgainstFloat64) {
   const std::vector<float> y = Run(*planned, 4, {x});
   for (int part = 0; part < 8; ++part) {
     double squares = 0;
-    for (int k = 0; k < 8; ++k) squares += double{x[part * 8 + k]} * x[part * 8 + k];
+    for (int k = 0; k < 8; ++k)
+      squares += double{x[part * 8 + k]} * x[part * 8 + k];
     const double scale =
         1 / std::sqrt(squares / 8 + std::numeric_limits<float>::epsilon());
     for (int k = 0; k < 8; ++k) {
@@ -395,12 +402,14 @@ TEST_F(OpUnitTest, RmsNormPerGroupAgainstFloat64) {
 
 TEST_F(OpUnitTest, ADescriptionThatCannotBePlannedIsAnInternalError) {
   Open(kConfig);
-  auto status =
-      PlanOp(MakeOp(OpKind::kAdd, {"a", "b"}, ValueDType::kFloat32),
-             *std::make_unique<PlanContext>(PlanContext{
-                 family_, checkpoint_->config(), width_, *tensors_,
-                 {&inputs_.emplace_back(Row(4)),
-                  &inputs_.emplace_back(Row(8))}}));
+  auto status = PlanOp(
+      MakeOp(OpKind::kAdd, {"a", "b"}, ValueDType::kFloat32),
+      *std::make_unique<PlanContext>(PlanContext{
+          family_,
+          checkpoint_->config(),
+          width_,
+          *tensors_,
+          {&inputs_.emplace_back(Row(4)), &inputs_.emplace_back(Row(8))}}));
   EXPECT_EQ(status.status().code(), absl::StatusCode::kInternal);
 }
 

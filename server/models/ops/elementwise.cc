@@ -62,8 +62,9 @@ absl::StatusOr<OpPlan> PlanConstant(const Op& op, PlanContext& context) {
     ASSIGN_OR_RETURN(constant,
                      context.config.Number(op.constant_field, op.constant));
   }
-  return PlanWith(op, context, std::make_unique<ConstantOp<kApply>>(
-                                   static_cast<float>(constant)));
+  return PlanWith(
+      op, context,
+      std::make_unique<ConstantOp<kApply>>(static_cast<float>(constant)));
 }
 
 // in[0] * sigmoid(in[0]), as in[0] / (1 + exp(-in[0])).

@@ -60,9 +60,8 @@ class LinearOp : public PlannedOp {
   absl::Status Run(const RunContext& context, int64_t rows,
                    Values& values) const override {
     std::vector<float> y = Output(rows);
-    const DType out_dtype = op->dtype == ValueDType::kModel
-                                ? context.model_dtype
-                                : DType::kFloat32;
+    const DType out_dtype =
+        op->dtype == ValueDType::kModel ? context.model_dtype : DType::kFloat32;
     RETURN_IF_ERROR(context.linear_engine->Forward(
         id_, values[in[0]], rows * groups_, out_dtype, absl::MakeSpan(y)));
     Store(std::move(y), values);
@@ -75,9 +74,9 @@ class LinearOp : public PlannedOp {
   const int64_t groups_;
   int64_t blocks_ = 0;
   DType dtype_ = DType::kFloat32;  // of weights and biases
-  WeightBytes weight_;  // [L * W, in], block after block
-  WeightBytes bias_;    // [L * W], empty for a Linear without
-  int id_ = -1;         // on the engine
+  WeightBytes weight_;             // [L * W, in], block after block
+  WeightBytes bias_;               // [L * W], empty for a Linear without
+  int id_ = -1;                    // on the engine
 };
 
 }  // namespace
@@ -86,9 +85,9 @@ absl::StatusOr<OpPlan> PlanLinear(const Op& op, PlanContext& context) {
   ASSIGN_OR_RETURN(const int64_t groups, Groups(op, context));
   const ValueInfo& in = *context.in[0];
   if (in.cols % groups != 0 || (groups > 1 && !op.blocks.empty())) {
-    return absl::InternalError(
-        absl::StrCat(context.family.name, ": linear ", op.out, " of ", groups,
-                     " groups over a row of ", in.cols));
+    return absl::InternalError(absl::StrCat(context.family.name, ": linear ",
+                                            op.out, " of ", groups,
+                                            " groups over a row of ", in.cols));
   }
   const int64_t in_width = in.cols / groups;
   int64_t unit = context.width / op.width_div;
@@ -104,15 +103,16 @@ absl::StatusOr<OpPlan> PlanLinear(const Op& op, PlanContext& context) {
   for (const int64_t block : indices) {
     const std::string prefix =
         absl::StrReplaceAll(op.weight, {{"{i}", absl::StrCat(block)}});
-    ASSIGN_OR_RETURN(const DType dtype, context.tensors.DTypeFor(
-                                            op.weight_dtype, prefix + ".weight"));
-    ASSIGN_OR_RETURN(LoadedTensor weight,
-                     context.tensors.Load(prefix + ".weight", dtype,
-                                          {out_width, in_width}));
+    ASSIGN_OR_RETURN(
+        const DType dtype,
+        context.tensors.DTypeFor(op.weight_dtype, prefix + ".weight"));
+    ASSIGN_OR_RETURN(
+        LoadedTensor weight,
+        context.tensors.Load(prefix + ".weight", dtype, {out_width, in_width}));
     LoadedTensor bias;  // empty: the Linear has none
     if (op.has_bias) {
-      ASSIGN_OR_RETURN(bias, context.tensors.Load(prefix + ".bias", dtype,
-                                                  {out_width}));
+      ASSIGN_OR_RETURN(
+          bias, context.tensors.Load(prefix + ".bias", dtype, {out_width}));
     }
     linear->Add(dtype, weight, bias, static_cast<int64_t>(indices.size()));
   }

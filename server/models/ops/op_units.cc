@@ -1,9 +1,9 @@
 // The one table from op kind to plan step.
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "config_expression.h"
 #include "ops/units.h"
 #include "temb/base/status_macros.h"
-#include "config_expression.h"
 
 namespace temb::models {
 namespace ops {
@@ -44,20 +44,48 @@ absl::StatusOr<OpPlan> PlanOp(const Op& op, PlanContext& context) {
   using Step = absl::StatusOr<OpPlan> (*)(const Op&, PlanContext&);
   Step step = nullptr;
   switch (op.kind) {
-    case OpKind::kCast: step = ops::PlanCast; break;
-    case OpKind::kDivide: step = ops::PlanDivide; break;
-    case OpKind::kMultiply: step = ops::PlanMultiply; break;
-    case OpKind::kSubtractFrom: step = ops::PlanSubtractFrom; break;
-    case OpKind::kSinusoid: step = ops::PlanSinusoid; break;
-    case OpKind::kLinear: step = ops::PlanLinear; break;
-    case OpKind::kSilu: step = ops::PlanSilu; break;
-    case OpKind::kAdd: step = ops::PlanAdd; break;
-    case OpKind::kTableAdd: step = ops::PlanTableAdd; break;
-    case OpKind::kEmbedding: step = ops::PlanEmbedding; break;
-    case OpKind::kConcat: step = ops::PlanConcat; break;
-    case OpKind::kRange: step = ops::PlanRange; break;
-    case OpKind::kRepeatBeside: step = ops::PlanRepeatBeside; break;
-    case OpKind::kRmsNorm: step = ops::PlanRmsNorm; break;
+    case OpKind::kCast:
+      step = ops::PlanCast;
+      break;
+    case OpKind::kDivide:
+      step = ops::PlanDivide;
+      break;
+    case OpKind::kMultiply:
+      step = ops::PlanMultiply;
+      break;
+    case OpKind::kSubtractFrom:
+      step = ops::PlanSubtractFrom;
+      break;
+    case OpKind::kSinusoid:
+      step = ops::PlanSinusoid;
+      break;
+    case OpKind::kLinear:
+      step = ops::PlanLinear;
+      break;
+    case OpKind::kSilu:
+      step = ops::PlanSilu;
+      break;
+    case OpKind::kAdd:
+      step = ops::PlanAdd;
+      break;
+    case OpKind::kTableAdd:
+      step = ops::PlanTableAdd;
+      break;
+    case OpKind::kEmbedding:
+      step = ops::PlanEmbedding;
+      break;
+    case OpKind::kConcat:
+      step = ops::PlanConcat;
+      break;
+    case OpKind::kRange:
+      step = ops::PlanRange;
+      break;
+    case OpKind::kRepeatBeside:
+      step = ops::PlanRepeatBeside;
+      break;
+    case OpKind::kRmsNorm:
+      step = ops::PlanRmsNorm;
+      break;
   }
   if (step == nullptr || context.in.empty() ||
       context.in.size() != op.in.size()) {

@@ -57,9 +57,9 @@ class RmsNormOp : public PlannedOp {
 absl::StatusOr<OpPlan> PlanRmsNorm(const Op& op, PlanContext& context) {
   ASSIGN_OR_RETURN(const int64_t groups, Groups(op, context));
   if (context.in[0]->cols % groups != 0) {
-    return absl::InternalError(
-        absl::StrCat(context.family.name, ": ", op.out, ": ", op.in[0],
-                     " is not ", groups, " equal parts"));
+    return absl::InternalError(absl::StrCat(context.family.name, ": ", op.out,
+                                            ": ", op.in[0], " is not ", groups,
+                                            " equal parts"));
   }
   const int64_t width = context.in[0]->cols / groups;
   ASSIGN_OR_RETURN(const DType dtype,

@@ -26,7 +26,8 @@ class ConcatOp : public PlannedOp {
       const std::vector<float>& x = values[in[i]];
       for (int64_t row = 0; row < rows; ++row) {
         for (int64_t col = 0; col < cols; ++col) {
-          y[row * out_cols + offset + col] = Round(context, x[row * cols + col]);
+          y[row * out_cols + offset + col] =
+              Round(context, x[row * cols + col]);
         }
       }
       offset += cols;
@@ -117,12 +118,11 @@ absl::StatusOr<OpPlan> PlanRepeatBeside(const Op& op, PlanContext& context) {
   ASSIGN_OR_RETURN(const int64_t groups, Groups(op, context));
   if (context.in.size() != 2 || context.in[1]->blocks > 0 ||
       context.in[1]->cols % groups != 0) {
-    return absl::InternalError(
-        absl::StrCat(context.family.name, ": ", op.out, ": ", op.in.back(),
-                     " is not ", groups, " equal parts"));
+    return absl::InternalError(absl::StrCat(context.family.name, ": ", op.out,
+                                            ": ", op.in.back(), " is not ",
+                                            groups, " equal parts"));
   }
-  OpPlan plan =
-      PlanWith(op, context, std::make_unique<RepeatBesideOp>(groups));
+  OpPlan plan = PlanWith(op, context, std::make_unique<RepeatBesideOp>(groups));
   plan.out.cols = groups * context.in[0]->cols + context.in[1]->cols;
   plan.out.scalar = false;
   return plan;

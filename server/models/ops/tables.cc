@@ -119,8 +119,7 @@ absl::StatusOr<OpPlan> PlanEmbedding(const Op& op, PlanContext& context) {
       context.family.inputs.begin(), context.family.inputs.end(),
       [&](const InputSpec& spec) { return spec.name == op.in[0]; });
   if (!context.in[0]->scalar || index == context.family.inputs.end() ||
-      op.table_shape.size() != 1 ||
-      index->index_count != op.table_shape[0]) {
+      op.table_shape.size() != 1 || index->index_count != op.table_shape[0]) {
     return absl::InternalError(absl::StrCat(
         context.family.name, ": ", op.out, " is not indexed by an input of ",
         op.table_shape.empty() ? 0 : op.table_shape[0], " indices"));
@@ -130,9 +129,9 @@ absl::StatusOr<OpPlan> PlanEmbedding(const Op& op, PlanContext& context) {
   ASSIGN_OR_RETURN(std::vector<float> table,
                    context.tensors.LoadValues(
                        op.weight, dtype, {op.table_shape[0], context.width}));
-  OpPlan plan = PlanWith(
-      op, context, std::make_unique<EmbeddingOp>(std::move(table),
-                                                 context.width));
+  OpPlan plan =
+      PlanWith(op, context,
+               std::make_unique<EmbeddingOp>(std::move(table), context.width));
   plan.out.cols = context.width;
   plan.out.scalar = false;
   return plan;

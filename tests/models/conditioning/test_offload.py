@@ -446,6 +446,17 @@ def with_linears_summed_exactly(model):
     return with_conditioning_linears(model, exact)
 
 
+def with_linears_summed_in_float32(model):
+    """A copy of `model` whose conditioning Linears sum in float32 (PyTorch's
+    sgemm) and round once to the model's dtype: the arithmetic temb's
+    Linear does, in another summation order."""
+    def in_float32(x, linear, own):
+        bias = None if linear.bias is None else linear.bias.float()
+        return torch.nn.functional.linear(
+            x.float(), linear.weight.float(), bias).to(x.dtype)
+    return with_conditioning_linears(model, in_float32)
+
+
 def with_linears_row_by_row(model):
     """A copy of `model` whose conditioning Linears take one row at a time:
     PyTorch's own modules, as the batch of one row computes them (temb's
@@ -467,6 +478,20 @@ def row_by_row_move(kind, plain, latents):
     move = relative(own, latents)
     print(f"{kind} bf16: PyTorch's modules one row at a time move {move:.3g}")
     return own, move
+
+
+def float32_sum_move(kind, plain, latents):
+    """How far the unpatched bf16 model's own latents move when its
+    conditioning Linears sum in float32 and round once: temb's arithmetic
+    in PyTorch's order.  Where the CPU's bf16 GEMM rounds otherwise (it
+    differs between CPUs: AVX-512 BF16 or not), a tiny random model carries
+    that further than a tenth of the bf16 vs fp32 distance."""
+    summed = denoise(kind, with_linears_summed_in_float32(plain),
+                     torch.bfloat16)
+    move = relative(summed, latents)
+    print(f"{kind} bf16: PyTorch's modules summing in float32 move "
+          f"{move:.3g}")
+    return move
 
 
 def exact_sum_move(kind, plain, latents):
@@ -1459,15 +1484,23 @@ def test_table_and_video_families_denoise_to_the_same_latents(kind, client):
         exact, by_sum = exact_sum_move(kind, plain, plain16)
         print(f"{kind} bf16: patched vs PyTorch summing exactly "
               f"{relative(patched16, exact):.3g}")
-        budget = max(budget, by_row, by_sum)
+        budget = max(budget, by_row, by_sum,
+                     float32_sum_move(kind, plain, plain16))
     if kind == "wan2.2-ti2v":
         # Not met at a tenth: 3 served temb elements (at t = 937 and 833)
         # are one bf16 ulp from PyTorch's, where temb's correctly rounded
         # frequencies and its float32 time MLP's summation order put a
         # float32 value on the other side of a bf16 rounding boundary
         # (test_wan_per_token_timesteps_ask_for_distinct_rows checks the
-        # ulp); this tiny random model carries that to 7e-3.
-        budget = max(budget, exact_sum_move(kind, plain, plain16)[1])
+        # ulp); this tiny random model carries that to 7e-3.  How far
+        # three one-ulp moves carry depends on where they fall against the
+        # CPU's own float32 GEMM, which PyTorch's latents follow and temb's
+        # rows do not: on an AVX2 CPU temb moves 8.0e-3 and PyTorch summing
+        # exactly 7.6e-3 (1.06x).  Bounded by 1.25x the farther of
+        # PyTorch's own summation orders.
+        budget = max(budget, 1.25 * max(
+            exact_sum_move(kind, plain, plain16)[1],
+            float32_sum_move(kind, plain, plain16)))
     error16 = relative(patched16, plain16)
     print(f"{kind} bf16: {error16:.3g} (bound {budget:.3g})")
     assert error16 <= budget
