@@ -24,7 +24,12 @@ and prints the medians over rounds and the three ratios of the issue:
 read/temb 1 (goal >= 0.8), gemm 50/temb 50 (>= 0.7), diffusers 50/temb 50
 (>= 5).
 
+With --baseline OTHER_TEMB (another build of temb, e.g. the commit before a
+change), that binary's one step and 50-step plan are timed too, alternated
+with temb's in each round, and the before/after ratios are printed.
+
 usage: qwen_image_bench.py --temb build/bin/temb [--threads 2] [--rounds 5]
+                           [--baseline OTHER_TEMB]
 """
 import argparse
 import datetime
@@ -178,6 +183,8 @@ def main():
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--json", help="also write the results here")
+    parser.add_argument("--baseline",
+                        help="another temb binary timed alternately")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     # A FlowMatch-like plan from 1000 down; any 50 distinct values do.
@@ -203,6 +210,8 @@ def main():
               "UTC")
         results = {k: [] for k in ("read", "temb1", "temb50", "gemm50",
                                    "diffusers50")}
+        if args.baseline:
+            results.update(base1=[], base50=[])
         for round_index in range(args.rounds):
             results["read"].append(median_ms(args.repeat, words.sum))
             results["temb1"].append(statistics.median(temb_times(
@@ -213,6 +222,13 @@ def main():
                 args.temb, folder, plan, args.threads, args.repeat, scratch)))
             results["diffusers50"].append(median_ms(max(1, args.repeat // 2),
                                                     steps50))
+            if args.baseline:
+                results["base1"].append(statistics.median(temb_times(
+                    args.baseline, folder, plan[STEPS // 2:STEPS // 2 + 1],
+                    args.threads, args.repeat, scratch)))
+                results["base50"].append(statistics.median(temb_times(
+                    args.baseline, folder, plan, args.threads, args.repeat,
+                    scratch)))
             print(f"round {round_index + 1}: " + ", ".join(
                 f"{k} {v[-1]:.1f} ms" for k, v in results.items()),
                 flush=True)
@@ -226,9 +242,15 @@ def main():
               f"  temb = {median['gemm50'] / median['temb50']:.2f}x its speed (goal >= 0.7)")
         print(f"diffusers {median['diffusers50']:8.1f} ms"
               f"  temb = {median['diffusers50'] / median['temb50']:.1f}x faster (goal >= 5)")
+        if args.baseline:
+            for steps in ("1", "50"):
+                base, now = median["base" + steps], median["temb" + steps]
+                print(f"baseline {steps:>2} {base:8.1f} ms  temb = "
+                      f"{base / now:.2f}x the baseline's speed")
         if args.json:
             pathlib.Path(args.json).write_text(json.dumps({
                 "cpu": cpu, "commit": commit, "threads": args.threads,
+                "baseline": args.baseline,
                 "weight_bytes": weight_bytes, "rounds": results}, indent=1))
 
 
