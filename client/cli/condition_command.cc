@@ -48,6 +48,10 @@ std::vector<FlagSpec> ConditionFlags() {
        "them)"},
       {"timesteps", FlagType::kString,
        "the scheduler's timesteps, e.g. 999,500 or @file"},
+      {"timestep", FlagType::kString,
+       "with --model_dir, instead of --timesteps: the transformer forward's "
+       "timestep as the pipeline passes it (e.g. t / 1000 in bf16), taken "
+       "as it is"},
       {"guidance", FlagType::kDouble,
        "the guidance scale, for models with guidance_embeds"},
       {"pooled", FlagType::kString,
@@ -347,12 +351,20 @@ int RunCondition(const std::vector<std::string>& argv) {
                       "is computed in the dtype its folder's temb.json sets",
                       specs);
   }
-  for (const char* required :
-       {remote ? "model" : "model_dir", "timesteps", "out"}) {
+  for (const char* required : {remote ? "model" : "model_dir", "out"}) {
     if (!args->Has(required)) {
       return PrintUsage("condition",
                         absl::StrCat("--", required, " is required"), specs);
     }
+  }
+  // The scheduler's t, or (in process) the forward's timestep.
+  const char* time_flag = args->Has("timestep") ? "timestep" : "timesteps";
+  if (args->Has("timestep") == args->Has("timesteps") ||
+      (remote && args->Has("timestep"))) {
+    return PrintUsage("condition",
+                      remote ? "--timesteps is required"
+                             : "one of --timesteps and --timestep is required",
+                      specs);
   }
   const int64_t threads = args->Int("threads").value_or(
       std::max(1u, std::thread::hardware_concurrency()));
@@ -367,9 +379,10 @@ int RunCondition(const std::vector<std::string>& argv) {
 
   models::ConditioningInputs inputs;
   absl::StatusOr<std::vector<float>> timesteps =
-      ParseTimesteps(*args->String("timesteps"));
+      ParseTimesteps(*args->String(time_flag));
   if (!timesteps.ok()) return PrintError(timesteps.status());
-  inputs.values["t"] = *std::move(timesteps);
+  inputs.values[args->Has("timestep") ? "timestep" : "t"] =
+      *std::move(timesteps);
   if (args->Has("guidance")) {
     inputs.values["guidance"] = {static_cast<float>(*args->Double("guidance"))};
   }

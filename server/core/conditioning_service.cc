@@ -356,7 +356,17 @@ absl::StatusOr<ConditionResponse> ConditioningService::Serve(
           absl::StrCat(input.field, ": shape ", ShapeString(input.shape),
                        " does not hold the ", count, " values given"));
     }
-    if (model_name == "t") timesteps = &input;
+    // The scheduler's t, or the transformer forward's timestep standing
+    // for a value of it: one of them sets the rows.
+    if (model_name == "t" || !spec->stands_for.empty()) {
+      if (timesteps != nullptr) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(input.field, ": ", Quoted(input.name),
+                         " is given with ", Quoted(timesteps->name), "; model ",
+                         Quoted(entry->name), " takes one of them"));
+      }
+      timesteps = &input;
+    }
   }
   if (timesteps == nullptr) {
     return absl::InvalidArgumentError(
@@ -403,9 +413,10 @@ absl::StatusOr<ConditionResponse> ConditioningService::Serve(
   }
 
   models::ConditioningInputs inputs;
-  inputs.values["t"] = std::move(t_rows);
+  const std::string time_name = ModelInputName(timesteps->name);
+  inputs.values[time_name] = std::move(t_rows);
   for (const models::InputInfo& spec : takes) {
-    if (spec.name == "t") continue;
+    if (spec.name == time_name) continue;
     const auto found = given.find(spec.name);
     if (found == given.end()) continue;  // the model says what is required
     const ConditionInput& input = *found->second;

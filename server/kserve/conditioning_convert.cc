@@ -147,6 +147,10 @@ void FillConditioningMetadata(const ConditioningModelInfo& model,
   response->add_versions(kModelVersion);
   response->set_platform(kPlatform);
   for (const models::InputInfo& info : model.inputs) {
+    // The forward's timestep is an alternative to "timesteps", named in the
+    // config's parameters: listed, tools that send every input
+    // (perf_analyzer) would send both.
+    if (!info.stands_for.empty()) continue;
     auto* input = response->add_inputs();
     input->set_name(info.name);
     input->set_datatype(std::string(TensorTypeName(TensorType::kFp32)));
@@ -177,6 +181,13 @@ void FillConditioningConfig(const ConditioningModelInfo& model,
   config->set_max_batch_size(static_cast<int32_t>(
       std::clamp<int64_t>(rows, 1, std::numeric_limits<int32_t>::max())));
   for (const models::InputInfo& info : model.inputs) {
+    if (!info.stands_for.empty()) {
+      // What the alternative input stands for (ConditioningInput's
+      // stands_for in temb's own API).
+      (*config->mutable_parameters())[absl::StrCat(kStandsForKey, info.name)]
+          .set_string_value(info.stands_for);
+      continue;
+    }
     auto* input = config->add_input();
     input->set_name(info.name);
     input->set_data_type(inference::TYPE_FP32);

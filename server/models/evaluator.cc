@@ -14,6 +14,7 @@
 #include "model_graph.h"
 #include "temb/base/quoted.h"
 #include "temb/base/status_macros.h"
+#include "temb/kernels/linear.h"
 #include "temb/models/conditioning_model.h"
 #include "value_codec.h"
 
@@ -76,12 +77,34 @@ absl::Status TakeInput(const FamilyDescription& family, const InputSpec& spec,
   return absl::OkStatus();
 }
 
+// The input that sets a call's rows: "t", or one standing for a value of
+// it (the forward's timestep), exactly one of them given.
+absl::StatusOr<std::string> TimeInput(const FamilyDescription& family,
+                                      const ModelGraph& graph,
+                                      const ConditioningInputs& inputs) {
+  std::string time = "t";
+  for (const InputSpec& spec : graph.inputs) {
+    if (spec.stands_for.empty() || inputs.Get(spec.name).empty()) continue;
+    if (!inputs.Get("t").empty()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(spec.name, ": given with t; ", family.name,
+                       " takes the scheduler's t or the forward's ", spec.name,
+                       ", not both"));
+    }
+    time = spec.name;
+  }
+  return time;
+}
+
 // The inputs into their slots; one the model does not take (its condition
-// does not hold) must not be given.
+// does not hold) must not be given.  An input standing for a value fills
+// that value's slot, marked in `provided`, each element checked to be one
+// of the value's dtype (the forward receives it so).
 absl::Status TakeInputs(const FamilyDescription& family,
                         const ModelGraph& graph,
                         const ConditioningInputs& inputs, int64_t rows,
-                        Values& values) {
+                        DType model_dtype, Values& values,
+                        std::vector<bool>& provided) {
   for (const InputSpec& spec : family.inputs) {
     const std::vector<float>& given = inputs.Get(spec.name);
     const auto active =
@@ -93,9 +116,29 @@ absl::Status TakeInputs(const FamilyDescription& family,
           absl::StrCat(spec.name, ": ", family.name, " model ",
                        "does not take this input (see its config.json flags)"));
     }
+    const bool stands_in = !spec.stands_for.empty();
+    const bool replaced =
+        spec.name == "t" &&
+        std::any_of(
+            graph.inputs.begin(), graph.inputs.end(), [&](const InputSpec& a) {
+              return !a.stands_for.empty() && !inputs.Get(a.name).empty();
+            });
+    if ((stands_in && given.empty()) || replaced) continue;
     const int slot = graph.input_slots[active - graph.inputs.begin()];
     RETURN_IF_ERROR(TakeInput(family, spec, rows, graph.values[slot].cols,
                               given, values[slot]));
+    if (!stands_in) continue;
+    provided[slot] = true;
+    const DType dtype = ModelGraph::DTypeOf(graph.values[slot], model_dtype);
+    for (size_t i = 0; i < values[slot].size(); ++i) {
+      const float value = values[slot][i];
+      if (RoundToDType(value, dtype) != value) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(spec.name, "[", i, "] = ", value, " is not a ",
+                         DTypeName(dtype), " value, as the forward of this ",
+                         family.name, " model receives it"));
+      }
+    }
   }
   return absl::OkStatus();
 }
@@ -132,22 +175,6 @@ absl::StatusOr<std::vector<Wanted>> WantedOutputs(
     wanted.push_back({OutputSpec{name, name, ""}, slot});
   }
   return wanted;
-}
-
-// The ops the wanted values need, by op index.
-std::vector<bool> NeededOps(const ModelGraph& graph,
-                            const std::vector<int>& wanted) {
-  std::vector<bool> needed(graph.ops.size(), false);
-  std::vector<int> stack = wanted;
-  while (!stack.empty()) {
-    const int slot = stack.back();
-    stack.pop_back();
-    const int producer = graph.values[slot].producer;
-    if (producer < 0 || needed[producer]) continue;
-    needed[producer] = true;
-    for (const int in : graph.ops[producer]->in) stack.push_back(in);
-  }
-  return needed;
 }
 
 ConditioningOutput Encode(const Wanted& wanted, const ModelGraph& graph,
@@ -192,7 +219,7 @@ std::vector<InputInfo> ConditioningModel::inputs() const {
   for (size_t i = 0; i < graph_->inputs.size(); ++i) {
     const ValueInfo& value = graph_->values[graph_->input_slots[i]];
     infos.push_back({graph_->inputs[i].name, value.scalar ? 0 : value.cols,
-                     graph_->inputs[i].help});
+                     graph_->inputs[i].help, graph_->inputs[i].stands_for});
   }
   return infos;
 }
@@ -229,23 +256,39 @@ absl::StatusOr<std::vector<ConditioningOutput>> ConditioningModel::Compute(
     const std::vector<std::string>& names) const {
   const ModelGraph& graph = *graph_;
   RETURN_IF_ERROR(CheckInputNames(*family_, inputs));
-  const int64_t rows = static_cast<int64_t>(inputs.Get("t").size());
+  ASSIGN_OR_RETURN(const std::string time, TimeInput(*family_, graph, inputs));
+  const int64_t rows = static_cast<int64_t>(inputs.Get(time).size());
   if (rows < 1) {
-    return absl::InvalidArgumentError("t: at least one timestep is required");
+    return absl::InvalidArgumentError(
+        absl::StrCat(time, ": at least one timestep is required"));
   }
   if (rows > kMaxConditioningRows) {
     return absl::ResourceExhaustedError(
-        absl::StrCat("t: ", rows, " timesteps is above the limit of ",
+        absl::StrCat(time, ": ", rows, " timesteps is above the limit of ",
                      kMaxConditioningRows));
   }
   Values values(graph.values.size());
-  RETURN_IF_ERROR(TakeInputs(*family_, graph, inputs, rows, values));
+  std::vector<bool> provided(graph.values.size(), false);
+  RETURN_IF_ERROR(
+      TakeInputs(*family_, graph, inputs, rows, dtype_, values, provided));
   ASSIGN_OR_RETURN(const std::vector<Wanted> wanted,
                    WantedOutputs(*family_, graph, names));
   std::vector<int> wanted_slots;
   for (const Wanted& w : wanted) wanted_slots.push_back(w.slot);
-  const CachePlan plan =
-      PlanCaching(graph, NeededOps(graph, wanted_slots), wanted_slots);
+  const std::vector<bool> needed = graph.OpsFor(wanted_slots, provided);
+  if (time != "t") {
+    // A value before the one the forward's timestep stands for needs t.
+    const int t = graph.SlotOf("t");
+    for (size_t op = 0; op < needed.size(); ++op) {
+      const std::vector<int>& in = graph.ops[op]->in;
+      if (needed[op] && std::find(in.begin(), in.end(), t) != in.end()) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "outputs: ", Quoted(graph.names[graph.ops[op]->out]),
+            " is computed from t, which a call giving ", time, " has not"));
+      }
+    }
+  }
+  const CachePlan plan = PlanCaching(graph, needed, wanted_slots);
   const RunContext context{dtype_, sinusoid_backend_.get(),
                            linear_engine_.get()};
   for (const int op : plan.scalar_ops) {

@@ -1,6 +1,7 @@
 // Loading a conditioning model: config.json picks the family, the family's
 // description is checked against the config, and each op's plan step
 // (op_unit.h) sizes its values and reads its tensors, and only those.
+#include <algorithm>
 #include <memory>
 #include <set>
 #include <string>
@@ -71,6 +72,11 @@ absl::Status AddInputs(const FamilyDescription& family,
     ASSIGN_OR_RETURN(const bool holds,
                      ConditionHolds(family, config, input.when));
     if (!holds) continue;
+    if (!input.stands_for.empty()) {  // its slot is the value's (AddOps)
+      graph.input_slots.push_back(-1);
+      graph.inputs.push_back(input);
+      continue;
+    }
     ValueInfo value;
     value.depends = 1u << i;
     if (!input.width_field.empty()) {
@@ -120,6 +126,38 @@ absl::Status AddOps(const FamilyDescription& family, const ModelConfig& config,
     // name; the earlier value keeps its slot for the ops that read it.
     planned.out = AddValue(graph, op.out, plan.out);
     graph.ops.push_back(std::move(plan.planned));
+  }
+  return absl::OkStatus();
+}
+
+// An input that stands for a computed value gives that value's slot.  With
+// it given and "t" not, every output must still be computable: no op it
+// needs may read "t" but through that value.
+absl::Status ResolveStandIns(const FamilyDescription& family,
+                             ModelGraph& graph) {
+  const int t = graph.SlotOf("t");
+  for (size_t i = 0; i < graph.inputs.size(); ++i) {
+    const std::string& value = graph.inputs[i].stands_for;
+    if (value.empty()) continue;
+    const int slot = graph.SlotOf(value);
+    if (slot < 0 || graph.values[slot].producer < 0 ||
+        !graph.values[slot].scalar) {
+      return absl::InternalError(
+          absl::StrCat(family.name, ": input ", graph.inputs[i].name,
+                       " stands for ", value, ", not a computed [N] value"));
+    }
+    graph.input_slots[i] = slot;
+    std::vector<bool> provided(graph.values.size(), false);
+    provided[slot] = true;
+    const std::vector<bool> needed = graph.OpsFor(graph.output_slots, provided);
+    for (size_t op = 0; op < graph.ops.size(); ++op) {
+      const std::vector<int>& in = graph.ops[op]->in;
+      if (needed[op] && std::find(in.begin(), in.end(), t) != in.end()) {
+        return absl::InternalError(absl::StrCat(
+            family.name, ": op ", graph.names[graph.ops[op]->out],
+            " reads t, which input ", graph.inputs[i].name, " replaces"));
+      }
+    }
   }
   return absl::OkStatus();
 }
@@ -196,6 +234,7 @@ absl::StatusOr<std::unique_ptr<ConditioningModel>> ConditioningModel::Load(
   RETURN_IF_ERROR(
       AddOps(*family, config, model->width_, tensors, *graph, absent));
   RETURN_IF_ERROR(AddOutputs(*family, config, absent, *graph));
+  RETURN_IF_ERROR(ResolveStandIns(*family, *graph));
   model->dtype_ = tensors.model_dtype();
   model->weight_bytes_ = tensors.weight_bytes();
   model->weight_fingerprints_ = tensors.fingerprints();

@@ -21,7 +21,8 @@ struct ModelGraph {
   std::vector<ValueInfo> values;
   absl::flat_hash_map<std::string, int> slots;
 
-  // The family's inputs this model takes, and their slots.
+  // The family's inputs this model takes, and their slots (for one that
+  // stands for a computed value, that value's slot).
   std::vector<InputSpec> inputs;
   std::vector<int> input_slots;
   // Inputs given as rows ([N, W], such as the pooled embedding): a bit per
@@ -35,6 +36,12 @@ struct ModelGraph {
   // selection), with their chunks resolved, and their values' slots.
   std::vector<OutputSpec> outputs;
   std::vector<int> output_slots;
+
+  // The ops (by index) that computing the slots `wanted` runs, where the
+  // slots marked in `provided` (by slot; may be empty) are given, not
+  // computed.
+  std::vector<bool> OpsFor(const std::vector<int>& wanted,
+                           const std::vector<bool>& provided) const;
 
   // The slot of `name`, or -1.
   int SlotOf(const std::string& name) const {

@@ -46,12 +46,15 @@ int64_t BatchOf(const v1::EmbedRequest& request) {
   return batch;
 }
 
-// The timesteps a Condition request carries (its batch in metrics and
-// logs): the product of the shape the caller claims, 0 where that is
-// negative or overflows (the request is refused then anyway).
+// The timesteps a Condition request carries, in either form (its batch in
+// metrics and logs): the product of the shape the caller claims, 0 where
+// that is negative or overflows (the request is refused then anyway).
 int64_t ConditionBatchOf(const v1::ConditionRequest& request) {
   for (const v1::NamedTensor& input : request.inputs()) {
-    if (input.name() != kConditionTimesteps) continue;
+    if (input.name() != kConditionTimesteps &&
+        input.name() != kConditionForwardTimestep) {
+      continue;
+    }
     if (input.tensor().shape_size() == 0) return 0;
     int64_t count = 1;
     for (const int64_t extent : input.tensor().shape()) {

@@ -179,6 +179,7 @@ void ConditioningModelToProto(const ConditioningModelInfo& model,
     in->set_name(input.name);
     in->set_width(input.width);
     in->set_help(input.help);
+    in->set_stands_for(input.stands_for);
   }
   for (const models::OutputInfo& output : model.outputs) {
     v1::ConditioningOutput* o = out->add_outputs();

@@ -83,8 +83,11 @@ TEST_F(ConditioningServiceTest, EachModelLoadsOrFailsOnItsOwn) {
   EXPECT_EQ(models[2].state, ModelState::kReady);
   EXPECT_EQ(models[2].family, "qwen-image");
   EXPECT_EQ(models[2].width, 8);
-  ASSERT_EQ(models[2].inputs.size(), 1u);
+  // The scheduler's timesteps, and the forward's timestep in their place.
+  ASSERT_EQ(models[2].inputs.size(), 2u);
   EXPECT_EQ(models[2].inputs[0].name, "timesteps");
+  EXPECT_EQ(models[2].inputs[1].name, "timestep");
+  EXPECT_EQ(models[2].inputs[1].stands_for, "t_model");
   ASSERT_FALSE(models[2].outputs.empty());
   EXPECT_EQ(models[2].outputs[0].name, "temb");
   EXPECT_EQ(models[2].outputs[0].row_bytes, 8 * 4);

@@ -348,7 +348,8 @@ TEST(ConditioningModelTest, RefusesBadInputs) {
   inputs.values["guidance"] = {3.5f};
   EXPECT_THAT(
       Message((*model)->Compute(inputs, {}).status()),
-      HasSubstr("guidance: not an input of qwen-image (t, addition_t_cond)"));
+      HasSubstr("guidance: not an input of qwen-image (t, addition_t_cond, "
+                "timestep)"));
   inputs.values["guidance"].clear();
   EXPECT_THAT(Message((*model)->Compute(inputs, {"single_mod"}).status()),
               HasSubstr("outputs: \"single_mod\" is not an output"));

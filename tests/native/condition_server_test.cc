@@ -328,8 +328,10 @@ TEST_F(ConditionServerTest, ServerInfoListsTheModelsAndTheCache) {
   EXPECT_EQ(qwen.dtype(), v1::DTYPE_FP32);
   EXPECT_EQ(qwen.width(), 8);
   EXPECT_GT(qwen.weight_bytes(), 0);
-  ASSERT_EQ(qwen.inputs_size(), 1);
+  ASSERT_EQ(qwen.inputs_size(), 2);
   EXPECT_EQ(qwen.inputs(0).name(), "timesteps");
+  EXPECT_EQ(qwen.inputs(1).name(), "timestep");
+  EXPECT_EQ(qwen.inputs(1).stands_for(), "t_model");
   ASSERT_GT(qwen.outputs_size(), 0);
   EXPECT_EQ(qwen.outputs(0).name(), "temb");
   EXPECT_THAT(qwen.outputs(0).row_shape(), ElementsAre(8));

@@ -222,7 +222,9 @@ def test_models_lists_state_family_outputs_and_bytes(cclient):
         ("ready", "flux.1", "bf16", WIDTH)
     assert flux.weight_bytes > 0
     assert [i.name for i in flux.inputs] == ["timesteps", "guidance",
-                                             "pooled_projections"]
+                                             "pooled_projections", "timestep"]
+    # The forward's timestep, given instead of timesteps, and what it is.
+    assert [i.stands_for for i in flux.inputs] == ["", "", "", "t_passed"]
     assert flux.inputs[2].width == POOLED
     temb_output = flux.outputs[0]
     assert (temb_output.name, temb_output.dtype, temb_output.row_shape,

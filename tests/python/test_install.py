@@ -170,7 +170,9 @@ def sdist(client_dir, tmp_path_factory):
     for needed in ["native/CMakeLists.txt", "native/proto/temb/v1/temb.proto",
                    "native/kernels/cpu/cpu_backend.cc",
                    "native/server/core/embed_service.cc",
-                   "native/server/models/conditioning_model.cc",
+                   "native/server/models/evaluator.cc",
+                   "native/server/models/ops/linear.cc",
+                   "native/server/models/families/registry.cc",
                    "native/client/local/temb_local.cc",
                    "native/client/transport/temb_transport.cc",
                    "native/cmake/TembPythonStubs.cmake", "pyproject.toml"]:

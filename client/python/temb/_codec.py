@@ -294,7 +294,7 @@ def _conditioning_model_from_proto(model: pb.ConditioningModel
         dtype=_DTYPE_NAMES.get(model.dtype), width=model.width,
         weight_bytes=model.weight_bytes,
         weight_fingerprints=dict(model.weight_fingerprints),
-        inputs=tuple(ConditioningInput(i.name, i.width, i.help)
+        inputs=tuple(ConditioningInput(i.name, i.width, i.help, i.stands_for)
                      for i in model.inputs),
         outputs=tuple(ConditioningOutput(o.name, _DTYPE_NAMES.get(o.dtype),
                                          tuple(o.row_shape), o.row_bytes,

@@ -658,7 +658,7 @@ _SDXL_UNET = _Family("sdxl-unet", ("pooled",), _t_as_is, 1.0, _unet_slots,
                      pooled_width=_unet_pooled_width)
 
 # The UNet config values whose other settings change emb and that the
-# conditioning model refuses (server/models/families.cc).
+# conditioning model refuses (server/models/families/sdxl_unet.cc).
 _UNET_REQUIRED = {"addition_embed_type": "text_time",
                   "time_embedding_type": "positional",
                   "time_cond_proj_dim": None, "class_embed_type": None,
@@ -1151,7 +1151,10 @@ class OffloadedConditioning:
             served, "dtype", None) else (dtypes.pop() if len(dtypes) == 1
                                          else None),
             getattr(served, "family", ""))
-        inputs = {i.name for i in getattr(served, "inputs", ())}
+        # An input standing for a value (the forward's own timestep) is an
+        # alternative to the timesteps, not one more input.
+        inputs = {i.name for i in getattr(served, "inputs", ())
+                  if not getattr(i, "stands_for", "")}
         wants_guidance = "guidance" in self.family.arguments or any(
             name == "guidance" for _, name in self.family.taps)
         if inputs and ("guidance" in inputs) != wants_guidance:

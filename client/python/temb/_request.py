@@ -521,7 +521,7 @@ class StreamState(_Stream[pb.EmbedRequest, ResponseDecoder]):
         return decoder.decode(response.response)
 
 
-def condition_call(model: str, timesteps: Any, guidance: Any = None,
+def condition_call(model: str, timesteps: Any = None, guidance: Any = None,
                    pooled_projections: Any = None, outputs: Any = None,
                    return_tensors: Optional[str] = None, *,
                    request_id: Optional[str] = None, bf16_format: str = "auto",

@@ -145,7 +145,7 @@ class Client(_request.ClientBase):
         if state.error is not None:
             raise state.error
 
-    async def condition(self, model: str, timesteps: Any,
+    async def condition(self, model: str, timesteps: Any = None,
                         guidance: Any = None, pooled_projections: Any = None,
                         outputs: Any = None,
                         return_tensors: Optional[str] = None, *,

@@ -224,8 +224,9 @@ class Client(_request.ClientBase):
         if state.error is not None:
             raise state.error
 
-    def condition(self, model: str, timesteps: Any, guidance: Any = None,
-                  pooled_projections: Any = None, outputs: Any = None,
+    def condition(self, model: str, timesteps: Any = None,
+                  guidance: Any = None, pooled_projections: Any = None,
+                  outputs: Any = None,
                   return_tensors: Optional[str] = None, *,
                   request_id: Optional[str] = None,
                   timeout: Optional[float] = None, bf16_format: str = "auto",
@@ -251,7 +252,13 @@ class Client(_request.ClientBase):
             model's, see ``ConditioningModel.outputs``).
           return_tensors: "np" (default) or "pt": CPU torch tensors in the
             model's dtype (torch.bfloat16 for a bf16 model).
-          extras: a family's other inputs by name (e.g. ``resolution=``).
+          extras: a family's other inputs by name (e.g. ``resolution=``),
+            and ``timestep=`` in place of `timesteps`: the transformer
+            forward's own timestep argument, exactly as the pipeline passed
+            it (Qwen-Image's ``t.to(bf16) / 1000``), sent bit for bit; the
+            server applies no conversion to it and refuses a value the
+            forward could not have received (its ``ConditioningInput``
+            names the value it stands for, ``stands_for``).
           request_id, timeout: as for :meth:`embed`.
           bf16_format: numpy's representation of bf16 outputs, as for
             :meth:`embed`.

@@ -103,6 +103,9 @@ class ConditioningInput:
     name: str
     width: int  # 0: one value per row ([N]); else rows of [N, width]
     help: str = ""
+    # Set: the transformer forward's own timestep ("timestep"), given
+    # instead of "timesteps"; the value of the model's computation it is.
+    stands_for: str = ""
 
 
 @dataclasses.dataclass(frozen=True)

@@ -7,6 +7,16 @@
 
 namespace temb::models::families {
 
+InputSpec ForwardTimestep(const std::string& value,
+                          const std::string& argument) {
+  InputSpec input;
+  input.name = "timestep";
+  input.help = "the transformer forward's " + argument +
+               " as the pipeline passes it (instead of t)";
+  input.stands_for = value;
+  return input;
+}
+
 Op MakeOp(OpKind kind, std::string out, std::vector<std::string> in) {
   Op op;
   op.kind = kind;

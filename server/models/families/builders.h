@@ -12,6 +12,12 @@
 
 namespace temb::models::families {
 
+// The transformer forward's timestep argument `argument` as the pipeline
+// passes it, given instead of the scheduler's t: it stands for `value`,
+// the description's value of it (InputSpec::stands_for).
+InputSpec ForwardTimestep(const std::string& value,
+                          const std::string& argument = "timestep");
+
 Op MakeOp(OpKind kind, std::string out, std::vector<std::string> in);
 
 Op Cast(std::string out, std::string in, ValueDType dtype);

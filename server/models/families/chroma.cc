@@ -22,7 +22,8 @@ FamilyDescription Chroma() {
   // which this description unrolls.
   family.requirements = {{"approximator_num_channels", "64"},
                          {"approximator_layers", "5"}};
-  family.inputs = {{"t", "", "", "the scheduler's timesteps (0..1000)"}};
+  family.inputs = {{"t", "", "", "the scheduler's timesteps (0..1000)"},
+                   ForwardTimestep("t_passed")};
   // One modulation vector per index: 3 per single block, 6 per stream per
   // double block, 2 for the output norm.
   const std::string indices = "3 * num_single_layers + 12 * num_layers + 2";

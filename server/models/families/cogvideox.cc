@@ -16,6 +16,7 @@ FamilyDescription CogVideoX() {
       {"t", "", "", "the scheduler's timesteps (0..1000)"},
       {"ofs", "", "ofs_embed_dim",
        "the ofs value (CogVideoX 1.5 I2V; its pipeline passes 2.0)"},
+      ForwardTimestep("t_model"),
   };
   std::vector<Op>& ops = family.ops;
   // Pipeline: t.expand(B), the scheduler's t; time_proj = Timesteps(D,

@@ -11,7 +11,8 @@
 namespace temb::models::families {
 
 FamilyDescription Flux1Like(std::string class_name, std::string name,
-                            std::vector<Op> time_ops) {
+                            std::vector<Op> time_ops,
+                            const std::string& forward_value) {
   FamilyDescription family;
   family.class_name = std::move(class_name);
   family.name = std::move(name);
@@ -20,6 +21,7 @@ FamilyDescription Flux1Like(std::string class_name, std::string name,
       {"t", "", "", "the scheduler's timesteps (0..1000)"},
       {"guidance", "", "guidance_embeds", "the guidance scale (dev)"},
       {"pooled", "pooled_projection_dim", "", "the pooled CLIP text embedding"},
+      ForwardTimestep(forward_value),
   };
   std::vector<Op>& ops = family.ops;
   ops = std::move(time_ops);
@@ -61,7 +63,8 @@ FamilyDescription Flux1Like(std::string class_name, std::string name,
 }
 
 FamilyDescription Flux1() {
-  return Flux1Like("FluxTransformer2DModel", "flux.1", FluxTime());
+  // The pipeline hands the transformer t / 1000 in the latents' dtype.
+  return Flux1Like("FluxTransformer2DModel", "flux.1", FluxTime(), "t_passed");
 }
 
 }  // namespace temb::models::families

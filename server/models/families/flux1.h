@@ -13,8 +13,11 @@ namespace temb::models::families {
 // FLUX.1's conditioning after `time_ops`, which give t_model from the
 // scheduler's t as the family's pipeline and model compute it; HunyuanVideo
 // (1.0) computes the same from its own t.
+// `forward_value`: the value of time_ops the transformer's forward receives
+// as its timestep.
 FamilyDescription Flux1Like(std::string class_name, std::string name,
-                            std::vector<Op> time_ops);
+                            std::vector<Op> time_ops,
+                            const std::string& forward_value);
 
 }  // namespace temb::models::families
 

@@ -24,6 +24,7 @@ FamilyDescription Flux2() {
   family.inputs = {
       {"t", "", "", "the scheduler's timesteps (0..1000)"},
       {"guidance", "", "guidance_embeds", "the guidance scale (dev)"},
+      ForwardTimestep("t_passed"),
   };
   std::vector<Op>& ops = family.ops;
   // Every Linear here is built with bias=False.

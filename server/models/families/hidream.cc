@@ -16,6 +16,7 @@ FamilyDescription HiDream() {
       {"t", "", "", "the scheduler's timesteps (0..1000)"},
       {"pooled", "text_emb_dim", "",
        "the pooled CLIP-L + CLIP-G text embedding"},
+      ForwardTimestep("t_model", "timesteps"),
   };
   std::vector<Op>& ops = family.ops;
   // Pipeline: t.expand(B), the scheduler's float32 t; HiDreamImage-

@@ -17,7 +17,7 @@ namespace temb::models::families {
 FamilyDescription HunyuanVideo() {
   FamilyDescription family =
       Flux1Like("HunyuanVideoTransformer3DModel", "hunyuanvideo",
-                {Cast("t_model", "t", ValueDType::kFloat32)});
+                {Cast("t_model", "t", ValueDType::kFloat32)}, "t_model");
   // HunyuanVideo-I2V's latent_concat adds the image to the latents only.
   family.requirements = {{"image_condition_type",
                           "null",

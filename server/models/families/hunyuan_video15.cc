@@ -17,6 +17,7 @@ FamilyDescription HunyuanVideo15() {
       {"timestep_r", "", "use_meanflow",
        "the next step's timestep, 0 at the last (the super-resolution "
        "MeanFlow model)"},
+      ForwardTimestep("t_model"),
   };
   std::vector<Op>& ops = family.ops;
   // Pipeline: t.expand(B).to(latents.dtype) at the 0..1000 scale, passed to

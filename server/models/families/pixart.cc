@@ -21,6 +21,7 @@ FamilyDescription PixArt() {
        "the image's height and width in pixels (PixArt-alpha)"},
       {"aspect_ratio", "", "use_additional_conditions",
        "height / width (PixArt-alpha)"},
+      ForwardTimestep("t_model"),
   };
   std::vector<Op>& ops = family.ops;
   // Pipeline: current_timestep.expand(B), the scheduler's t with no cast;

@@ -26,6 +26,7 @@ FamilyDescription QwenImage() {
        "Qwen-Image-Layered's row of addition_t_embedding, 0 or 1 (its "
        "pipeline passes 0)",
        2},
+      ForwardTimestep("t_model"),
   };
   std::vector<Op>& ops = family.ops;
   // Pipeline: t.expand(B).to(latents.dtype), then timestep / 1000 in that

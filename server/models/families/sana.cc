@@ -18,6 +18,7 @@ FamilyDescription Sana() {
        "timestep, sin(t) / (cos(t) + sin(t)) of SCMScheduler's t"},
       {"guidance", "", "guidance_embeds",
        "the pipeline's guidance scale (Sana-Sprint)"},
+      ForwardTimestep("t_model"),
   };
   std::vector<Op>& ops = family.ops;
   // SanaPipeline: t.expand(B) * transformer.config.timestep_scale, in

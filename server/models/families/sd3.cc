@@ -26,6 +26,7 @@ FamilyDescription Sd3() {
       {"t", "", "", "the scheduler's timesteps (0..1000)"},
       {"pooled", "pooled_projection_dim", "",
        "the pooled CLIP-L and CLIP-G text embedding"},
+      ForwardTimestep("t_model"),
   };
   std::vector<Op>& ops = family.ops;
   // Pipeline: timestep = t.expand(B), the scheduler's float32 t with no

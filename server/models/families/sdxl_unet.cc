@@ -58,6 +58,7 @@ FamilyDescription SdxlUnet() {
        "", "the pooled text embedding (added_cond_kwargs text_embeds)"},
       {"time_ids", "6", "",
        "the added time ids: original size, crop top-left, target size"},
+      ForwardTimestep("t_model"),
   };
   std::vector<Op>& ops = family.ops;
   // The pipeline passes the scheduler's float32 t as it is;

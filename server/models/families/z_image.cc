@@ -15,7 +15,8 @@ FamilyDescription ZImage() {
   // One final layer, keyed "2-1": the released configs' only patch sizes.
   family.requirements = {{"all_patch_size", "[2]"},
                          {"all_f_patch_size", "[1]"}};
-  family.inputs = {{"t", "", "", "the scheduler's timesteps (0..1000)"}};
+  family.inputs = {{"t", "", "", "the scheduler's timesteps (0..1000)"},
+                   ForwardTimestep("t_pipeline", "t")};
   std::vector<Op>& ops = family.ops;
   // Pipeline: (1000 - t.expand(B)) / 1000 in float32; the model embeds
   // t * config.t_scale.

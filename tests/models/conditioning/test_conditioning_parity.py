@@ -497,9 +497,10 @@ DEVICE = os.environ.get("TEMB_CONDITIONING_DEVICE", "cpu")
 
 
 def run_temb(cli, folder, out, timesteps, kind, pooled_file=None,
-             outputs=None, time_ids_file=None, flags=()):
+             outputs=None, time_ids_file=None, flags=(),
+             time_flag="timesteps"):
     command = [str(cli), "condition", f"--model_dir={folder}",
-               "--timesteps=" + ",".join(repr(t) for t in timesteps),
+               f"--{time_flag}=" + ",".join(repr(t) for t in timesteps),
                f"--out={out}", "--threads=2", f"--device={DEVICE}", *flags]
     extra = {name: ",".join(repr(v) for v in values)
              for name, values in (FAMILIES[kind].extra_inputs(len(timesteps))
@@ -1857,6 +1858,55 @@ def test_bf16_matches_diffusers_within_one_ulp(kind, saved, temb_cli,
     compare_bf16(kind, model, folder, pooled, temb_cli, tmp_path, measure)
 
 
+@pytest.mark.parametrize("dtype_name", DTYPES)
+@pytest.mark.parametrize("kind", KINDS)
+def test_the_forward_timestep_gives_the_scheduler_t_bits(
+        kind, dtype_name, saved, temb_cli, tmp_path):
+    """The transformer forward's timestep as the pipeline passes it
+    (t / 1000 in bf16, 1 - t / 1000, ...), sent as it is instead of the
+    scheduler's t, gives the same bits of every output: the model's
+    description holds the pipeline's arithmetic in one place."""
+    if (kind, dtype_name) not in saved:
+        pytest.skip(f"{kind} has no {dtype_name} model")
+    model, folder, pooled = saved[(kind, dtype_name)]
+    args = model_inputs(kind, DTYPES[dtype_name], pooled)
+    forward = next(args[name] for name in ("timestep", "timesteps", "t")
+                   if name in args)
+    pooled_file = None
+    if kind in POOLED_KINDS:
+        pooled_file = tmp_path / "pooled.npy"
+        np.save(pooled_file, pooled.numpy().astype(np.float32))
+    common = dict(kind=kind, pooled_file=pooled_file,
+                  time_ids_file=time_ids_file(kind, tmp_path))
+    by_t = run_temb(temb_cli, folder, tmp_path / "t.safetensors", TIMESTEPS,
+                    **common)
+    by_forward = run_temb(temb_cli, folder, tmp_path / "f.safetensors",
+                          forward.float().tolist(), time_flag="timestep",
+                          **common)
+    assert sorted(by_forward) == sorted(by_t)
+    for name, value in by_t.items():
+        assert torch.equal(by_forward[name].view(torch.uint8),
+                           value.view(torch.uint8)), name
+
+
+def test_a_forward_timestep_the_forward_cannot_receive_is_refused(
+        saved, temb_cli, tmp_path):
+    """Qwen-Image's forward receives t / 1000 in bf16: 0.1 is no such value,
+    and it is refused rather than rounded; t and timestep together are
+    refused too."""
+    _, folder, _ = saved[("qwen-image", "bf16")]
+    out = f"--out={tmp_path / 'x.safetensors'}"
+    code, err = run_failing(temb_cli, f"--model_dir={folder}",
+                            "--timestep=0.5,0.1", out)
+    assert code == 1 and "timestep[1] = 0.1 is not a bf16 value" in err
+    code, err = run_failing(temb_cli, f"--model_dir={folder}",
+                            "--timestep=0.5", "--timesteps=500", out)
+    assert code == 2 and "one of --timesteps and --timestep" in err
+    code, err = run_failing(temb_cli, f"--model_dir={folder}",
+                            "--timestep=0.5", "--outputs=t_pipeline", out)
+    assert code == 1 and '"t_pipeline" is computed from t' in err
+
+
 def from_pretrained_bf16(kind, folder):
     """The model a pipeline holds after from_pretrained(folder,
     torch_dtype=bf16): every tensor converted, the kept modules to
@@ -2556,8 +2606,8 @@ def test_cli_refuses_bad_requests_naming_the_cause(saved, temb_cli, tmp_path):
     out = f"--out={tmp_path / 'x.safetensors'}"
     code, err = run_failing(temb_cli, f"--model_dir={qwen}", "--timesteps=1",
                             "--guidance=3.5", out)
-    assert code == 1 and \
-        "guidance: not an input of qwen-image (t, addition_t_cond)" in err
+    assert code == 1 and ("guidance: not an input of qwen-image "
+                          "(t, addition_t_cond, timestep)") in err
     code, err = run_failing(temb_cli, f"--model_dir={qwen}", "--timesteps=1")
     assert code == 2 and "--out is required" in err
     narrow = tmp_path / "narrow.npy"

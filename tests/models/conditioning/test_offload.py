@@ -1423,6 +1423,28 @@ def denoise_table(kind, model, dtype):
     return latents.float()
 
 
+def test_condition_takes_the_forward_timestep_as_it_is(client):
+    """temb.Client.condition(timestep=...): the transformer forward's own
+    argument, captured bit for bit (Qwen-Image's t.to(bf16) / 1000, FLUX.1's
+    too), answers the rows of the scheduler's t; nothing is inverted."""
+    if not hasattr(temb.Client, "condition"):
+        pytest.skip("this client has no condition()")
+    t = torch.tensor([1000.0, 750.0, 500.25, 1.0])
+    forward = t.to(torch.bfloat16) / 1000
+    direct = temb.Client(client.target)
+    for kind, extra in (("qwen-image", {}),
+                        ("flux.1-dev", {"guidance": 3.5,
+                                        "pooled_projections": torch.ones(
+                                            4, POOLED, dtype=torch.bfloat16)})):
+        model = served_name(kind, torch.bfloat16)
+        by_t = direct.condition(model, t, return_tensors="pt", **extra)
+        by_forward = direct.condition(model, timestep=forward,
+                                      return_tensors="pt", **extra)
+        assert list(by_forward) == list(by_t)
+        for name, value in by_t.items():
+            assert torch.equal(by_forward[name], value), (kind, name)
+
+
 def tensor_bytes(found):
     """The parameter bytes of conditioning_modules()' modules and tables."""
     return sum(p.numel() * p.element_size()

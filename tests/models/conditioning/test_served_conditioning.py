@@ -230,10 +230,10 @@ def bf16_bits(array):
 
 
 def infer(module, client, model, guidance=None, pooled=None, outputs=None,
-          timesteps=TIMESTEPS, shape=None, extra=None):
+          timesteps=TIMESTEPS, shape=None, extra=None, time_name="timesteps"):
     t = np.asarray(timesteps, dtype=np.float32).reshape(
         shape or [len(timesteps)])
-    inputs = [module.InferInput("timesteps", list(t.shape), "FP32")]
+    inputs = [module.InferInput(time_name, list(t.shape), "FP32")]
     inputs[0].set_data_from_numpy(t)
     if guidance is not None:
         g = np.full([len(timesteps)], guidance, dtype=np.float32)
@@ -312,15 +312,19 @@ def test_metadata_config_and_readiness(server, grpc_client, http_client,
     assert [i["name"] for i in config["input"]] == ["timesteps"]
     # The weights' fingerprints as config parameters, one per tensor read,
     # the same over REST.
-    fingerprints = {key: value["string_value"]
-                    for key, value in config["parameters"].items()}
+    parameters = {key: value["string_value"]
+                  for key, value in config["parameters"].items()}
+    # The forward's timestep, an alternative to timesteps, is named there.
+    assert parameters.pop("stands_for:timestep") == "t_model"
+    fingerprints = parameters
     assert ("weight_fingerprint:time_text_embed.timestep_embedder.linear_1."
             "weight") in fingerprints
     assert all(key.startswith("weight_fingerprint:") and len(value) == 16
                for key, value in fingerprints.items())
     rest = http_client.get_model_config("qwen")
     assert {key: value["string_value"] for key, value in
-            rest["parameters"].items()} == fingerprints
+            rest["parameters"].items()} == dict(
+                fingerprints, **{"stands_for:timestep": "t_model"})
     assert grpc_client.is_model_ready("qwen")
     assert grpc_client.is_model_ready("flux-dev")
     for name in cases:
@@ -343,6 +347,42 @@ def test_readiness_health_entry_serves_once_the_models_settled(
         answer = health_pb2_grpc.HealthStub(channel).Check(
             health_pb2.HealthCheckRequest(service="temb.models"), timeout=10)
     assert answer.status == health_pb2.HealthCheckResponse.SERVING
+
+
+@pytest.mark.parametrize("protocol", ["grpc", "http"])
+def test_the_forward_timestep_is_served_as_the_scheduler_t(
+        protocol, server, grpc_client, http_client):
+    """`timestep`, the transformer forward's argument as the pipeline passes
+    it (t.to(bf16) / 1000 for Qwen-Image and FLUX.1), answers the bits of
+    `timesteps`, per row and per token; giving both is refused."""
+    module, client = ((triton_grpc, grpc_client) if protocol == "grpc"
+                      else (triton_http, http_client))
+    forward = (torch.tensor(TIMESTEPS).to(torch.bfloat16) / 1000).float()
+    pooled = pooled_rows()
+    for model, guidance, rows in (("qwen", None, None),
+                                  ("flux-dev", GUIDANCE, pooled)):
+        by_t = infer(module, client, model, guidance, rows)
+        by_forward = infer(module, client, model, guidance, rows,
+                           timesteps=forward.tolist(), time_name="timestep")
+        for output in ("norm_out", "img_mod"):
+            assert np.array_equal(bf16_bits(by_forward.as_numpy(output)),
+                                  bf16_bits(by_t.as_numpy(output))), model
+    tokens = forward[[0, 6, 6, 0]].tolist()
+    per_token = infer(module, client, "qwen", timesteps=tokens, shape=[2, 2],
+                      outputs=["norm_out", "index"], time_name="timestep")
+    assert per_token.as_numpy("index").tolist() == [[0, 1], [1, 0]]
+    plain = infer(module, client, "qwen",
+                  timesteps=[TIMESTEPS[0], TIMESTEPS[6]],
+                  outputs=["norm_out"])
+    assert np.array_equal(bf16_bits(per_token.as_numpy("norm_out")),
+                          bf16_bits(plain.as_numpy("norm_out")))
+    t = np.asarray(TIMESTEPS[:2], dtype=np.float32)
+    both = [module.InferInput("timesteps", [2], "FP32"),
+            module.InferInput("timestep", [2], "FP32")]
+    both[0].set_data_from_numpy(t)
+    both[1].set_data_from_numpy(t / 1000)
+    with pytest.raises(InferenceServerException, match="takes one of them"):
+        client.infer("qwen", both)
 
 
 def test_per_token_timesteps_give_distinct_rows_and_an_index(server,

@@ -34,6 +34,10 @@ namespace temb {
 // their own (e.g. "resolution").  The model's description calls them "t",
 // "guidance" and "pooled".
 inline constexpr absl::string_view kConditionTimesteps = "timesteps";
+// The transformer forward's own timestep, given instead of "timesteps" by
+// a caller that captured it (the description's input "timestep", which
+// stands for a value computed from t).
+inline constexpr absl::string_view kConditionForwardTimestep = "timestep";
 inline constexpr absl::string_view kConditionGuidance = "guidance";
 inline constexpr absl::string_view kConditionPooled = "pooled_projections";
 // The output that maps each per-token timestep to its row (see

@@ -62,6 +62,11 @@ void FillConditioningMetadata(const ConditioningModelInfo& model,
 // The ModelConfig parameter of each checkpoint tensor's weight fingerprint
 // (temb/models/weight_fingerprint.h): this prefix, then the tensor's name.
 inline constexpr char kWeightFingerprintKey[] = "weight_fingerprint:";
+// A config parameter per input given instead of "timesteps" (the
+// transformer forward's own timestep), which the metadata and the config's
+// inputs leave out: "stands_for:<input>" = the value of the model's
+// computation it is.
+inline constexpr char kStandsForKey[] = "stands_for:";
 
 // max_batch_size: the rows one call may hold; dims leave the batch out;
 // parameters: the weight fingerprints.

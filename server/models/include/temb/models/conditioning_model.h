@@ -73,6 +73,9 @@ struct InputInfo {
   std::string name;
   int64_t width = 0;  // 0: one value per row ([N]); else [N, width]
   std::string help;
+  // Set: this input is the transformer forward's timestep, given instead
+  // of "t" (InputSpec::stands_for); it sets N as "t" does.
+  std::string stands_for;
 };
 
 struct OutputInfo {

@@ -169,6 +169,12 @@ struct InputSpec {
   // > 0: each value is an index into a table of this many rows
   // (kEmbedding), an integer in [0, index_count).
   int index_count = 0;
+  // Set: the input is the transformer forward's own timestep argument,
+  // which the description computes from "t" (the scheduler's t) as this
+  // value.  Given instead of "t", it is that value as it stands (each
+  // element must be one of the value's dtype), and the pipeline's
+  // arithmetic before it does not run.
+  std::string stands_for;
 };
 
 // One output, laid out as the model consumes it: [N, W] or, for a stacked
