@@ -73,6 +73,10 @@ ABSL_FLAG(int64_t, conditioning_cache_bytes,
           temb::AppOptions().conditioning_cache_bytes,
           "bytes of the exact cache of conditioning rows shared by the "
           "models (LRU). 0: no cache");
+ABSL_FLAG(bool, serve_ready_models, false,
+          "readiness (the temb.models health entry, KServe server ready) "
+          "once every model of --model_repository settled, though some "
+          "failed; by default (strict) it waits for every one to be ready");
 ABSL_FLAG(std::string, conditioning_device, "cpu",
           "where the conditioning models' Linear layers run: cpu | cuda "
           "(cuBLASLt on the first GPU; rows differ from the CPU's by "
@@ -174,6 +178,7 @@ int main(int argc, char** argv) {
   options.model_repository = absl::GetFlag(FLAGS_model_repository);
   options.conditioning_cache_bytes =
       absl::GetFlag(FLAGS_conditioning_cache_bytes);
+  options.serve_ready_models = absl::GetFlag(FLAGS_serve_ready_models);
   options.conditioning_device = conditioning_device == "cuda"
                                     ? temb::BackendChoice::kCuda
                                     : temb::BackendChoice::kCpu;

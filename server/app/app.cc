@@ -280,6 +280,19 @@ absl::StatusOr<std::unique_ptr<App>> App::Start(
           ? options.backend_options.cpu_threads
           : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   conditioning_options.cache_bytes = options.conditioning_cache_bytes;
+  conditioning_options.serve_ready_models = options.serve_ready_models;
+  // One line per model as it settles: a model that failed to load says so,
+  // with the reason, where an operator looks first.
+  conditioning_options.on_settled = [](const std::string& name,
+                                       ModelState state,
+                                       const std::string& message) {
+    if (state == ModelState::kReady) {
+      LogEvent(LogLevel::kInfo, "conditioning_model_ready", {{"model", name}});
+    } else {
+      LogEvent(LogLevel::kError, "conditioning_model_failed",
+               {{"model", name}, {"reason", message}});
+    }
+  };
   if (options.conditioning_device == BackendChoice::kCuda) {
     absl::StatusOr<std::unique_ptr<LinearEngine>> engine =
         CreateGpuLinearEngine(options.backend_options.cuda_device);
@@ -368,10 +381,13 @@ absl::StatusOr<std::unique_ptr<App>> App::Start(
   GrpcServer* server = app->server_.get();
   app->admission_->SetNotServingListener(
       [server](AdmissionController::State) { server->SetNotServing(); });
-  // Readiness waits for the conditioning models.
+  // Readiness waits for the conditioning models, and (strict) for each to
+  // be ready: a failed model keeps the server not ready.
   server->SetServing(kModelsHealthName, false);
-  app->conditioning_->CallWhenLoaded(
-      [server] { server->SetServing(kModelsHealthName, true); });
+  const ConditioningService* conditioning = app->conditioning_.get();
+  app->conditioning_->CallWhenLoaded([server, conditioning] {
+    server->SetServing(kModelsHealthName, conditioning->RepositoryReady());
+  });
 
   LogEvent(
       LogLevel::kInfo, "serving",

@@ -45,6 +45,43 @@ std::string ProtocolInputName(absl::string_view model_name) {
   return std::string(model_name);
 }
 
+// The few names of `known` closest to `name` (the longest common prefix,
+// then the nearest length), for a NOT_FOUND message that stays short
+// however many models a repository holds: gRPC refuses a status whose
+// message passes its metadata limit, and the caller would read that as
+// overload.
+std::string ClosestNames(absl::string_view name,
+                         std::vector<std::string> known) {
+  constexpr size_t kShown = 5;
+  constexpr size_t kMaxNameShown = 64;
+  if (known.empty()) return "models: none";
+  auto prefix = [&](const std::string& other) {
+    size_t n = 0;
+    while (n < other.size() && n < name.size() && other[n] == name[n]) ++n;
+    return n;
+  };
+  auto gap = [&](const std::string& other) {
+    return other.size() > name.size() ? other.size() - name.size()
+                                      : name.size() - other.size();
+  };
+  const size_t shown = std::min(kShown, known.size());
+  std::partial_sort(known.begin(), known.begin() + shown, known.end(),
+                    [&](const std::string& a, const std::string& b) {
+                      const size_t pa = prefix(a), pb = prefix(b);
+                      if (pa != pb) return pa > pb;
+                      if (gap(a) != gap(b)) return gap(a) < gap(b);
+                      return a < b;
+                    });
+  std::vector<std::string> names;
+  for (size_t i = 0; i < shown; ++i) {
+    names.push_back(known[i].size() > kMaxNameShown
+                        ? known[i].substr(0, kMaxNameShown) + "..."
+                        : known[i]);
+  }
+  return absl::StrCat(known.size(),
+                      " models; the closest: ", absl::StrJoin(names, ", "));
+}
+
 absl::Status CheckModelName(absl::string_view name) {
   if (name.empty() || name.size() > kMaxModelNameBytes) {
     return absl::InvalidArgumentError(
@@ -126,7 +163,8 @@ absl::Status ConditioningService::OpenRepository(
                      " cannot be listed: ", error.message()));
   }
   std::sort(names.begin(), names.end());
-  absl::MutexLock lock(&mu_);
+  std::vector<std::pair<std::string, std::string>> refused;
+  absl::ReleasableMutexLock lock(&mu_);
   for (const std::string& name : names) {
     // Hidden folders (.git, editors' and mounts' ..data) are not models.
     if (name.empty() || name[0] == '.') continue;
@@ -144,12 +182,19 @@ absl::Status ConditioningService::OpenRepository(
       entry->state = ModelState::kFailed;
       entry->message =
           absl::StrCat(entry->directory, ": ", name_status.message());
+      refused.emplace_back(entry->name, entry->message);
     } else {
       ++loading_;
     }
     entries_.push_back(std::move(entry));
   }
   loader_ = std::thread([this] { LoadAll(); });
+  lock.Release();
+  if (options_.on_settled) {
+    for (const auto& [name, message] : refused) {
+      options_.on_settled(name, ModelState::kFailed, message);
+    }
+  }
   return absl::OkStatus();
 }
 
@@ -170,15 +215,18 @@ void ConditioningService::LoadAll() {
       }
     }
     auto model = models::ConditioningModel::Load(entry->directory, options);
-    absl::MutexLock lock(&mu_);
-    if (model.ok()) {
-      entry->model = *std::move(model);
-      entry->state = ModelState::kReady;
-    } else {
-      entry->state = ModelState::kFailed;
-      entry->message = std::string(model.status().message());
+    const ModelState state =
+        model.ok() ? ModelState::kReady : ModelState::kFailed;
+    const std::string message =
+        model.ok() ? std::string() : std::string(model.status().message());
+    {
+      absl::MutexLock lock(&mu_);
+      if (model.ok()) entry->model = *std::move(model);
+      entry->state = state;
+      entry->message = message;
+      --loading_;
     }
-    --loading_;
+    if (options_.on_settled) options_.on_settled(entry->name, state, message);
   }
   std::vector<std::function<void()>> callbacks;
   {
@@ -210,6 +258,17 @@ void ConditioningService::CallWhenLoaded(std::function<void()> callback) {
 bool ConditioningService::loading() const {
   absl::MutexLock lock(&mu_);
   return loading_ > 0;
+}
+
+bool ConditioningService::RepositoryReady() const {
+  absl::MutexLock lock(&mu_);
+  if (loading_ > 0) return false;
+  if (options_.serve_ready_models) return true;
+  return std::none_of(entries_.begin(), entries_.end(),
+                      [&](const std::unique_ptr<Entry>& e)
+                          ABSL_NO_THREAD_SAFETY_ANALYSIS {
+                            return e->state == ModelState::kFailed;
+                          });
 }
 
 const ConditioningService::Entry* ConditioningService::Find(
@@ -297,8 +356,8 @@ absl::StatusOr<ConditionResponse> ConditioningService::Serve(
     for (const auto& e : entries_) known.push_back(e->name);
     return absl::NotFoundError(
         absl::StrCat(request.model_field, ": ", Quoted(request.model),
-                     " is not a conditioning model of this server (models: ",
-                     known.empty() ? "none" : absl::StrJoin(known, ", "), ")"));
+                     " is not a conditioning model of this server (",
+                     ClosestNames(request.model, known), ")"));
   }
   {
     absl::MutexLock lock(&mu_);

@@ -30,8 +30,8 @@ bool ServedModels::Ready(absl::string_view name,
   return FindModel(core.presets(), name, version).ok();
 }
 
-bool ServedModels::Settled() const {
-  return conditioning == nullptr || !conditioning->loading();
+bool ServedModels::RepositoryReady() const {
+  return conditioning == nullptr || conditioning->RepositoryReady();
 }
 
 absl::Status ServedModels::FillMetadata(

@@ -98,9 +98,11 @@ grpc::ServerUnaryReactor* KServeService::ServerReady(
     const inference::ServerReadyRequest* /*request*/,
     inference::ServerReadyResponse* response) {
   const absl::Status status = gate_.Authenticate(*context);
-  // Ready once every conditioning model has loaded or failed (a failed one
-  // is not ready itself, ModelReady, and does not hold the others back).
-  response->set_ready(status.ok() && gate_.serving() && models_.Settled());
+  // Ready once every conditioning model has loaded (strict, the default),
+  // or has loaded or failed with --serve_ready_models (a failed one is then
+  // not ready itself, ModelReady, and does not hold the others back).
+  response->set_ready(status.ok() && gate_.serving() &&
+                      models_.RepositoryReady());
   return FinishWith(context, status);
 }
 

@@ -33,17 +33,22 @@ absl::StatusOr<bool> IsRegularFile(const std::string& path) {
   return S_ISREG(info.st_mode);
 }
 
-// Reads a JSON file no larger than kMaxJsonFileBytes.
+// Reads a JSON file of the folder: a regular file (never a FIFO or a
+// device, which could block or never end) of at most kMaxJsonFileBytes,
+// nested at most kMaxJsonDepth deep, so that parsing it recurses a bounded
+// depth.
 absl::StatusOr<std::string> ReadSmallFile(const std::string& path) {
-  struct stat info;
-  if (::stat(path.c_str(), &info) == 0 &&
-      static_cast<uint64_t>(info.st_size) > kMaxJsonFileBytes) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(path, ": ", info.st_size, " bytes is above the limit of ",
-                     kMaxJsonFileBytes, " for a JSON file"));
-  }
-  return ReadFile(path, "model file");
+  ASSIGN_OR_RETURN(std::string text,
+                   ReadRegularFile(path, "a JSON file", kMaxJsonFileBytes));
+  RETURN_IF_ERROR(CheckJsonDepth(text, kMaxJsonDepth, path));
+  return text;
 }
+
+// A JSON value in a message: its first bytes (a value may be a whole file).
+std::string Excerpt(const std::string& text) {
+  return text.size() > 64 ? text.substr(0, 64) + "..." : text;
+}
+std::string Excerpt(const json& value) { return Excerpt(value.dump()); }
 
 std::string ShapeText(const std::vector<int64_t>& shape) {
   return absl::StrCat("[", absl::StrJoin(shape, ", "), "]");
@@ -53,6 +58,7 @@ std::string ShapeText(const std::vector<int64_t>& shape) {
 
 absl::StatusOr<ModelConfig> ModelConfig::Parse(const std::string& file,
                                                const std::string& text) {
+  RETURN_IF_ERROR(CheckJsonDepth(text, kMaxJsonDepth, file));
   const json parsed = json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (parsed.is_discarded() || !parsed.is_object()) {
     return absl::InvalidArgumentError(
@@ -82,9 +88,9 @@ absl::StatusOr<int64_t> ModelConfig::PositiveInt(
   const json value = json::parse(it->second);
   if (!value.is_number_unsigned() || value.get<uint64_t>() == 0 ||
       value.get<uint64_t>() > (uint64_t{1} << 31)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(file_, ": field ", field,
-                     ": must be an integer in [1, 2^31], got ", it->second));
+    return absl::InvalidArgumentError(absl::StrCat(
+        file_, ": field ", field, ": must be an integer in [1, 2^31], got ",
+        Excerpt(it->second)));
   }
   return static_cast<int64_t>(value.get<uint64_t>());
 }
@@ -95,8 +101,9 @@ absl::StatusOr<bool> ModelConfig::Bool(const std::string& field,
   if (it == fields_.end()) return fallback;
   const json value = json::parse(it->second);
   if (!value.is_boolean()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        file_, ": field ", field, ": must be true or false, got ", it->second));
+    return absl::InvalidArgumentError(
+        absl::StrCat(file_, ": field ", field, ": must be true or false, got ",
+                     Excerpt(it->second)));
   }
   return value.get<bool>();
 }
@@ -108,8 +115,9 @@ absl::StatusOr<std::vector<int64_t>> ModelConfig::IndexList(
   if (it == fields_.end()) return indices;
   const json value = json::parse(it->second);
   if (!value.is_array()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        file_, ": field ", field, ": must be a list, got ", it->second));
+    return absl::InvalidArgumentError(absl::StrCat(file_, ": field ", field,
+                                                   ": must be a list, got ",
+                                                   Excerpt(it->second)));
   }
   for (const json& item : value) {
     // diffusers ignores an index past the last block; such a config is
@@ -119,7 +127,7 @@ absl::StatusOr<std::vector<int64_t>> ModelConfig::IndexList(
       return absl::InvalidArgumentError(
           absl::StrCat(file_, ": field ", field,
                        ": every entry must be a block index in [0, ", count,
-                       "), got ", it->second));
+                       "), got ", Excerpt(it->second)));
     }
     indices.push_back(static_cast<int64_t>(item.get<uint64_t>()));
   }
@@ -136,7 +144,7 @@ absl::StatusOr<std::optional<bool>> ModelConfig::Flag(
   if (value.is_number()) return value.get<double>() != 0;
   return absl::InvalidArgumentError(absl::StrCat(
       file_, ": field ", field, ": must be true, false, a number or null, got ",
-      it->second));
+      Excerpt(it->second)));
 }
 
 absl::StatusOr<double> ModelConfig::Number(const std::string& field,
@@ -147,7 +155,7 @@ absl::StatusOr<double> ModelConfig::Number(const std::string& field,
   if (!value.is_number() || !std::isfinite(value.get<double>())) {
     return absl::InvalidArgumentError(
         absl::StrCat(file_, ": field ", field,
-                     ": must be a finite number, got ", it->second));
+                     ": must be a finite number, got ", Excerpt(it->second)));
   }
   return value.get<double>();
 }
@@ -161,22 +169,23 @@ absl::StatusOr<int64_t> ModelConfig::PositiveIntAt(const std::string& field,
   }
   const json value = json::parse(it->second);
   if (!value.is_array()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        file_, ": field ", field, ": must be a list, got ", it->second));
+    return absl::InvalidArgumentError(absl::StrCat(file_, ": field ", field,
+                                                   ": must be a list, got ",
+                                                   Excerpt(it->second)));
   }
   const int64_t size = static_cast<int64_t>(value.size());
   const int64_t at = index < 0 ? size + index : index;
   if (at < 0 || at >= size) {
     return absl::InvalidArgumentError(
         absl::StrCat(file_, ": field ", field, ": needs an entry ", index,
-                     ", has ", size, " entries: ", it->second));
+                     ", has ", size, " entries: ", Excerpt(it->second)));
   }
   const json& item = value[static_cast<size_t>(at)];
   if (!item.is_number_unsigned() || item.get<uint64_t>() == 0 ||
       item.get<uint64_t>() > (uint64_t{1} << 31)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(file_, ": field ", field, ": entry ", at,
-                     " must be an integer in [1, 2^31], got ", it->second));
+    return absl::InvalidArgumentError(absl::StrCat(
+        file_, ": field ", field, ": entry ", at,
+        " must be an integer in [1, 2^31], got ", Excerpt(it->second)));
   }
   return static_cast<int64_t>(item.get<uint64_t>());
 }
@@ -198,7 +207,7 @@ absl::Status ModelConfig::Require(
   }
   return absl::InvalidArgumentError(absl::StrCat(
       file_, ": field ", field, ": ",
-      it == fields_.end() ? std::string("absent") : it->second,
+      it == fields_.end() ? std::string("absent") : Excerpt(it->second),
       " is not supported (supported: ", absl::StrJoin(json_texts, ", "), ")"));
 }
 
@@ -213,7 +222,7 @@ absl::Status ModelConfig::RequireLength(const std::string& field,
   if (!value.is_array() || static_cast<int64_t>(value.size()) != length) {
     return absl::InvalidArgumentError(
         absl::StrCat(file_, ": field ", field, ": must be a list of ", length,
-                     " entries, got ", it->second));
+                     " entries, got ", Excerpt(it->second)));
   }
   return absl::OkStatus();
 }
@@ -251,7 +260,7 @@ absl::StatusOr<FolderOptions> ReadFolderOptions(const std::string& dir) {
     if (!item.value().is_string()) {
       return absl::InvalidArgumentError(
           absl::StrCat(path, ": field torch_dtype: must be a string, got ",
-                       item.value().dump()));
+                       Excerpt(item.value())));
     }
     absl::StatusOr<DType> dtype =
         ParseTorchDType(item.value().get<std::string>());

@@ -13,6 +13,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "nlohmann/json.hpp"
+#include "temb/base/file_reader.h"
 #include "temb/base/quoted.h"
 #include "temb/base/status_macros.h"
 
@@ -106,7 +107,9 @@ absl::StatusOr<TensorEntry> ParseEntry(absl::string_view file,
       return Invalid(file, name, "shape",
                      absl::StrCat("dimensions must be non-negative integers, "
                                   "got ",
-                                  dim.dump()));
+                                  dim.is_primitive()
+                                      ? dim.dump()
+                                      : "a " + std::string(dim.type_name())));
     }
     const std::optional<uint64_t> product =
         CheckedMul(elements, dim.get<uint64_t>());
@@ -175,6 +178,8 @@ absl::string_view SafetensorsDTypeName(DType dtype) {
 absl::StatusOr<std::map<std::string, TensorEntry>> ParseSafetensorsHeader(
     absl::string_view file, absl::string_view header_json,
     uint64_t data_bytes) {
+  RETURN_IF_ERROR(CheckJsonDepth(header_json, kMaxJsonDepth,
+                                 absl::StrCat(file, ": header")));
   const json header = json::parse(header_json.begin(), header_json.end(),
                                   /*cb=*/nullptr, /*allow_exceptions=*/false);
   if (header.is_discarded()) {
@@ -225,7 +230,9 @@ absl::StatusOr<std::unique_ptr<SafetensorsFile>> SafetensorsFile::Open(
     const std::string& path) {
   std::unique_ptr<SafetensorsFile> file(new SafetensorsFile());
   file->path_ = path;
-  file->fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  // Without blocking: a FIFO named as a shard is refused below, not waited
+  // on (O_NONBLOCK changes nothing for a regular file's reads).
+  file->fd_ = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
   if (file->fd_ < 0) {
     return absl::ErrnoToStatus(errno, absl::StrCat("cannot open ", path));
   }

@@ -3,7 +3,9 @@
 #include <cstring>
 #include <utility>
 
+#include "absl/strings/str_cat.h"
 #include "absl/types/span.h"
+#include "temb/base/quoted.h"
 #include "temb/base/status_macros.h"
 #include "temb/models/weight_fingerprint.h"
 #include "value_codec.h"
@@ -51,6 +53,35 @@ absl::StatusOr<LoadedTensor> LoadAs(const Checkpoint& checkpoint,
   return tensor;
 }
 
+// NaN or Inf anywhere in a weight would be served as NaN rows: refused at
+// load instead, naming the tensor and the first such element.
+absl::Status CheckFinite(const std::string& file, const std::string& name,
+                         const LoadedTensor& tensor, DType dtype) {
+  const size_t element = DTypeSize(dtype);
+  const size_t count = tensor.data.size() / element;
+  const uint8_t* bytes = tensor.data.data();
+  for (size_t i = 0; i < count; ++i) {
+    bool finite;
+    if (dtype == DType::kFloat32) {
+      uint32_t bits;
+      std::memcpy(&bits, bytes + 4 * i, 4);
+      finite = (bits & 0x7f800000u) != 0x7f800000u;
+    } else {
+      uint16_t bits;
+      std::memcpy(&bits, bytes + 2 * i, 2);
+      finite = dtype == DType::kBFloat16 ? (bits & 0x7f80u) != 0x7f80u
+                                         : (bits & 0x7c00u) != 0x7c00u;
+    }
+    if (!finite) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(file, ": tensor ", Quoted(name), ": element ", i,
+                       " is NaN or infinite; a model's weights must be "
+                       "finite"));
+    }
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 TensorReader::TensorReader(const Checkpoint& checkpoint,
@@ -72,6 +103,7 @@ absl::StatusOr<LoadedTensor> TensorReader::Load(
     const std::string& name, DType dtype, const std::vector<int64_t>& shape) {
   ASSIGN_OR_RETURN(LoadedTensor tensor,
                    LoadAs(checkpoint_, name, dtype, shape, convert_));
+  RETURN_IF_ERROR(CheckFinite(checkpoint_.dir(), name, tensor, dtype));
   weight_bytes_ += static_cast<int64_t>(tensor.data.size());
   fingerprints_[name] = WeightFingerprint(
       dtype, absl::MakeConstSpan(tensor.data.data(), tensor.data.size()));

@@ -38,6 +38,9 @@ class TensorReader {
   absl::StatusOr<std::vector<float>> LoadValues(
       const std::string& name, DType dtype, const std::vector<int64_t>& shape);
 
+  // The tensors the checkpoint names (Checkpoint::tensor_count).
+  int64_t tensor_count() const { return checkpoint_.tensor_count(); }
+
   // The model's dtype once a tensor set it (or the torch_dtype), else
   // float32.
   DType model_dtype() const { return dtype_.value_or(DType::kFloat32); }

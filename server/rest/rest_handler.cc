@@ -248,7 +248,7 @@ void RestHandler::Handle(const HttpRequest& request, BodyPermit permit,
     if (!get) return SetMethodNotAllowed("GET", response);
     // Ready once every conditioning model has loaded or failed.
     return SetProbe(path == "/v2/health/live" ||
-                        (admission_->serving() && models_.Settled()),
+                        (admission_->serving() && models_.RepositoryReady()),
                     503, response);
   }
   if (path == "/v2" || path == "/v2/") {

@@ -14,6 +14,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
 #include "gmock/gmock.h"
@@ -68,6 +69,27 @@ ConditionInput Timesteps(const std::vector<float>& values,
   return input;
 }
 
+TEST_F(ConditioningServiceTest, AnUnknownModelsMessageNamesAFewModelsOnly) {
+  // 300 folders of 200-byte names: listing them all would pass gRPC's
+  // 16 KiB metadata limit, and the caller would read RESOURCE_EXHAUSTED.
+  for (int i = 0; i < 300; ++i) {
+    const std::string name = absl::StrCat(std::string(196, 'm'), 1000 + i);
+    ASSERT_EQ(mkdir(repository_.File(name).c_str(), 0755), 0);
+  }
+  auto service = Open();
+  ConditionRequest request;
+  request.model = std::string(196, 'm') + "1042x";
+  request.model_field = "model";
+  const std::vector<float> t = {999.0f};
+  request.inputs = {Timesteps(t)};
+  const auto answer = service->Serve(request, nullptr);
+  EXPECT_EQ(answer.status().code(), absl::StatusCode::kNotFound);
+  const std::string message = Message(answer.status());
+  EXPECT_LT(message.size(), 1024u) << message;
+  EXPECT_THAT(message, HasSubstr("303 models; the closest: "));
+  EXPECT_THAT(message, HasSubstr(std::string(64, 'm') + "..."));
+}
+
 TEST_F(ConditioningServiceTest, EachModelLoadsOrFailsOnItsOwn) {
   auto service = Open();
   const auto models = service->Models();
@@ -103,7 +125,7 @@ TEST_F(ConditioningServiceTest, EachModelLoadsOrFailsOnItsOwn) {
   answer = service->Serve(request, nullptr);
   EXPECT_EQ(answer.status().code(), absl::StatusCode::kNotFound);
   EXPECT_THAT(Message(answer.status()),
-              HasSubstr("models: broken, flux, qwen"));
+              HasSubstr("3 models; the closest: broken, flux, qwen"));
   request.model = "qwen";
   answer = service->Serve(request, nullptr);
   ASSERT_TRUE(answer.ok()) << answer.status();

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "op_unit.h"
 #include "temb/kernels/cpu_backend.h"
@@ -298,7 +299,9 @@ TEST_F(OpUnitTest, StackedLinearAgainstFloat64) {
 }
 
 TEST_F(OpUnitTest, ALinearOverNoBlockIsAbsent) {
-  Open(R"({"_class_name": "Test", "blocks": 2, "listed": []})");
+  Open(R"({"_class_name": "Test", "blocks": 2, "listed": []})",
+       {{"a", DType::kFloat32, {1}, Float32Bytes({0})},
+        {"b", DType::kFloat32, {1}, Float32Bytes({0})}});
   Op op = MakeOp(OpKind::kLinear, {"x"}, ValueDType::kFloat32);
   op.weight = "b.{i}.w";
   op.width_d = 1;
@@ -306,6 +309,25 @@ TEST_F(OpUnitTest, ALinearOverNoBlockIsAbsent) {
   op.select = BlockSelect::kListed;
   op.block_list = "listed";
   EXPECT_EQ(Plan(op, {Row(8)}), nullptr);
+}
+
+// A config.json may claim any count: one above the tensors the checkpoint
+// names is refused before anything is sized by it.
+TEST_F(OpUnitTest, ABlockCountAboveTheCheckpointsTensorsIsRefused) {
+  Open(R"({"_class_name": "Test", "blocks": 1000000000})");
+  Op op = MakeOp(OpKind::kLinear, {"x"}, ValueDType::kFloat32);
+  op.weight = "b.{i}.w";
+  op.width_d = 1;
+  op.blocks = "blocks";
+  ops_.push_back(op);
+  const ValueInfo row = Row(8);
+  PlanContext context{
+      family_, checkpoint_->config(), width_, *tensors_, {&row}};
+  const absl::StatusOr<OpPlan> plan = PlanOp(ops_.back(), context);
+  EXPECT_EQ(plan.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(plan.status().message()),
+              ::testing::HasSubstr("blocks is 1000000000, more blocks than "
+                                   "the checkpoint has tensors (1)"));
 }
 
 TEST_F(OpUnitTest, TableAddRepeatsTheRowAlongTheTable) {

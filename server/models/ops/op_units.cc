@@ -30,6 +30,14 @@ absl::StatusOr<std::vector<int64_t>> StackedBlocks(const Op& op,
   if (op.blocks.empty()) return std::vector<int64_t>{0};
   ASSIGN_OR_RETURN(const int64_t count,
                    EvaluateConfig(context.config, op.blocks));
+  // Each block reads a tensor of its own: a count above the checkpoint's
+  // tensors is refused before anything is sized by it.
+  if (count > context.tensors.tensor_count()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(context.config.file(), ": ", op.blocks, " is ", count,
+                     ", more blocks than the checkpoint has tensors (",
+                     context.tensors.tensor_count(), ")"));
+  }
   ASSIGN_OR_RETURN(std::vector<int64_t> indices,
                    SelectBlocks(context.config, op, count));
   if (op.select != BlockSelect::kLast) {

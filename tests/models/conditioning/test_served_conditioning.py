@@ -156,8 +156,10 @@ def server(repository, tmp_path_factory):
         pytest.skip("TEMB_SERVER_BIN is not set (run through ctest)")
     root, _ = repository
     workdir = tmp_path_factory.mktemp("server")
+    # The damaged models fail: serve the good ones (strict readiness,
+    # the default, is test_repository.py's in tests/reliability).
     srv = TembServer(binary, workdir, "--backend=cpu",
-                     f"--model_repository={root}",
+                     f"--model_repository={root}", "--serve_ready_models",
                      "--http_address=127.0.0.1:0",
                      f"--http_port_file={workdir / 'http_port'}",
                      metrics=True)

@@ -86,6 +86,11 @@ struct AppOptions {
   std::string model_repository;
   // The exact row cache shared by the conditioning models; 0: none.
   int64_t conditioning_cache_bytes = int64_t{256} << 20;
+  // Readiness (temb.models health, KServe server ready) while a model of the
+  // repository failed: false (strict, as Triton's --strict-readiness) until
+  // every model is ready; true once every model settled, serving the ready
+  // ones alone.
+  bool serve_ready_models = false;
   // Where the conditioning models' Linear layers run: kCpu, or kCuda
   // (cuBLASLt on backend_options.cuda_device); kAuto is the CPU.
   BackendChoice conditioning_device = BackendChoice::kCpu;

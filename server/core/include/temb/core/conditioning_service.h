@@ -117,6 +117,15 @@ class ConditioningService {
     int64_t cache_bytes = int64_t{256} << 20;
     // Where the models' Linear layers run (null: the CPU).
     std::shared_ptr<LinearEngine> linear_engine;
+    // Whether the repository is ready (RepositoryReady) with failed models
+    // in it; false: strict, every model must be ready.
+    bool serve_ready_models = false;
+    // Called once per model of the repository as it becomes ready or
+    // failed (`message`: why), on the thread that settled it and outside
+    // the service's lock: the app logs it.
+    std::function<void(const std::string& name, ModelState state,
+                       const std::string& message)>
+        on_settled;
   };
 
   // A service without models (no repository).
@@ -138,6 +147,9 @@ class ConditioningService {
   bool WaitUntilLoaded(absl::Duration timeout) const;
   // Whether any model is still loading.
   bool loading() const;
+  // Readiness of the repository as a whole: no model loading, and (unless
+  // Options::serve_ready_models) none failed.
+  bool RepositoryReady() const;
   // Runs `callback` once no model is loading: now, or on the loading
   // thread when its last model settles (never after StopLoading).  For
   // readiness probes.

@@ -36,8 +36,10 @@ struct ServedModels {
   // Ready: a known model at `version` that can answer now (a conditioning
   // model once loaded).  Unknown models are simply not ready.
   bool Ready(absl::string_view name, absl::string_view version) const;
-  // Whether every conditioning model has finished loading (ready or failed).
-  bool Settled() const;
+  // Whether the conditioning models' repository is ready: every model
+  // loaded, or settled with --serve_ready_models
+  // (ConditioningService::RepositoryReady).
+  bool RepositoryReady() const;
   // NOT_FOUND for an unknown model or version; FAILED_PRECONDITION for a
   // conditioning model that is loading or failed.
   absl::Status FillMetadata(absl::string_view name, absl::string_view version,

@@ -124,6 +124,12 @@ class Checkpoint {
   // INVALID_ARGUMENT when it is not a floating dtype temb computes in).
   absl::StatusOr<DType> StoredDType(const std::string& name) const;
 
+  // How many tensors the index or header names: no family reads more, which
+  // bounds every count of blocks a config.json may claim.
+  int64_t tensor_count() const {
+    return static_cast<int64_t>(file_of_tensor_.size());
+  }
+
   // Identifies these weights without hashing gigabytes: every weights
   // file's name, size and modification time, and a hash of config.json.
   const std::string& weights_identity() const { return identity_; }

@@ -36,6 +36,12 @@
 
 namespace temb::models {
 
+// How deep a model folder's JSON (config.json, temb.json, the index, a
+// safetensors header) may nest arrays and objects, checked before it is
+// parsed: released configs nest 3 levels, and nlohmann's parser recurses
+// once per level.
+inline constexpr int kMaxJsonDepth = 64;
+
 // The largest header accepted (the same bound as the reference Rust reader):
 // a header is a list of names and shapes, and a length field beyond this is
 // a damaged or hostile file, not a large model.

@@ -1,0 +1,235 @@
+"""Hostile model folders against a real temb-server (red team round 4):
+each must fail on its own, quickly and within the load's memory bound,
+naming its cause, while a good model and the presets serve; the server
+says so in its log, keeps readiness off (strict) or serves the ready
+models (--serve_ready_models), and ends on SIGTERM whatever a folder is.
+
+The folders: JSON nested 300,000 deep in config.json, in temb.json's
+torch_dtype and in a safetensors header's shape; num_layers of 1e9 and
+2^31 over a 2-block checkpoint; config.json a link to /dev/zero; a FIFO
+as config.json and as a shard; a NaN weight.
+"""
+import json
+import os
+import struct
+import time
+
+import grpc
+import pytest
+
+from conftest import temb
+
+QWEN = "QwenImageTransformer2DModel"
+DEEP = 300_000
+# A load holds the model's weights plus one tensor (docs/operations.md);
+# these folders hold kilobytes, so anything near this is a defect.
+LOAD_BOUND_BYTES = 160 << 20
+
+
+def tensor_bytes(count, seed):
+    values = [((seed * 7919 + i * 104729) % 1000) / 1000 - 0.5
+              for i in range(count)]
+    return struct.pack(f"<{count}f", *values)
+
+
+def write_safetensors(path, tensors, header_extra=None):
+    """tensors: {name: (shape, bytes)}; header_extra replaces the header
+    text's tail (a hostile header)."""
+    header, data, offset = {}, b"", 0
+    for name, (shape, raw) in tensors.items():
+        header[name] = {"dtype": "F32", "shape": shape,
+                        "data_offsets": [offset, offset + len(raw)]}
+        data += raw
+        offset += len(raw)
+    text = json.dumps(header)
+    if header_extra is not None:
+        text = header_extra
+    encoded = text.encode()
+    path.write_bytes(struct.pack("<Q", len(encoded)) + encoded + data)
+
+
+def qwen_tensors():
+    """A Qwen-Image-shaped checkpoint: D = 8 (2 heads of 4), 2 blocks."""
+    shapes = {"time_text_embed.timestep_embedder.linear_1.weight": [8, 256],
+              "time_text_embed.timestep_embedder.linear_1.bias": [8],
+              "time_text_embed.timestep_embedder.linear_2.weight": [8, 8],
+              "time_text_embed.timestep_embedder.linear_2.bias": [8],
+              "norm_out.linear.weight": [16, 8],
+              "norm_out.linear.bias": [16]}
+    for i in range(2):
+        for stream in ("img_mod", "txt_mod"):
+            shapes[f"transformer_blocks.{i}.{stream}.1.weight"] = [48, 8]
+            shapes[f"transformer_blocks.{i}.{stream}.1.bias"] = [48]
+    tensors = {}
+    for seed, (name, shape) in enumerate(shapes.items()):
+        count = 1
+        for extent in shape:
+            count *= extent
+        tensors[name] = (shape, tensor_bytes(count, seed))
+    return tensors
+
+
+def config(**fields):
+    return json.dumps({"_class_name": QWEN, "num_layers": 2,
+                       "num_attention_heads": 2, "attention_head_dim": 4,
+                       **fields})
+
+
+def good_folder(folder, **fields):
+    folder.mkdir()
+    (folder / "config.json").write_text(config(**fields))
+    write_safetensors(folder / "diffusion_pytorch_model.safetensors",
+                      qwen_tensors())
+    return folder
+
+
+def deep(depth=DEEP):
+    return "[" * depth + "]" * depth
+
+
+@pytest.fixture(scope="module")
+def repository(tmp_path_factory):
+    """The repository, and each hostile folder's expected cause."""
+    root = tmp_path_factory.mktemp("repository")
+    good_folder(root / "good")
+    causes = {}
+
+    folder = good_folder(root / "deep-config")
+    (folder / "config.json").write_text(
+        '{"_class_name": "%s", "x": %s}' % (QWEN, deep()))
+    causes["deep-config"] = "JSON nested deeper than 64 levels"
+
+    folder = good_folder(root / "deep-temb-json")
+    (folder / "temb.json").write_text('{"torch_dtype": %s}' % deep())
+    causes["deep-temb-json"] = "JSON nested deeper than 64 levels"
+
+    folder = good_folder(root / "deep-shape")
+    header = json.dumps({"w": {"dtype": "F32", "shape": [1],
+                               "data_offsets": [0, 4]}})
+    write_safetensors(folder / "diffusion_pytorch_model.safetensors", {},
+                      header_extra=header.replace("[1]", deep()))
+    causes["deep-shape"] = "JSON nested deeper than 64 levels"
+
+    good_folder(root / "layers-1e9", num_layers=1_000_000_000)
+    causes["layers-1e9"] = "more blocks than the checkpoint has tensors"
+    good_folder(root / "layers-2-31", num_layers=2 ** 31)
+    causes["layers-2-31"] = "more blocks than the checkpoint has tensors"
+
+    folder = good_folder(root / "zero-config")
+    (folder / "config.json").unlink()
+    (folder / "config.json").symlink_to("/dev/zero")
+    causes["zero-config"] = "config.json: not a regular file"
+
+    folder = good_folder(root / "fifo-config")
+    (folder / "config.json").unlink()
+    os.mkfifo(folder / "config.json")
+    causes["fifo-config"] = "config.json: not a regular file"
+
+    folder = good_folder(root / "nan-weight")
+    tensors = qwen_tensors()
+    shape, raw = tensors["norm_out.linear.bias"]
+    tensors["norm_out.linear.bias"] = (
+        shape, raw[:12] + struct.pack("<f", float("nan")) + raw[16:])
+    write_safetensors(folder / "diffusion_pytorch_model.safetensors", tensors)
+    causes["nan-weight"] = ('tensor "norm_out.linear.bias": element 3 is NaN '
+                            "or infinite")
+
+    folder = good_folder(root / "fifo-shard")
+    (folder / "diffusion_pytorch_model.safetensors").unlink()
+    os.mkfifo(folder / "shard-1.safetensors")
+    (folder / "diffusion_pytorch_model.safetensors.index.json").write_text(
+        json.dumps({"weight_map": {
+            name: "shard-1.safetensors" for name in qwen_tensors()}}))
+    causes["fifo-shard"] = "shard-1.safetensors: not a regular file"
+    return root, causes
+
+
+def server_info(pb, target):
+    temb_pb2, temb_pb2_grpc, _, _ = pb
+    with grpc.insecure_channel(target) as channel:
+        return temb_pb2_grpc.EmbeddingServiceStub(channel).GetServerInfo(
+            temb_pb2.GetServerInfoRequest(), timeout=10)
+
+
+def settled(pb, target):
+    models = server_info(pb, target).conditioning_models
+    return models and all(m.state != 1 for m in models)  # 1: loading
+
+
+def kserve_ready(pb, target):
+    _, _, kserve, kserve_grpc = pb
+    with grpc.insecure_channel(target) as channel:
+        return kserve_grpc.GRPCInferenceServiceStub(channel).ServerReady(
+            kserve.ServerReadyRequest(), timeout=10).ready
+
+
+def peak_rss_bytes(server):
+    with open(f"/proc/{server.process.pid}/status") as status:
+        for line in status:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) * 1024
+    raise AssertionError("no VmHWM")
+
+
+def answers(pb, target, model):
+    temb_pb2, temb_pb2_grpc, _, _ = pb
+    request = temb_pb2.ConditionRequest(model=model)
+    tensor = request.inputs.add(name="timesteps").tensor
+    tensor.dtype = temb_pb2.DTYPE_FP32
+    tensor.shape.append(2)
+    tensor.data = struct.pack("<2f", 999.0, 500.0)
+    with grpc.insecure_channel(target) as channel:
+        return temb_pb2_grpc.EmbeddingServiceStub(channel).Condition(
+            request, timeout=30)
+
+
+@pytest.mark.parametrize("serve_ready_models", [False, True])
+def test_hostile_folders_fail_alone_and_the_server_serves(
+        serve_ready_models, repository, pb, start_server):
+    root, causes = repository
+    flags = [f"--model_repository={root}", "--log_level=info",
+             "--drain_grace=2s"]
+    if serve_ready_models:
+        flags.append("--serve_ready_models")
+    server = start_server(*flags)
+    deadline = time.monotonic() + 60
+    while not settled(pb, server.target):
+        assert server.alive(), server.log()
+        assert time.monotonic() < deadline, "the models never settled"
+        time.sleep(0.1)
+    assert server.alive(), server.log()
+    peak = peak_rss_bytes(server)
+    assert peak < LOAD_BOUND_BYTES, f"peak RSS {peak >> 20} MiB"
+
+    models = {m.name: m for m in server_info(pb, server.target)
+              .conditioning_models}
+    assert models["good"].state == 2, models["good"].message  # ready
+    for name, cause in causes.items():
+        assert models[name].state == 3, name  # failed
+        assert cause in models[name].message, (name, models[name].message)
+        # One structured line per model, with the reason.
+        assert f"event=conditioning_model_failed model={name} " in server.log(), \
+            name
+    assert "event=conditioning_model_ready model=good" in server.log()
+
+    # The good model and a preset answer.
+    answer = answers(pb, server.target, "good")
+    assert [o.name for o in answer.outputs][:1] == ["temb"]
+    temb_pb2, temb_pb2_grpc, _, _ = pb
+    with grpc.insecure_channel(server.target) as channel:
+        embedded = temb_pb2_grpc.EmbeddingServiceStub(channel).Embed(
+            temb_pb2.EmbedRequest(preset="sdxl", timesteps=[1.0]),
+            timeout=10)
+    assert embedded.embedding.shape == [1, 320]
+
+    # Readiness: strict by default (a failed model keeps it off), the
+    # ready models alone with --serve_ready_models; the health entry too.
+    assert kserve_ready(pb, server.target) == serve_ready_models
+    health = temb("health", f"--target={server.target}", "--timeout=5s",
+                  "--service=temb.models")
+    assert (health.returncode == 0) == serve_ready_models, health.stdout
+
+    # SIGTERM ends it within the drain grace.
+    started = time.monotonic()
+    assert server.terminate(timeout=20) == 0
+    assert time.monotonic() - started < 10
