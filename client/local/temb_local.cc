@@ -411,11 +411,7 @@ class Conditioning {
                                 1u, std::thread::hardware_concurrency()));
     if (cache_bytes >= 0) options.cache_bytes = cache_bytes;
     service_ = std::make_unique<ConditioningService>(options);
-    std::vector<std::string> reserved;
-    for (const Preset& preset : BuiltInPresetCatalog().presets()) {
-      reserved.push_back(absl::AsciiStrToLower(preset.name));
-    }
-    const absl::Status opened = service_->OpenRepository(repository, reserved);
+    const absl::Status opened = service_->OpenRepository(repository);
     if (!opened.ok()) {
       Raise(absl::Status(opened.code(),
                          absl::StrCat("model_repository: ", opened.message())));

@@ -306,15 +306,21 @@ absl::StatusOr<std::unique_ptr<App>> App::Start(
   app->conditioning_ =
       std::make_unique<ConditioningService>(conditioning_options);
   if (!options.model_repository.empty()) {
-    std::vector<std::string> preset_names;
-    for (const Preset& preset : app->service_->presets().presets()) {
-      preset_names.push_back(absl::AsciiStrToLower(preset.name));
-    }
-    absl::Status opened = app->conditioning_->OpenRepository(
-        options.model_repository, preset_names);
+    absl::Status opened =
+        app->conditioning_->OpenRepository(options.model_repository);
     if (!opened.ok()) {
       return absl::Status(opened.code(), absl::StrCat("--model_repository: ",
                                                       opened.message()));
+    }
+    // A folder named like a preset takes the name on KServe and REST, where
+    // a name is one model (docs/conditioning.md); said once, at start.
+    for (const Preset& preset : app->service_->presets().presets()) {
+      if (app->conditioning_->has_model(preset.name)) {
+        LogEvent(LogLevel::kWarn, "conditioning_model_named_like_a_preset",
+                 {{"model", preset.name},
+                  {"kserve", "the model folder's"},
+                  {"embed", "the preset's"}});
+      }
     }
   }
   if (app->metrics_ != nullptr) {

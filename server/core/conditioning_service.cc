@@ -134,12 +134,14 @@ void ConditioningService::StopLoading() {
     absl::MutexLock lock(&mu_);
     stopping_ = true;
   }
+  // The model being loaded stops before its next tensor: a shutdown waits
+  // for one tensor's read at most, not a whole model's.
+  cancel_loads_.store(true, std::memory_order_relaxed);
   if (loader_.joinable()) loader_.join();
 }
 
 absl::Status ConditioningService::OpenRepository(
-    const std::string& repository,
-    const std::vector<std::string>& reserved_names) {
+    const std::string& repository) {
   if (!entries_.empty() || loader_.joinable()) {
     return absl::FailedPreconditionError("a repository is already open");
   }
@@ -171,13 +173,7 @@ absl::Status ConditioningService::OpenRepository(
     auto entry = std::make_unique<Entry>();
     entry->name = name;
     entry->directory = (fs::path(repository) / name).string();
-    absl::Status name_status = CheckModelName(name);
-    if (name_status.ok() &&
-        std::find(reserved_names.begin(), reserved_names.end(),
-                  absl::AsciiStrToLower(name)) != reserved_names.end()) {
-      name_status = absl::InvalidArgumentError(
-          "the name is taken by a preset of the same name");
-    }
+    const absl::Status name_status = CheckModelName(name);
     if (!name_status.ok()) {
       entry->state = ModelState::kFailed;
       entry->message =
@@ -203,6 +199,7 @@ void ConditioningService::LoadAll() {
   options.threads = options_.threads;
   options.cache = cache_;
   options.linear_engine = options_.linear_engine;
+  options.cancelled = &cancel_loads_;
   for (const auto& entry : entries_) {
     {
       absl::MutexLock lock(&mu_);

@@ -12,11 +12,11 @@ namespace temb::kserve {
 std::vector<std::string> ServedModels::Names() const {
   std::vector<std::string> names;
   for (const Preset& preset : core.presets().presets()) {
-    names.push_back(preset.name);
+    if (!IsConditioning(preset.name)) names.push_back(preset.name);
   }
   if (conditioning != nullptr) {
     for (const ConditioningModelInfo& model : conditioning->Models()) {
-      if (IsConditioning(model.name)) names.push_back(model.name);
+      names.push_back(model.name);
     }
   }
   return names;

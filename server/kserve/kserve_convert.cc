@@ -331,8 +331,9 @@ absl::StatusOr<const Preset*> FindModel(const PresetCatalog& presets,
                                         absl::string_view version) {
   const Preset* model = presets.Find(name);
   if (model == nullptr) {
-    return absl::NotFoundError(absl::StrCat("unknown model ", Quoted(name),
-                                            " (models are the presets)"));
+    // Not "the models are the presets": a repository's models are models
+    // too, and the caller asked for neither.
+    return absl::NotFoundError(absl::StrCat("unknown model ", Quoted(name)));
   }
   if (!version.empty() && version != kModelVersion) {
     return absl::NotFoundError(

@@ -227,7 +227,7 @@ absl::StatusOr<std::unique_ptr<ConditioningModel>> ConditioningModel::Load(
                             : folder_options.torch_dtype;
   ASSIGN_OR_RETURN(model->width_, CheckConfig(*family, *checkpoint));
   auto graph = std::make_unique<ModelGraph>();
-  TensorReader tensors(*checkpoint, model->torch_dtype_);
+  TensorReader tensors(*checkpoint, model->torch_dtype_, options.cancelled);
   const ModelConfig& config = checkpoint->config();
   std::set<std::string> absent;  // values over an empty block selection
   RETURN_IF_ERROR(AddInputs(*family, config, *graph));

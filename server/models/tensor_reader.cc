@@ -85,9 +85,11 @@ absl::Status CheckFinite(const std::string& file, const std::string& name,
 }  // namespace
 
 TensorReader::TensorReader(const Checkpoint& checkpoint,
-                           std::optional<DType> torch_dtype)
+                           std::optional<DType> torch_dtype,
+                           const std::atomic<bool>* cancelled)
     : checkpoint_(checkpoint),
       convert_(torch_dtype.has_value()),
+      cancelled_(cancelled),
       dtype_(torch_dtype) {}
 
 absl::StatusOr<DType> TensorReader::DTypeFor(ValueDType where,
@@ -101,6 +103,10 @@ absl::StatusOr<DType> TensorReader::DTypeFor(ValueDType where,
 
 absl::StatusOr<LoadedTensor> TensorReader::Load(
     const std::string& name, DType dtype, const std::vector<int64_t>& shape) {
+  if (cancelled_ != nullptr && cancelled_->load(std::memory_order_relaxed)) {
+    return absl::CancelledError(
+        absl::StrCat(checkpoint_.dir(), ": the load was stopped"));
+  }
   ASSIGN_OR_RETURN(LoadedTensor tensor,
                    LoadAs(checkpoint_, name, dtype, shape, convert_));
   RETURN_IF_ERROR(CheckFinite(checkpoint_.dir(), name, tensor, dtype));

@@ -3,6 +3,7 @@
 #ifndef TEMB_MODELS_TENSOR_READER_H_
 #define TEMB_MODELS_TENSOR_READER_H_
 
+#include <atomic>
 #include <cstdint>
 #include <map>
 #include <optional>
@@ -22,7 +23,10 @@ class TensorReader {
   // to it, from any stored floating dtype.  Unset: the model's dtype is the
   // stored dtype of the first such tensor read, and every other one must
   // be stored in it (Checkpoint::Load checks).
-  TensorReader(const Checkpoint& checkpoint, std::optional<DType> torch_dtype);
+  // `cancelled` (may be null): when it turns true, the next Load is
+  // CANCELLED.
+  TensorReader(const Checkpoint& checkpoint, std::optional<DType> torch_dtype,
+               const std::atomic<bool>* cancelled = nullptr);
 
   // The dtype an op reads tensor `name` as: float32 for kept modules
   // (`where` is kFloat32), else the model's dtype, which the first call
@@ -53,6 +57,7 @@ class TensorReader {
  private:
   const Checkpoint& checkpoint_;
   const bool convert_;
+  const std::atomic<bool>* const cancelled_;
   std::optional<DType> dtype_;
   int64_t weight_bytes_ = 0;
   std::map<std::string, std::string> fingerprints_;

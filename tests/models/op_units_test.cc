@@ -5,6 +5,7 @@
 // then one rounding to float32 gives the same bits, so those are compared
 // bit for bit; SiLU, the sinusoid, the RMSNorm and the Linear's sum are
 // compared within their float32 error bounds.
+#include <atomic>
 #include <cmath>
 #include <cstring>
 #include <memory>
@@ -328,6 +329,20 @@ TEST_F(OpUnitTest, ABlockCountAboveTheCheckpointsTensorsIsRefused) {
   EXPECT_THAT(std::string(plan.status().message()),
               ::testing::HasSubstr("blocks is 1000000000, more blocks than "
                                    "the checkpoint has tensors (1)"));
+}
+
+// A server that stops does not wait for a model's load: the reader stops
+// before its next tensor.
+TEST_F(OpUnitTest, ALoadStopsBeforeTheNextTensorOnceCancelled) {
+  Open(
+      kConfig,
+      {{"table", DType::kFloat32, {2, 8}, Float32Bytes(Pseudorandom(16, 40))}});
+  std::atomic<bool> cancelled{false};
+  TensorReader reader(*checkpoint_, std::nullopt, &cancelled);
+  EXPECT_TRUE(reader.Load("table", DType::kFloat32, {2, 8}).ok());
+  cancelled = true;
+  const auto stopped = reader.Load("table", DType::kFloat32, {2, 8});
+  EXPECT_EQ(stopped.status().code(), absl::StatusCode::kCancelled);
 }
 
 TEST_F(OpUnitTest, TableAddRepeatsTheRowAlongTheTable) {

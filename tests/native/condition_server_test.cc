@@ -103,7 +103,7 @@ class ConditionServerTest : public ::testing::Test {
     if (direct_ == nullptr) {
       direct_ =
           std::make_unique<ConditioningService>(ConditioningService::Options());
-      EXPECT_TRUE(direct_->OpenRepository(repository_.path(), {}).ok());
+      EXPECT_TRUE(direct_->OpenRepository(repository_.path()).ok());
       EXPECT_TRUE(direct_->WaitUntilLoaded(absl::Seconds(30)));
     }
     ConditionRequest request;

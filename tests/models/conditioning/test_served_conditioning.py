@@ -112,9 +112,7 @@ def damaged_copies(good, repository):
     cases["unknown-family"] = ["config.json", "_class_name",
                                "NotADiffusionModel"]
 
-    # Named like a preset, and a name no URL or metric label should carry.
-    copy("flux")
-    cases["flux"] = ["taken by a preset"]
+    # A name no URL or metric label should carry.
     copy("bad name")
     cases["bad name"] = ["letters, digits"]
     return cases
@@ -145,6 +143,9 @@ def repository(tmp_path_factory):
     good = tmp_path_factory.mktemp("qwen-fp32")
     qwen_model(torch.float32).save_pretrained(good)
     shutil.copytree(good, root / "qwen32")
+    # Named like a preset, as docs/offload.md's example folder is: the
+    # folder's model takes the name on KServe and REST.
+    shutil.copytree(good, root / "qwen-image")
     cases = damaged_copies(good, root)
     return root, cases
 
@@ -330,8 +331,7 @@ def test_metadata_config_and_readiness(server, grpc_client, http_client,
     assert grpc_client.is_model_ready("qwen")
     assert grpc_client.is_model_ready("flux-dev")
     for name in cases:
-        if name != "flux":  # the preset keeps its name and is ready
-            assert not grpc_client.is_model_ready(name), name
+        assert not grpc_client.is_model_ready(name), name
     assert not grpc_client.is_model_ready("../qwen")
     stats = grpc_client.get_inference_statistics("qwen", as_json=True)
     assert stats["model_stats"][0]["name"] == "qwen"
@@ -424,17 +424,21 @@ def test_damaged_models_are_refused_naming_the_cause(server, grpc_client,
                                                      repository):
     _, cases = repository
     for name, words in cases.items():
-        if name == "flux":
-            continue
         with pytest.raises(InferenceServerException) as error:
             infer(triton_grpc, grpc_client, name)
         assert error.value.status() == "StatusCode.FAILED_PRECONDITION", name
         for word in words:
             assert word in error.value.message(), (name, word,
                                                    error.value.message())
-    # The preset named "flux" is still the preset.
+    # The preset named "flux" is still the preset; the folder named
+    # "qwen-image" is the conditioning model under that name.
     assert grpc_client.get_model_metadata("flux", as_json=True)[
         "inputs"][0]["name"] == "TIMESTEP"
+    assert grpc_client.get_model_metadata("qwen-image", as_json=True)[
+        "inputs"][0]["name"] == "timesteps"
+    named = infer(triton_grpc, grpc_client, "qwen-image", outputs=["temb"])
+    plain = infer(triton_grpc, grpc_client, "qwen32", outputs=["temb"])
+    assert np.array_equal(named.as_numpy("temb"), plain.as_numpy("temb"))
     # A request naming a path is an unknown model.
     with pytest.raises(InferenceServerException) as error:
         infer(triton_grpc, grpc_client, "../qwen")

@@ -9,6 +9,7 @@
 #ifndef TEMB_CORE_CONDITIONING_SERVICE_H_
 #define TEMB_CORE_CONDITIONING_SERVICE_H_
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -136,11 +137,11 @@ class ConditioningService {
   // Lists `repository`'s subfolders and starts loading them in the
   // background, in name order.  NOT_FOUND or INVALID_ARGUMENT when the
   // repository itself cannot be read; a subfolder whose name is not a
-  // model name ([A-Za-z0-9][A-Za-z0-9._-]*, up to kMaxModelNameBytes), or
-  // that is taken by `reserved_names` (the presets), is listed as failed
-  // with the reason.
-  absl::Status OpenRepository(const std::string& repository,
-                              const std::vector<std::string>& reserved_names);
+  // model name ([A-Za-z0-9][A-Za-z0-9._-]*, up to kMaxModelNameBytes) is
+  // listed as failed with the reason.  A folder may carry a preset's name:
+  // the model then takes that name wherever a name means one model (KServe,
+  // REST, Condition), and the preset keeps it for Embed.
+  absl::Status OpenRepository(const std::string& repository);
 
   // Blocks until no model is loading, or until `timeout`; whether all
   // settled.
@@ -188,6 +189,8 @@ class ConditioningService {
   int loading_ ABSL_GUARDED_BY(mu_) = 0;
   std::vector<std::function<void()>> when_loaded_ ABSL_GUARDED_BY(mu_);
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  // Read by a load between tensors: set, it stops (ConditioningOptions).
+  std::atomic<bool> cancel_loads_{false};
   std::thread loader_;
 };
 

@@ -21,17 +21,18 @@
 namespace temb::kserve {
 
 // What a KServe frontend serves: the embedding core's presets and, when
-// `conditioning` is set, its models.  A preset keeps its name: a folder
-// named like one is refused when the repository opens (and reported there).
+// `conditioning` is set, its models.  A name is one model: a model folder
+// named like a preset takes the name (the operator put it there), and the
+// preset stays available to the native Embed API.
 struct ServedModels {
   const EmbedService& core;
   const ConditioningService* conditioning = nullptr;
 
   bool IsConditioning(absl::string_view name) const {
-    return conditioning != nullptr && conditioning->has_model(name) &&
-           core.presets().Find(name) == nullptr;
+    return conditioning != nullptr && conditioning->has_model(name);
   }
-  // Every model's name: the presets, then the conditioning models.
+  // Every model's name: the presets a folder does not take, then the
+  // conditioning models.
   std::vector<std::string> Names() const;
   // Ready: a known model at `version` that can answer now (a conditioning
   // model once loaded).  Unknown models are simply not ready.

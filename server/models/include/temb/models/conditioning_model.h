@@ -15,6 +15,7 @@
 #ifndef TEMB_MODELS_CONDITIONING_MODEL_H_
 #define TEMB_MODELS_CONDITIONING_MODEL_H_
 
+#include <atomic>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -53,6 +54,9 @@ struct ConditioningOptions {
   // temb.json (checkpoint.h); unset there too: the stored dtype.  fp32,
   // bf16 or fp16.
   std::optional<DType> torch_dtype;
+  // Set true by another thread: the load stops before its next tensor
+  // with CANCELLED (a server shutting down does not wait for a model).
+  const std::atomic<bool>* cancelled = nullptr;
 };
 
 // The inputs, as float32 values, by their InputSpec name ("t", "guidance",
