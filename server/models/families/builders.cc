@@ -7,6 +7,11 @@
 
 namespace temb::models::families {
 
+Op NoBias(Op op) {
+  op.has_bias = false;
+  return op;
+}
+
 InputSpec ForwardTimestep(const std::string& value,
                           const std::string& argument) {
   InputSpec input;

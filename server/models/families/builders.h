@@ -12,6 +12,9 @@
 
 namespace temb::models::families {
 
+// A Linear built with bias=False: only its weight is read.
+Op NoBias(Op op);
+
 // The transformer forward's timestep argument `argument` as the pipeline
 // passes it, given instead of the scheduler's t: it stands for `value`,
 // the description's value of it (InputSpec::stands_for).

@@ -6,15 +6,6 @@
 #include "registry.h"
 
 namespace temb::models::families {
-namespace {
-
-// A Linear built with bias=False: only its weight is read.
-Op NoBias(Op op) {
-  op.has_bias = false;
-  return op;
-}
-
-}  // namespace
 
 FamilyDescription Flux2() {
   FamilyDescription family;
