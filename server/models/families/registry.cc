@@ -25,6 +25,7 @@ const std::vector<FamilyDescription>& Families() {
       families::Lumina2(),         // lumina2.cc
       families::HunyuanVideo(),    // hunyuan_video.cc
       families::Chroma(),          // chroma.cc
+      families::AuraFlow(),        // auraflow.cc
   };
   return *table;
 }

@@ -27,6 +27,7 @@ FamilyDescription ZImage();
 FamilyDescription Lumina2();
 FamilyDescription HunyuanVideo();
 FamilyDescription Chroma();
+FamilyDescription AuraFlow();
 
 }  // namespace temb::models::families
 

@@ -1695,6 +1695,63 @@ class Chroma(Family):
                                                 groups=groups))]
 
 
+class AuraFlow(Family):
+    """AuraFlow: the pipeline's t / 1000 in the latents' dtype, embedded
+    with the factor 1000 inside the sinusoid; every joint block's norm1 and
+    norm1_context, every single block's norm1 and the output norm's Linear,
+    of SiLU(temb), none with a bias."""
+    sinusoids = ("time_step_embed",)
+    scalar_names = ("t_model",)
+
+    def build(self, dtype):
+        torch.manual_seed(41)
+        model = diffusers.AuraFlowTransformer2DModel(
+            sample_size=8, patch_size=2, in_channels=4, num_mmdit_layers=2,
+            num_single_dit_layers=3, attention_head_dim=WIDTH // 4,
+            num_attention_heads=4, joint_attention_dim=24,
+            caption_projection_dim=WIDTH, out_channels=4,
+            pos_embed_max_size=16)
+        return model.to(dtype).eval()
+
+    def modules(self, model):
+        found = [("temb", None, model.time_step_proj)]
+        for i, block in enumerate(model.joint_transformer_blocks):
+            found += [("joint_img_mod", i, block.norm1.linear),
+                      ("joint_txt_mod", i, block.norm1_context.linear)]
+        found += [("single_mod", i, block.norm1.linear)
+                  for i, block in enumerate(model.single_transformer_blocks)]
+        return found + [("norm_out", None, model.norm_out.linear)]
+
+    def inputs(self, dtype, t, generator):
+        # AuraFlowPipeline: torch.tensor([t / 1000]).to(latents.dtype).
+        batch = t.shape[0]
+        return dict(
+            hidden_states=torch.randn(batch, 4, 8, 8,
+                                      generator=generator).to(dtype),
+            encoder_hidden_states=torch.randn(
+                batch, TEXT_TOKENS, 24, generator=generator).to(dtype),
+            timestep=(t / 1000).to(dtype))
+
+    def scalars(self, values, embedded):
+        return [(values["t_model"], embedded[self.sinusoids[0]][0])]
+
+    def op_checks(self, model):
+        joint, single = (model.joint_transformer_blocks,
+                         model.single_transformer_blocks)
+        checks = [("t_proj", Sinusoid(model.time_step_embed, "t_model"))]
+        checks += mlp_checks("temb", model.time_step_proj, "t_proj")
+        return checks + [
+            ("temb_silu", Exact(lambda v: model.norm_out.silu(v["temb"]))),
+            ("joint_img_mod", Linear([b.norm1.linear for b in joint],
+                                     "temb_silu", stacked=True)),
+            ("joint_txt_mod", Linear([b.norm1_context.linear for b in joint],
+                                     "temb_silu", stacked=True)),
+            ("single_mod", Linear([b.norm1.linear for b in single],
+                                  "temb_silu", stacked=True)),
+            ("norm_out", Linear([model.norm_out.linear], "temb_silu")),
+        ]
+
+
 class HiDream(Family):
     """HiDream-I1: FLUX-like per-block modulation (12D double-stream, 6D
     single-stream blocks, 2D final layer) of temb = the timestep MLP + the
@@ -1781,6 +1838,7 @@ FAMILIES = {
     "hunyuanvideo-token-replace": HunyuanVideoTokenReplace(),
     "hunyuanvideo-1.5-sr": HunyuanVideo15SR(),
     "chroma": Chroma(),
+    "auraflow": AuraFlow(),
 }
 
 KINDS = ["qwen-image", "qwen-image-edit", "flux.1-dev", "flux.1-schnell", "sd3", "sd3.5",
