@@ -261,11 +261,10 @@ bool ConditioningService::RepositoryReady() const {
   absl::MutexLock lock(&mu_);
   if (loading_ > 0) return false;
   if (options_.serve_ready_models) return true;
-  return std::none_of(entries_.begin(), entries_.end(),
-                      [&](const std::unique_ptr<Entry>& e)
-                          ABSL_NO_THREAD_SAFETY_ANALYSIS {
-                            return e->state == ModelState::kFailed;
-                          });
+  for (const auto& entry : entries_) {
+    if (entry->state == ModelState::kFailed) return false;
+  }
+  return true;
 }
 
 const ConditioningService::Entry* ConditioningService::Find(

@@ -439,15 +439,12 @@ TEST_F(OpUnitTest, RmsNormPerGroupAgainstFloat64) {
 
 TEST_F(OpUnitTest, ADescriptionThatCannotBePlannedIsAnInternalError) {
   Open(kConfig);
-  auto status = PlanOp(
-      MakeOp(OpKind::kAdd, {"a", "b"}, ValueDType::kFloat32),
-      *std::make_unique<PlanContext>(PlanContext{
-          family_,
-          checkpoint_->config(),
-          width_,
-          *tensors_,
-          {&inputs_.emplace_back(Row(4)), &inputs_.emplace_back(Row(8))}}));
-  EXPECT_EQ(status.status().code(), absl::StatusCode::kInternal);
+  const ValueInfo narrow = Row(4);
+  const ValueInfo wide = Row(8);
+  const Op add = MakeOp(OpKind::kAdd, {"a", "b"}, ValueDType::kFloat32);
+  PlanContext context{
+      family_, checkpoint_->config(), width_, *tensors_, {&narrow, &wide}};
+  EXPECT_EQ(PlanOp(add, context).status().code(), absl::StatusCode::kInternal);
 }
 
 }  // namespace
