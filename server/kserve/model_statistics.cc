@@ -3,14 +3,16 @@
 #include <chrono>
 
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "temb/base/quoted.h"
 #include "temb/kserve/kserve_convert.h"
 
 namespace temb::kserve {
 namespace {
 
-// Relaxed atomics: each counter is exact; a reader may see one request's
-// counters half-updated, which cumulative statistics tolerate.
+// Relaxed atomics, written and read under the entry's lock: a reader sees
+// every counter of a request or none (perf_analyzer refuses statistics
+// whose compute counts differ, and a half-recorded request made them).
 struct Duration {
   std::atomic<uint64_t> count{0};
   std::atomic<uint64_t> ns{0};
@@ -37,6 +39,9 @@ uint64_t NowMillisSinceEpoch() {
 
 struct InferenceStatistics::Entry {
   std::string name;
+  // One request's counters change together (Record), and are read
+  // together (Fill).
+  mutable absl::Mutex mu;
   std::atomic<uint64_t> last_inference{0};
   std::atomic<uint64_t> inference_count{0};
   std::atomic<uint64_t> execution_count{0};
@@ -69,6 +74,7 @@ void InferenceStatistics::Record(absl::string_view model, bool success,
                                  const int64_t (&phase_ns)[4]) {
   Entry* entry = Find(model);
   if (entry == nullptr) return;
+  absl::MutexLock lock(&entry->mu);
   if (!success) {
     entry->fail.Add(total_ns);
     return;
@@ -104,6 +110,7 @@ absl::Status InferenceStatistics::Fill(
     selected.push_back(entry);
   }
   for (const Entry* entry : selected) {
+    absl::MutexLock lock(&entry->mu);
     inference::ModelStatistics* out = response->add_model_stats();
     out->set_name(entry->name);
     out->set_version(kModelVersion);

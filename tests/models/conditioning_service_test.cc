@@ -78,8 +78,9 @@ TEST_F(ConditioningServiceTest, AnUnknownModelsMessageNamesAFewModelsOnly) {
     ASSERT_EQ(mkdir(repository_.File(name).c_str(), 0755), 0);
   }
   auto service = Open();
+  const std::string unknown = std::string(196, 'm') + "1042x";  // viewed
   ConditionRequest request;
-  request.model = std::string(196, 'm') + "1042x";
+  request.model = unknown;
   request.model_field = "model";
   const std::vector<float> t = {999.0f};
   request.inputs = {Timesteps(t)};
