@@ -2,10 +2,10 @@
 """What temb.torch.offload_conditioning frees and what a step costs.
 
   offload_bench.py table
-      For each family at its released config (instantiated by diffusers on
-      the meta device, so nothing is allocated): the transformer's
-      parameters, those offload_conditioning releases, their bf16 bytes
-      and share.  A markdown table on stdout.
+      Not available now: it counted, for each family at its released
+      config on the meta device, the parameters offload_conditioning
+      releases, and those are now named by a served model's description,
+      which needs a checkpoint (docs/offload.md keeps the last table).
 
   offload_bench.py slice --server BIN [--steps 5] [--image_tokens 64]
       A real-width slice of Qwen-Image (D = 3072, 4 of its 60 blocks,
@@ -200,30 +200,14 @@ RELEASED = {
 GIB = float(1 << 30)
 
 
-def count(modules):
-    # A module's parameters, or a table (a Parameter) itself.
-    return sum(p.numel() for m in modules
-               for p in ([m] if isinstance(m, torch.Tensor)
-                         else m.parameters()))
-
-
 def table(_args):
-    print("| model | D | transformer params | released by the patch | bf16 bytes "
-          "| share |")
-    print("|---|---|---|---|---|---|")
-    for name, (cls, config) in RELEASED.items():
-        with torch.device("meta"):
-            model = cls(**config)
-        total = count([model])
-        freed = count(temb.torch.conditioning_modules(model).values())
-        # Z-Image gives its width as dim, Lumina as hidden_size; a UNet has
-        # no single width: "-".
-        width = config.get("dim", config.get("hidden_size", "-"))
-        if {"attention_head_dim", "num_attention_heads"} <= set(config):
-            width = (config["attention_head_dim"]
-                     * config["num_attention_heads"])
-        print(f"| {name} | {width} | {total / 1e9:.3f} B | {freed / 1e6:.1f} M "
-              f"| {2 * freed / GIB:.2f} GiB | {100 * freed / total:.1f}% |")
+    # conditioning_modules() now reads the modules from a served model's
+    # description, which a server gives only for a loaded checkpoint; a
+    # released config on the meta device has none.  The table in
+    # docs/offload.md was counted before that change.
+    sys.exit("offload_bench.py table: not available: the replaced modules "
+             "come from a served model's description now, and a meta-device "
+             "config has no checkpoint to serve (see docs/offload.md)")
 
 
 def rss_bytes():
@@ -259,8 +243,11 @@ def slice_(args):
             **{**RELEASED["Qwen-Image"][1], "num_layers": 4}).eval()
         torch.set_default_dtype(torch.float32)
     # Random weights of a realistic scale (the default init is fine).
-    cond = temb.torch.conditioning_modules(model)
-    cond_bytes = sum(parameter_bytes(m) for m in cond.values())
+    # Which modules the patch replaces is the served model's description,
+    # known once the server has loaded it; the checkpoint it loads holds
+    # Qwen-Image's conditioning tensors, picked here by their names.
+    conditioning_keys = ("time_text_embed.", ".img_mod.", ".txt_mod.",
+                         "norm_out.linear.")
 
     workdir = pathlib.Path(tempfile.mkdtemp(prefix="offload-bench-"))
     folder = workdir / "repository" / "qwen-image-slice"
@@ -268,12 +255,13 @@ def slice_(args):
     # The server reads the conditioning tensors only, so the folder holds
     # just those (and config.json): 0.9 GiB instead of the slice's 2.7.
     from safetensors.torch import save_file
-    state = {f"{prefix}.{key}": value for prefix, module in cond.items()
-             for key, value in module.state_dict().items()}
+    state = {key: value for key, value in model.state_dict().items()
+             if any(part in key for part in conditioning_keys)}
+    cond_bytes = sum(v.numel() * v.element_size() for v in state.values())
     save_file(state, str(folder / "diffusion_pytorch_model.safetensors"))
     model.save_config(folder)
     # Nothing here may keep the replaced modules alive.
-    del state, cond
+    del state
 
     server = TembServer(args.server, workdir, "--backend=cpu",
                         f"--model_repository={workdir / 'repository'}",
@@ -314,7 +302,8 @@ def slice_(args):
 
     # The parts alone, steadier than differences of whole steps on a busy
     # machine: the conditioning modules' work for one row, in process...
-    modules = temb.torch.conditioning_modules(model)
+    served = next(m for m in client.models() if m.name == "qwen-image-slice")
+    modules = temb.torch.conditioning_modules(model, served)
     linears = [m for name, m in modules.items() if name != "time_text_embed"]
     own = []
     with torch.no_grad():

@@ -312,6 +312,7 @@ absl::StatusOr<ConditioningModelInfo> ConditioningService::Model(
     input.name = ProtocolInputName(input.name);
   }
   info.outputs = model.outputs();
+  info.folded_modules = model.folded_modules();
   return info;
 }
 

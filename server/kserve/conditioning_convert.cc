@@ -29,6 +29,26 @@ constexpr TensorType kRowTypes[] = {TensorType::kFp32,  TensorType::kFp64,
 // Per-token timesteps: [B, L] and the video layouts some models use.
 constexpr int kMaxInputRank = 5;
 
+// The config parameters naming what `output` stands for in the transformer
+// (kReplacesKey and the keys beside it); none for an output without.
+void AddReplacedParameters(
+    const models::OutputInfo& output,
+    google::protobuf::Map<std::string, inference::ModelParameter>& parameters) {
+  if (output.replaces.empty()) return;
+  parameters[absl::StrCat(kReplacesKey, output.name)].set_string_value(
+      output.replaces);
+  parameters[absl::StrCat(kReplacedKindKey, output.name)].set_string_value(
+      output.replaced_kind);
+  if (!output.blocks.empty()) {
+    parameters[absl::StrCat(kBlocksKey, output.name)].set_string_value(
+        absl::StrJoin(output.blocks, ","));
+  }
+  if (!output.input_module.empty()) {
+    parameters[absl::StrCat(kInputModuleKey, output.name)].set_string_value(
+        output.input_module);
+  }
+}
+
 }  // namespace
 
 absl::StatusOr<ConditioningModelInfo> FindConditioningModel(
@@ -199,6 +219,12 @@ void FillConditioningConfig(const ConditioningModelInfo& model,
     output->set_data_type(ConfigDataType(info.dtype));
     for (const int64_t extent : info.row_shape) output->add_dims(extent);
     if (info.row_shape.empty()) output->add_dims(1);
+    AddReplacedParameters(info, *config->mutable_parameters());
+  }
+  for (const models::FoldedModuleInfo& folded : model.folded_modules) {
+    (*config
+          ->mutable_parameters())[absl::StrCat(kFoldedModuleKey, folded.module)]
+        .set_string_value(folded.kind);
   }
   // The weights' identity (temb/models/weight_fingerprint.h), for a client
   // that holds the same checkpoint and would check it is served this one.

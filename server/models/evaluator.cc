@@ -10,6 +10,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_replace.h"
 #include "cache_policy.h"
 #include "model_graph.h"
 #include "temb/base/quoted.h"
@@ -201,6 +202,35 @@ ConditioningOutput Encode(const Wanted& wanted, const ModelGraph& graph,
   return output;
 }
 
+// OutputInfo's replaces, replaced_kind, blocks and input_module of output
+// `i`: the embedder its spec names, else the module of the Linear or the
+// table of the table add computing it.
+void DescribeReplaced(const ModelGraph& graph, size_t i, OutputInfo& info) {
+  const OutputSpec& spec = graph.outputs[i];
+  if (!spec.replaces.empty()) {
+    info.replaces = spec.replaces;
+    info.replaced_kind = "embedder";
+    return;
+  }
+  const ValueInfo& value = graph.values[graph.output_slots[i]];
+  if (value.producer < 0) return;
+  const PlannedOp& planned = *graph.ops[value.producer];
+  const Op& op = *planned.op;
+  if (op.kind != OpKind::kLinear && op.kind != OpKind::kTableAdd) return;
+  info.replaced_kind = op.kind == OpKind::kLinear ? "linear" : "table";
+  info.replaces = op.weight;
+  info.input_module = op.input_module;
+  if (value.blocks > 0) {
+    info.blocks = planned.block_indices;
+    return;
+  }
+  // One block of a stacked description (SD3's last context norm), or a
+  // module of its own: named as it is.
+  const std::string block = absl::StrCat(planned.block_indices.front());
+  info.replaces = absl::StrReplaceAll(info.replaces, {{"{i}", block}});
+  info.input_module = absl::StrReplaceAll(info.input_module, {{"{i}", block}});
+}
+
 }  // namespace
 
 const std::vector<float>& ConditioningInputs::Get(
@@ -238,7 +268,18 @@ std::vector<OutputInfo> ConditioningModel::outputs() const {
     }
     info.row_bytes = (value.scalar ? 1 : value.cols) * DTypeSize(info.dtype);
     info.layout = graph_->outputs[i].layout;
+    DescribeReplaced(*graph_, i, info);
     infos.push_back(std::move(info));
+  }
+  return infos;
+}
+
+std::vector<FoldedModuleInfo> ConditioningModel::folded_modules() const {
+  std::vector<FoldedModuleInfo> infos;
+  for (const FoldedModule& folded : graph_->folded) {
+    infos.push_back({folded.module, folded.kind == FoldedKind::kAddsNothing
+                                        ? "adds_nothing"
+                                        : "passes_on"});
   }
   return infos;
 }

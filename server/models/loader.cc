@@ -182,6 +182,11 @@ absl::Status AddOutputs(const FamilyDescription& family,
     }
     graph.output_slots.push_back(slot);
   }
+  for (const FoldedModule& folded : family.folded) {
+    ASSIGN_OR_RETURN(const bool holds,
+                     ConditionHolds(family, config, folded.when));
+    if (holds) graph.folded.push_back(folded);
+  }
   return absl::OkStatus();
 }
 

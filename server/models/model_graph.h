@@ -36,6 +36,8 @@ struct ModelGraph {
   // selection), with their chunks resolved, and their values' slots.
   std::vector<OutputSpec> outputs;
   std::vector<int> output_slots;
+  // The family's folded modules this model has.
+  std::vector<FoldedModule> folded;
 
   // The ops (by index) that computing the slots `wanted` runs, where the
   // slots marked in `provided` (by slot; may be empty) are given, not

@@ -66,6 +66,9 @@ class PlannedOp {
   int out = -1;                  // slot of op->out
   std::vector<int64_t> in_cols;  // the inputs' widths
   int64_t out_cols = 0;
+  // A Linear's or table add's blocks, each the i of op->weight's "{i}", in
+  // the order of its result's rows ({0} when it is not stacked).
+  std::vector<int64_t> block_indices;
 
  protected:
   // `value` rounded to where the op's result goes.

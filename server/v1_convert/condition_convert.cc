@@ -189,6 +189,15 @@ void ConditioningModelToProto(const ConditioningModelInfo& model,
                                 output.row_shape.end());
     o->set_row_bytes(output.row_bytes);
     o->set_layout(output.layout);
+    o->set_replaces(output.replaces);
+    o->set_replaced_kind(output.replaced_kind);
+    o->mutable_blocks()->Add(output.blocks.begin(), output.blocks.end());
+    o->set_input_module(output.input_module);
+  }
+  for (const models::FoldedModuleInfo& folded : model.folded_modules) {
+    v1::ConditioningFoldedModule* f = out->add_folded_modules();
+    f->set_module(folded.module);
+    f->set_kind(folded.kind);
   }
 }
 

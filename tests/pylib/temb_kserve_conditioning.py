@@ -68,27 +68,51 @@ class KServeConditioning:
         found = []
         for name in self.names:
             metadata = self.client.get_model_metadata(name, as_json=True)
+            # The weights' fingerprints and what each output replaces ride
+            # in the model config's parameters: "weight_fingerprint:<tensor>",
+            # "replaces:<output>" and the keys beside it, and
+            # "folded_module:<module>".
+            config = self.client.get_model_config(name, as_json=True)
+            parameters = {
+                key: value["string_value"] for key, value in
+                config["config"].get("parameters", {}).items()}
+
+            def named(prefix, parameters=parameters):
+                return {key[len(prefix):]: value
+                        for key, value in parameters.items()
+                        if key.startswith(prefix)}
+            replaces, kinds = named("replaces:"), named("replaced_kind:")
+            blocks, inputs_of = named("blocks:"), named("input_module:")
             outputs = tuple(
                 _Output(o["name"], self._DTYPES.get(o["datatype"]),
-                        tuple(int(d) for d in o["shape"][1:]))
+                        tuple(int(d) for d in o["shape"][1:]),
+                        replaces.get(o["name"], ""),
+                        kinds.get(o["name"], ""),
+                        tuple(int(b) for b in
+                              blocks[o["name"]].split(","))
+                        if o["name"] in blocks else (),
+                        inputs_of.get(o["name"], ""))
                 for o in metadata["outputs"])
             inputs = tuple(_Input(i["name"]) for i in metadata["inputs"])
-            # The weights' fingerprints ride in the model config's
-            # parameters, one "weight_fingerprint:<tensor>" each.
-            config = self.client.get_model_config(name, as_json=True)
-            prefix = "weight_fingerprint:"
-            fingerprints = {
-                key[len(prefix):]: value["string_value"]
-                for key, value in config["config"].get(
-                    "parameters", {}).items() if key.startswith(prefix)}
+            folded = tuple(_Folded(module, kind) for module, kind in
+                           sorted(named("folded_module:").items()))
             found.append(_Model(name, "ready", outputs[0].dtype, inputs,
-                                outputs, fingerprints))
+                                outputs, named("weight_fingerprint:"),
+                                folded))
         return found
 
 
 class _Output:
-    def __init__(self, name, dtype, row_shape):
+    def __init__(self, name, dtype, row_shape, replaces, replaced_kind,
+                 blocks, input_module):
         self.name, self.dtype, self.row_shape = name, dtype, row_shape
+        self.replaces, self.replaced_kind = replaces, replaced_kind
+        self.blocks, self.input_module = blocks, input_module
+
+
+class _Folded:
+    def __init__(self, module, kind):
+        self.module, self.kind = module, kind
 
 
 class _Input:
@@ -98,8 +122,9 @@ class _Input:
 
 class _Model:
     def __init__(self, name, state, dtype, inputs, outputs,
-                 weight_fingerprints):
+                 weight_fingerprints, folded_modules):
         self.name, self.state, self.dtype = name, state, dtype
         self.inputs, self.outputs = inputs, outputs
         self.weight_fingerprints = weight_fingerprints
+        self.folded_modules = folded_modules
         self.family, self.message = "", ""

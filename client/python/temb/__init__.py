@@ -23,14 +23,16 @@ from temb.errors import (DeadlineExceededError, FailedPreconditionError,
                          ResourceExhaustedError, TembError,
                          UnauthenticatedError, UnavailableError)
 from temb.types import (ConditioningInput, ConditioningModel,
-                        ConditioningOutput, HealthStatus, Limits, Preset,
-                        RowCacheStats, ServerInfo, Spec, TlsConfig)
+                        ConditioningOutput, FoldedModule, HealthStatus,
+                        Limits, Preset, RowCacheStats, ServerInfo, Spec,
+                        TlsConfig)
 
 __all__ = [
     "Client",
     "ConditioningInput",
     "ConditioningModel",
     "ConditioningOutput",
+    "FoldedModule",
     "aio",
     "DeadlineExceededError",
     "FailedPreconditionError",

@@ -16,8 +16,8 @@ import numpy as np
 from temb._proto.temb.v1 import temb_pb2 as pb
 from temb.errors import TembError
 from temb.types import (ConditioningInput, ConditioningModel,
-                        ConditioningOutput, Limits, Preset, RowCacheStats,
-                        ServerInfo, Spec)
+                        ConditioningOutput, FoldedModule, Limits, Preset,
+                        RowCacheStats, ServerInfo, Spec)
 
 _DTYPES: Dict[str, int] = {
     "fp32": pb.DTYPE_FP32, "float32": pb.DTYPE_FP32,
@@ -298,8 +298,12 @@ def _conditioning_model_from_proto(model: pb.ConditioningModel
                      for i in model.inputs),
         outputs=tuple(ConditioningOutput(o.name, _DTYPE_NAMES.get(o.dtype),
                                          tuple(o.row_shape), o.row_bytes,
-                                         o.layout)
-                      for o in model.outputs))
+                                         o.layout, o.replaces,
+                                         o.replaced_kind, tuple(o.blocks),
+                                         o.input_module)
+                      for o in model.outputs),
+        folded_modules=tuple(FoldedModule(f.module, f.kind)
+                             for f in model.folded_modules))
 
 
 def server_info_from_proto(info: pb.ServerInfo) -> ServerInfo:

@@ -75,105 +75,35 @@ _DTYPE_NAMES = {torch.float32: "fp32", torch.bfloat16: "bf16",
                 torch.float16: "fp16", torch.float64: "fp64"}
 
 
-# --- families ---------------------------------------------------------------
+# --- what the served model replaces -----------------------------------------
+#
+# The conditioning model describes, per output, the transformer module it
+# stands for (ConditioningOutput.replaces, .replaced_kind, .blocks,
+# .input_module) and the modules with weights its outputs fold in besides
+# (ConditioningModel.folded_modules).  That description is read here into
+# the rows below; nothing in this module names a family's modules.
 
-# What a family's helpers below are handed: a diffusers transformer (or
-# SDXL's UNet) of that family.  They read its blocks, layers and config by
-# attribute, which torch.nn.Module types as `Tensor | Module` whatever the
-# family's class holds there: typed as Any.
-_Model = Any
 
 @dataclasses.dataclass(frozen=True)
 class _Slot:
     """A modulation Linear replaced by a lookup: `linear` reads output
-    `output` at block position `index` (None: an [N, W] output), and the
-    SiLU `silu` before it becomes a pass-through.  `silu` is None where
-    that SiLU is shared with other inputs (a UNet resnet's nonlinearity
-    also acts on its hidden states): it stays, and the lookup reads the
-    embedder's latest answer."""
+    `output` at block position `index` (None: an [N, W] output), and its
+    input module `silu` (the SiLU before it) becomes a pass-through.
+    `silu` is None where the description names none (a UNet resnet's
+    nonlinearity also acts on its hidden states): the lookup then reads
+    the embedder's latest answer."""
     linear: str
     silu: Optional[str]
     output: str
     index: Optional[int]
 
 
-def _adanorm(prefix: str, output: str, index: Optional[int]) -> _Slot:
-    # diffusers' AdaLayerNormZero / ...ZeroSingle / ...Continuous /
-    # SD35AdaLayerNormZeroX all compute self.linear(self.silu(emb)).
-    return _Slot(f"{prefix}.linear", f"{prefix}.silu", output, index)
-
-
-def _qwen_slots(model: _Model) -> List[_Slot]:
-    slots = []
-    for i in range(len(model.transformer_blocks)):
-        for stream in ("img", "txt"):
-            prefix = f"transformer_blocks.{i}.{stream}_mod"
-            slots.append(_Slot(f"{prefix}.1", f"{prefix}.0",
-                               f"{stream}_mod", i))
-    slots.append(_adanorm("norm_out", "norm_out", None))
-    return slots
-
-
-def _dual_stream_slots(model: _Model) -> List[_Slot]:
-    # Every block's AdaLayerNormZero pair, norm1 (image) and norm1_context
-    # (text): FLUX.1's double blocks and HunyuanVideo-1.5's blocks.
-    slots = []
-    for i in range(len(model.transformer_blocks)):
-        slots.append(_adanorm(f"transformer_blocks.{i}.norm1", "img_mod", i))
-        slots.append(_adanorm(f"transformer_blocks.{i}.norm1_context",
-                              "txt_mod", i))
-    return slots
-
-
-def _flux_slots(model: _Model) -> List[_Slot]:
-    slots = _dual_stream_slots(model)
-    for i in range(len(model.single_transformer_blocks)):
-        slots.append(_adanorm(f"single_transformer_blocks.{i}.norm",
-                              "single_mod", i))
-    slots.append(_adanorm("norm_out", "norm_out", None))
-    return slots
-
-
-def _sd3_slots(model: _Model) -> List[_Slot]:
-    # Each stacked output holds its blocks in increasing block index, so a
-    # block's position is its rank among the blocks of its own kind
-    # (docs/conditioning.md, "Outputs and layouts").
-    slots = []
-    plain = dual = text = 0
-    for i, block in enumerate(model.transformer_blocks):
-        if type(block.norm1).__name__ == "SD35AdaLayerNormZeroX":
-            slots.append(_adanorm(f"transformer_blocks.{i}.norm1",
-                                  "img_mod_dual", dual))
-            dual += 1
-        else:
-            slots.append(_adanorm(f"transformer_blocks.{i}.norm1",
-                                  "img_mod", plain))
-            plain += 1
-        if block.context_pre_only:
-            slots.append(_adanorm(f"transformer_blocks.{i}.norm1_context",
-                                  "txt_mod_last", None))
-        else:
-            slots.append(_adanorm(f"transformer_blocks.{i}.norm1_context",
-                                  "txt_mod", text))
-            text += 1
-    slots.append(_adanorm("norm_out", "norm_out", None))
-    return slots
-
-
-# --- table and video families: Wan, PixArt, LTX-Video, CogVideoX ------------
-#
-# These end in sums with a checkpoint table (Wan, PixArt, LTX-Video) or read
-# the time embedding through modules that are not one embedder (Wan's time
-# MLP sits beside the text and image embedders; CogVideoX adds an ofs
-# embedding to it in the model's forward).  Besides _Slot, their rows in the
-# table use:
-
-
 @dataclasses.dataclass(frozen=True)
 class _Table:
-    """An additive scale_shift_table replaced by a parameter-free stand-in:
-    where the model adds the table to its modulation, the stand-in returns
-    output `output` at block position `index`, which is that very sum."""
+    """An additive table (a scale_shift_table parameter) replaced by a
+    parameter-free stand-in: where the model adds the table to its
+    modulation, the stand-in returns output `output` at block position
+    `index`, which is that very sum."""
     table: str
     output: str
     index: Optional[int]
@@ -181,142 +111,86 @@ class _Table:
 
 @dataclasses.dataclass(frozen=True)
 class _StandIn:
-    """A module with weights on the time path that is not a modulation
-    Linear.  kind "pass": its result is already the served temb, so it
-    returns its input; "pass-typed": the same, holding a zero-size parameter
-    because its caller reads its parameters' dtype; "zero": the model adds
-    its output to the embedder's and the served temb already holds both
-    (CogVideoX 1.5's ofs embedding, the UNet's time_embedding), so it
-    returns -0.0 (x + -0.0 == x for every x, -0.0 included)."""
+    """A folded module: kind "passes_on" (its result is already the served
+    value it is handed, so it returns its input) or "adds_nothing" (the
+    model adds its result to a served value that already holds it, so it
+    returns -0.0: x + -0.0 == x for every x, -0.0 included)."""
     path: str
     kind: str
 
 
-def _wan_slots(model: _Model) -> List[Any]:
-    # WanTimeTextImageEmbedding: timesteps_proj (the embedder) -> the time
-    # MLP -> .type_as(text) -> time_proj(act_fn(temb)), one Linear shared by
-    # every block; text_embedder and image_embedder do not depend on t and
-    # stay.  Each block adds its table to time_proj's output, the output
-    # norm adds its table to temb.
-    slots: List[Any] = [
-        _StandIn("condition_embedder.time_embedder", "pass-typed"),
-        _Slot("condition_embedder.time_proj", "condition_embedder.act_fn",
-              "timestep_proj", None)]
-    slots += [_Table(f"blocks.{i}.scale_shift_table", "block_mod", i)
-              for i in range(len(model.blocks))]
-    slots.append(_Table("scale_shift_table", "norm_out", None))
-    return slots
+@dataclasses.dataclass(frozen=True)
+class _Replaced:
+    """What a served conditioning model stands for in a transformer."""
+    embedder: str      # the module that returns ...
+    temb_output: str   # ... this output
+    slots: Tuple[_Slot, ...]
+    tables: Tuple[_Table, ...]
+    stand_ins: Tuple[_StandIn, ...]
+
+    def modules(self) -> List[str]:
+        """Every replaced module's and table's name, the embedder first."""
+        return ([self.embedder] + [slot.linear for slot in self.slots]
+                + [s.path for s in self.stand_ins]
+                + [table.table for table in self.tables])
 
 
-def _ada_layer_norm_single_slots(model: _Model,
-                                 prefix: str) -> List[Any]:
-    # AdaLayerNormSingle `prefix`: emb (the embedder) -> linear(silu(.)),
-    # one Linear shared by every block, each of which adds its own table;
-    # the output adds its table to the embedder's result.
-    slots: List[Any] = [_Slot(f"{prefix}.linear", f"{prefix}.silu",
-                              "timestep", None)]
-    slots += [_Table(f"transformer_blocks.{i}.scale_shift_table",
-                     "block_mod", i)
-              for i in range(len(model.transformer_blocks))]
-    slots.append(_Table("scale_shift_table", "norm_out", None))
-    return slots
+def _replaced(served: Any) -> _Replaced:
+    """The served model's description (a ConditioningModel of
+    ``client.models()``) as rows.  A module that two outputs name (a second
+    embedding read by the same Linears, HunyuanVideo-I2V's token_replace)
+    is replaced once, for the first."""
+    embedder: Optional[Tuple[str, str]] = None
+    slots: List[_Slot] = []
+    tables: List[_Table] = []
+    taken = set()
+    for output in served.outputs:
+        kind = getattr(output, "replaced_kind", "")
+        if kind == "embedder":
+            embedder = (output.replaces, output.name)
+            continue
+        if kind not in ("linear", "table"):
+            continue
+        blocks = tuple(output.blocks)
+        rows = (list(enumerate(blocks)) if blocks
+                else [(None, None)])
+        for index, block in rows:
+            path = output.replaces.replace("{i}", str(block))
+            if path in taken:
+                continue
+            taken.add(path)
+            if kind == "table":
+                tables.append(_Table(path, output.name, index))
+            else:
+                silu = output.input_module.replace("{i}", str(block))
+                slots.append(_Slot(path, silu or None, output.name, index))
+    if embedder is None:
+        raise ValueError(
+            f"offload_conditioning: temb model {served.name!r} names no "
+            "embedder among its outputs' replaced modules (a server older "
+            "than this client?)")
+    stand_ins = tuple(_StandIn(f.module, f.kind)
+                      for f in getattr(served, "folded_modules", ()))
+    return _Replaced(embedder[0], embedder[1], tuple(slots), tuple(tables),
+                     stand_ins)
 
 
-def _pixart_slots(model: _Model) -> List[Any]:
-    return _ada_layer_norm_single_slots(model, "adaln_single")
+# --- families ---------------------------------------------------------------
+#
+# What the description does not say yet: how each family's pipeline turns
+# the scheduler's t into what the embedder receives, the embedder's
+# arguments, and the taps that record inputs it lacks.
 
-
-def _sana_slots(model: _Model) -> List[Any]:
-    # PixArt-Sigma's AdaLayerNormSingle as time_embed; the output norm is
-    # handed the model's own table.
-    return _ada_layer_norm_single_slots(model, "time_embed")
-
-
-def _sana_sprint_slots(model: _Model) -> List[Any]:
-    # SanaCombinedTimestepGuidanceEmbeddings: timestep_embedder(t's
-    # sinusoid) + guidance_embedder(the guidance's), the sum read by
-    # linear(silu(.)) and returned beside it.  The guidance embedder (the
-    # embedder: it runs after both taps) returns the served temb, the
-    # timestep embedder -0.0; then AdaLayerNormSingle's Linear and tables.
-    return ([_StandIn("time_embed.timestep_embedder", "zero")] +
-            _ada_layer_norm_single_slots(model, "time_embed"))
-
-
-def _chroma_slots(model: _Model) -> List[Any]:
-    # Nothing besides the embedder: the blocks slice its answer.
-    return []
+# What a family's helpers below are handed: a diffusers transformer (or
+# SDXL's UNet) of that family.  They read its config by attribute, which
+# torch.nn.Module types as `Tensor | Module`: typed as Any.
+_Model = Any
 
 
 def _chroma_width(model: _Model) -> int:
     # A D-wide modulation vector per index of the mod_proj buffer.
     return (model.time_text_embed.mod_proj.shape[0]
             * model.distilled_guidance_layer.out_proj.out_features)
-
-
-def _ltx_slots(model: _Model) -> List[Any]:
-    # PixArt's AdaLayerNormSingle as time_embed; the tables are added per
-    # token ([B, T, k, D]) to rows of timestep.flatten().
-    return _ada_layer_norm_single_slots(model, "time_embed")
-
-
-def _hidream_slots(model: _Model) -> List[Any]:
-    # t_embedder (the embedder) + p_embedder, summed in the forward: the
-    # served temb holds both, so p_embedder adds -0.0.  Every block's and
-    # the final layer's adaLN_modulation = Sequential(SiLU, Linear).
-    slots: List[Any] = [_StandIn("p_embedder", "zero")]
-    for kind, count in (("double", len(model.double_stream_blocks)),
-                        ("single", len(model.single_stream_blocks))):
-        for i in range(count):
-            prefix = f"{kind}_stream_blocks.{i}.block.adaLN_modulation"
-            slots.append(_Slot(f"{prefix}.1", f"{prefix}.0", f"{kind}_mod",
-                               i))
-    slots.append(_Slot("final_layer.adaLN_modulation.1",
-                       "final_layer.adaLN_modulation.0", "final_mod", None))
-    return slots
-
-
-def _z_image_slots(model: _Model) -> List[Any]:
-    # t_embedder (the embedder) gives temb; every modulated block's
-    # adaLN_modulation is one Linear of it, with no SiLU before; the final
-    # layer's is SiLU then Linear.
-    slots: List[Any] = []
-    for name in ("noise_refiner", "layers"):
-        output = "refiner_mod" if name == "noise_refiner" else "layer_mod"
-        slots += [_Slot(f"{name}.{i}.adaLN_modulation.0", None, output, i)
-                  for i in range(len(getattr(model, name)))]
-    final = f"all_final_layer.{_Z_IMAGE_FINAL}.adaLN_modulation"
-    slots.append(_Slot(f"{final}.1", f"{final}.0", "final_mod", None))
-    return slots
-
-
-def _lumina2_slots(model: _Model) -> List[Any]:
-    # time_caption_embed.time_proj (the embedder) -> timestep_embedder
-    # (passes the served temb on); caption_embedder does not depend on t
-    # and stays.  Every modulated block's LuminaRMSNormZero and the output
-    # norm's linear_1 read linear(silu(temb)).
-    slots: List[Any] = [_StandIn("time_caption_embed.timestep_embedder",
-                                 "pass")]
-    for name in ("noise_refiner", "layers"):
-        output = "refiner_mod" if name == "noise_refiner" else "layer_mod"
-        slots += [_adanorm(f"{name}.{i}.norm1", output, i)
-                  for i in range(len(getattr(model, name)))]
-    slots.append(_Slot("norm_out.linear_1", "norm_out.silu", "norm_out",
-                       None))
-    return slots
-
-
-def _cogvideox_slots(model: _Model) -> List[Any]:
-    # time_proj (the embedder) -> .to(dtype) -> time_embedding, [+ the ofs
-    # embedding], then CogVideoXLayerNormZero norm1 and norm2 in every block
-    # and the AdaLayerNorm output norm, each linear(silu(temb)).
-    slots: List[Any] = [_StandIn("time_embedding", "pass")]
-    if model.ofs_embedding is not None:
-        slots.append(_StandIn("ofs_embedding", "zero"))
-    for i in range(len(model.transformer_blocks)):
-        slots.append(_adanorm(f"transformer_blocks.{i}.norm1", "norm1", i))
-        slots.append(_adanorm(f"transformer_blocks.{i}.norm2", "norm2", i))
-    slots.append(_adanorm("norm_out", "norm_out", None))
-    return slots
 
 
 def _pixart_inputs(model: _Model) -> Tuple[str, ...]:
@@ -343,44 +217,10 @@ def _hunyuan_video15_inputs(model: _Model) -> Tuple[str, ...]:
 
 # --- FLUX.2, HunyuanVideo-1.5 and SDXL's UNet -------------------------------
 
-def _flux2_slots(model: _Model) -> List[_Slot]:
-    # One Flux2Modulation per stream, shared by every block of its kind:
-    # its output has no block axis.  Flux2Modulation names its SiLU act_fn.
-    slots = [_Slot(f"{prefix}.linear", f"{prefix}.act_fn", output, None)
-             for prefix, output in (
-                 ("double_stream_modulation_img", "img_mod"),
-                 ("double_stream_modulation_txt", "txt_mod"),
-                 ("single_stream_modulation", "single_mod"))]
-    slots.append(_adanorm("norm_out", "norm_out", None))
-    return slots
 
 
-def _hunyuan_video15_slots(model: _Model) -> List[_Slot]:
-    # The main path only: the token refiner (context_embedder) embeds t
-    # with the prompt's masked mean, which the conditioning model does not
-    # serve, so it keeps its own time embedding and modulations.
-    slots = _dual_stream_slots(model)
-    slots.append(_adanorm("norm_out", "norm_out", None))
-    return slots
 
 
-def _unet_slots(model: _Model) -> List[Any]:
-    # The UNet computes emb = time_embedding(time_proj(t)) + add_embedding(
-    # [text_embeds, add_time_proj(time_ids)]) inline in its forward.  The
-    # embedder is add_embedding, the last of them, and returns the served
-    # temb; time_embedding adds nothing to it.  Then every ResnetBlock2D's
-    # time_emb_proj, one output per down/up block and the mid block,
-    # [N, resnets, C].  The resnet's nonlinearity also acts on its hidden
-    # states, so it stays (silu None).
-    levels = [f"down_blocks.{b}" for b in range(len(model.down_blocks))]
-    levels.append("mid_block")
-    levels += [f"up_blocks.{b}" for b in range(len(model.up_blocks))]
-    slots: List[Any] = [_StandIn("time_embedding", "zero")]
-    for level in levels:
-        for j in range(len(model.get_submodule(level).resnets)):
-            slots.append(_Slot(f"{level}.resnets.{j}.time_emb_proj", None,
-                               level, j))
-    return slots
 
 
 def _t_hunyuan_video15(t: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
@@ -476,15 +316,9 @@ class _Family:
     # from the embedder's value (float64) to about t.
     timestep: Callable[[torch.Tensor, torch.dtype], torch.Tensor]
     timestep_factor: Any
-    # _Slot, _Table and _StandIn rows.
-    slots: Callable[[_Model], List[Any]]
     guidance: Optional[Callable[[torch.Tensor, torch.dtype],
                                 torch.Tensor]] = None
     guidance_factor: float = 1.0
-    # The module replaced by the embedder (the one that receives the
-    # timestep), and the output it returns.
-    embedder: str = "time_text_embed"
-    temb_output: str = "temb"
     # The module whose parameters' dtype is the model's compute dtype
     # (default: the embedder).
     dtype_module: Optional[str] = None
@@ -539,8 +373,7 @@ class _Family:
     clean_row: bool = False
 
 
-_QWEN = _Family("qwen-image", ("timestep", "-", "-"), _t_over_1000, 1e-3,
-                _qwen_slots)
+_QWEN = _Family("qwen-image", ("timestep", "-", "-"), _t_over_1000, 1e-3)
 _QWEN_EDIT = dataclasses.replace(_QWEN, name="qwen-image-edit",
                                  zero_rows=True)
 # Qwen-Image-Layered: the embedder's third argument picks a row of its
@@ -550,36 +383,30 @@ _QWEN_LAYERED = dataclasses.replace(
     arguments=("timestep", "-", "addition_t_cond"),
     extra_inputs=_qwen_layered_inputs)
 _FLUX_DEV = _Family("flux.1-dev", ("timestep", "guidance", "pooled"),
-                    _t_flux, 1.0, _flux_slots, _guidance_flux, 1000.0)
+                    _t_flux, 1.0, _guidance_flux, 1000.0)
 _FLUX_SCHNELL = _Family("flux.1-schnell", ("timestep", "pooled"), _t_flux,
-                        1.0, _flux_slots)
-_SD3 = _Family("sd3", ("timestep", "pooled"), _t_as_is, 1.0, _sd3_slots)
+                        1.0)
+_SD3 = _Family("sd3", ("timestep", "pooled"), _t_as_is, 1.0)
 
 # Wan, PixArt and CogVideoX pipelines pass the scheduler's t as it is (Wan
 # 2.2 TI2V: per token, [B, seq], flattened by the model before the
 # embedder); PixArt and CogVideoX batch their CFG rows.
-_WAN = _Family("wan", ("timestep",), _t_as_is, 1.0, _wan_slots,
-               embedder="condition_embedder.timesteps_proj",
+_WAN = _Family("wan", ("timestep",), _t_as_is, 1.0,
                dtype_module="condition_embedder.time_proj",
                float32_outputs=("block_mod", "norm_out"))
 _PIXART = _Family("pixart", ("timestep", "resolution", "aspect_ratio"),
-                  _t_as_is, 1.0, _pixart_slots, embedder="adaln_single.emb",
-                  temb_output="embedded_timestep",
+                  _t_as_is, 1.0,
                   extra_inputs=_pixart_inputs)
 # Sana's pipeline scales the scheduler's t by the config's timestep_scale
 # (_family_of sets it per model).
 _SANA = _Family("sana", ("timestep", "resolution", "aspect_ratio"),
-                _t_as_is, 1.0, _sana_slots, embedder="time_embed.emb",
-                temb_output="embedded_timestep")
+                _t_as_is, 1.0)
 # Sana-Sprint: SanaSprintPipeline computes the transformer's timestep
 # itself (sin / (cos + sin) of SCMScheduler's t, float32), which the
 # conditioning model takes as it is, and a schedule is mapped so; taps on
 # the two parameterless projections give the embedder t and the guidance
 # (_family_of sets the guidance's scale per model).
 _SANA_SPRINT = _Family("sana-sprint", ("-",), _t_as_is, 1.0,
-                       _sana_sprint_slots,
-                       embedder="time_embed.guidance_embedder",
-                       temb_output="embedded_timestep",
                        taps=(("time_embed.time_proj", "timestep"),
                              ("time_embed.guidance_condition_proj",
                               "guidance")),
@@ -587,7 +414,7 @@ _SANA_SPRINT = _Family("sana-sprint", ("-",), _t_as_is, 1.0,
 # HunyuanVideo (1.0): FLUX.1-dev's modules; its pipeline passes float32 t
 # as it is and the guidance tensor in the model's dtype times 1000.
 _HUNYUAN_VIDEO = _Family("hunyuanvideo", ("timestep", "pooled", "guidance"),
-                         _t_as_is, 1.0, _flux_slots, _guidance_flux, 1000.0,
+                         _t_as_is, 1.0, _guidance_flux, 1000.0,
                          returns_pair=True)
 # HunyuanVideo-I2V's token_replace: the first frame's tokens read the
 # image and single-stream modulations of token_replace_emb (t = 0 and the
@@ -596,23 +423,18 @@ _TOKEN_REPLACE = (("temb", "tr_temb"), ("img_mod", "tr_img_mod"),
                   ("single_mod", "tr_single_mod"))
 # Lumina-Image-2.0: its Timesteps module is the embedder, as Wan's.
 _LUMINA2 = _Family("lumina2", ("timestep",), _t_lumina2, _t_lumina2_back,
-                   _lumina2_slots, embedder="time_caption_embed.time_proj",
                    dtype_module="time_caption_embed.timestep_embedder")
 # Z-Image: the final layer of the released patch sizes, the only one the
 # conditioning model serves; the time and scale set per model by
 # _family_of.  In omni mode the embedder runs twice a forward, for t and
 # for the clean images' t = 1, and each modulation is handed the answer of
 # the embedding it reads.
-_Z_IMAGE_FINAL = "2-1"
-_Z_IMAGE = _Family("z-image", ("timestep",), _t_as_is, 1.0, _z_image_slots,
-                   embedder="t_embedder", clean_row=True)
+_Z_IMAGE = _Family("z-image", ("timestep",), _t_as_is, 1.0, clean_row=True)
 # Chroma: its distilled guidance layer (the embedder) maps the
 # time_text_embed rows to every modulation vector, [N, indices, D], which
 # the blocks slice; no block has a modulation Linear.  A tap on the
 # parameterless time_proj gives it t, after FLUX.1's arithmetic.
-_CHROMA = _Family("chroma", ("-",), _t_flux, 1.0, _chroma_slots,
-                  embedder="distilled_guidance_layer",
-                  temb_output="pooled_temb",
+_CHROMA = _Family("chroma", ("-",), _t_flux, 1.0,
                   taps=(("time_text_embed.time_proj", "timestep"),),
                   temb_width=_chroma_width)
 # The approximator Chroma's conditioning models compute.
@@ -621,37 +443,30 @@ _CHROMA_REQUIRED = {"approximator_num_channels": 64, "approximator_layers": 5}
 # embedding reaches p_embedder after t_embedder, so a tap on the forward
 # gives it to the embedder.
 _HIDREAM = _Family("hidream-i1", ("timestep", "-"), _t_as_is, 1.0,
-                   _hidream_slots, embedder="t_embedder",
                    taps=(("", "pooled_embeds"),))
 # LTX-Video's pipelines pass the scheduler's float32 t (image-to-video: per
 # token, t * (1 - mask)); the model flattens it before the embedder.
 _LTX = _Family("ltx-video", ("timestep", "resolution", "aspect_ratio"),
-               _t_as_is, 1.0, _ltx_slots, embedder="time_embed.emb",
-               temb_output="embedded_timestep")
+               _t_as_is, 1.0)
 _COGVIDEOX = _Family("cogvideox", ("timestep",), _t_as_is, 1.0,
-                     _cogvideox_slots, embedder="time_proj",
                      dtype_module="time_embedding",
                      extra_inputs=_cogvideox_inputs, taps=(("", "ofs"),))
 
 # FLUX.2's pipelines pass t and the guidance as FLUX.1's do; klein passes
 # guidance=None.
 _FLUX2_DEV = _Family("flux.2-dev", ("timestep", "guidance"), _t_flux, 1.0,
-                     _flux2_slots, _guidance_flux, 1000.0,
-                     embedder="time_guidance_embed")
-_FLUX2_KLEIN = _Family("flux.2-klein", ("timestep", "-"), _t_flux, 1.0,
-                       _flux2_slots, embedder="time_guidance_embed")
+                     _guidance_flux, 1000.0)
+_FLUX2_KLEIN = _Family("flux.2-klein", ("timestep", "-"), _t_flux, 1.0)
 # time_embed(timestep, timestep_r): timestep_r only with use_meanflow,
 # which is refused.
 _HUNYUAN_VIDEO15 = _Family("hunyuanvideo-1.5", ("timestep", "timestep_r"),
-                           _t_hunyuan_video15, 1.0, _hunyuan_video15_slots,
-                           embedder="time_embed",
+                           _t_hunyuan_video15, 1.0,
                            extra_inputs=_hunyuan_video15_inputs)
 # The UNet's embedder, add_embedding, receives the pooled row (and the
 # time ids' sinusoids); taps on the two parameterless projections give it t
-# and the time ids (_unet_slots).  The pipeline passes the scheduler's t as
-# it is (float32 in the sinusoid).
-_SDXL_UNET = _Family("sdxl-unet", ("pooled",), _t_as_is, 1.0, _unet_slots,
-                     embedder="add_embedding",
+# and the time ids.  The pipeline passes the scheduler's t as it is
+# (float32 in the sinusoid).
+_SDXL_UNET = _Family("sdxl-unet", ("pooled",), _t_as_is, 1.0,
                      extra_inputs=_unet_inputs,
                      taps=(("time_proj", "timestep"),
                            ("add_time_proj", "time_ids")),
@@ -844,13 +659,13 @@ def _fingerprint(tensor: torch.Tensor) -> Optional[str]:
     return digest.hexdigest()[:16]
 
 
-def _weight_fingerprints(transformer: torch.nn.Module
+def _weight_fingerprints(transformer: torch.nn.Module, served: Any
                          ) -> Dict[str, str]:
     """{checkpoint name: fingerprint} of the tensors the patch replaces:
     the names are the transformer's parameter names, which are its
     checkpoint's."""
     found = {}
-    for path, value in conditioning_modules(transformer).items():
+    for path, value in conditioning_modules(transformer, served).items():
         named = ([(path, value)] if isinstance(value, torch.Tensor) else
                  [(f"{path}.{name}", tensor)
                   for name, tensor in value.named_parameters()])
@@ -891,6 +706,49 @@ def _reopen(recipe: Tuple[str, Any]) -> Any:
     return pickle.loads(pickle.dumps(value))
 
 
+def _missing_modules(transformer: torch.nn.Module,
+                     described: _Replaced) -> List[str]:
+    """What the described modules and tables the transformer lacks say:
+    per stacked output, how many of its served blocks the transformer has;
+    else the first module it has not."""
+    have = ({name for name, _ in transformer.named_modules()}
+            | {name for name, _ in transformer.named_parameters()})
+    problems = [f"{path}: not in the transformer"
+                for path in [described.embedder]
+                + [s.path for s in described.stand_ins] if path not in have]
+    by_output: Dict[str, List[str]] = collections.defaultdict(list)
+    for path, output in ([(s.linear, s.output) for s in described.slots]
+                         + [(t.table, t.output) for t in described.tables]):
+        by_output[output].append(path)
+    for output, paths in by_output.items():
+        present = [path in have for path in paths]
+        if all(present):
+            continue
+        if len(paths) > 1 and any(present):
+            problems.append(f"{output}: {len(paths)} blocks served, "
+                            f"{sum(present)} in the transformer")
+        else:
+            lacking = paths[present.index(False)]
+            problems.append(f"{output}: the transformer has no {lacking}")
+    return problems
+
+
+def _served_model(client: Any, model: str) -> Any:
+    """The ready conditioning model `model` of ``client.models()``."""
+    found = [m for m in client.models() if getattr(m, "name", None) == model]
+    if not found:
+        raise ValueError(f"offload_conditioning: the server has no "
+                         f"conditioning model {model!r}")
+    served = found[0]
+    state = getattr(served, "state", "ready")
+    if state != "ready":
+        raise ValueError(
+            f"offload_conditioning: temb model {model!r} is {state}"
+            + (f": {served.message}" if getattr(served, "message", "")
+               else ""))
+    return served
+
+
 # --- the shared state -------------------------------------------------------
 
 class OffloadedConditioning:
@@ -904,11 +762,13 @@ class OffloadedConditioning:
       replaced: the qualified names of the modules replaced.
     """
 
-    def __init__(self, family: _Family, client: Any, model: str,
-                 expected: Dict[str, Tuple[int, ...]], dtype: torch.dtype,
-                 cache_bytes: int, timeout: Optional[float],
+    def __init__(self, family: _Family, described: _Replaced, client: Any,
+                 model: str, expected: Dict[str, Tuple[int, ...]],
+                 dtype: torch.dtype, cache_bytes: int,
+                 timeout: Optional[float],
                  extra_inputs: Tuple[str, ...] = ()) -> None:
         self.family = family
+        self.described = described
         # The served model's inputs besides timesteps, guidance and pooled
         # projections (SDXL's time_ids, PixArt-alpha's resolution,
         # CogVideoX 1.5's ofs); the family's taps set on this model, and
@@ -1125,25 +985,12 @@ class OffloadedConditioning:
                 f"match the {self.family.name} transformer: "
                 + "; ".join(problems))
 
-    def check_served_model(self) -> bool:
-        """Compares the served model's outputs (names, row shapes, dtype)
-        with the transformer's, where the client lists its models
-        (``client.models()``); False when it cannot tell (the first answer
-        is checked then)."""
-        lister = getattr(self.client, "models", None)
-        if lister is None:
-            return False
-        found = [m for m in lister() if getattr(m, "name", None) == self.model]
-        if not found:
-            raise ValueError(f"offload_conditioning: the server has no "
-                             f"conditioning model {self.model!r}")
-        served = found[0]
-        state = getattr(served, "state", "ready")
-        if state != "ready":
-            raise ValueError(
-                f"offload_conditioning: temb model {self.model!r} is {state}"
-                + (f": {served.message}" if getattr(served, "message", "")
-                   else ""))
+    def check_served_model(self, served: Any = None) -> bool:
+        """Compares the served model's outputs (names, row shapes, dtype),
+        inputs and weights with the transformer's; `served`: its
+        ConditioningModel, else asked of ``client.models()``."""
+        if served is None:
+            served = _served_model(self.client, self.model)
         outputs = {o.name: tuple(o.row_shape) for o in served.outputs}
         dtypes = {o.dtype for o in served.outputs if o.name in self.expected
                   and o.name not in self.family.float32_outputs}
@@ -1593,7 +1440,7 @@ class ConditioningEmbedder(torch.nn.Module):
                            {name: state.row_dtype(name, dtype)
                             for name in answer.rows})
         rows = (answer.index.numel(),)
-        temb = answer.take(state.family.temb_output, None, rows)
+        temb = answer.take(state.described.temb_output, None, rows)
         setattr(temb, _ANSWER, answer)
         state.set_current(answer)
         if not state.family.returns_pair:
@@ -1672,7 +1519,7 @@ class ModulationLookup(torch.nn.Module):
                     f"offload_conditioning: {self.output}"
                     f"{'' if self.index is None else f'[{self.index}]'} was "
                     "called with a tensor that is not the replaced "
-                    f"{self.state.family.embedder}'s output")
+                    f"{self.state.described.embedder}'s output")
         # Rows as the Linear gives them: [..., W] (Wan's [N, 6, D] flat).
         value = answer.take(self.output, self.index, lead).flatten(len(lead))
         return value.to(x.dtype) if value.dtype != x.dtype else value
@@ -1819,27 +1666,24 @@ def _set(model: torch.nn.Module, path: str, module: torch.nn.Module) -> None:
     setattr(parent, name, module)
 
 
-def conditioning_modules(transformer: torch.nn.Module
+def conditioning_modules(transformer: torch.nn.Module, served: Any
                          ) -> Dict[str, Any]:
     """The modules with weights that offload_conditioning replaces, by
-    qualified name: the time (guidance, pooled) embedder, every modulation
-    Linear (a UNet resnet's time_emb_proj), the other modules with weights
-    on the time path (Wan's time MLP, CogVideoX's time and ofs embeddings,
-    the UNet's time_embedding), and the additive tables
-    (Wan's and PixArt's ``scale_shift_table``, as their Parameters).
-    Works on the meta device, so the bytes a released config frees can be
-    counted without its weights."""
-    family = _family_of(transformer)
+    qualified name, as the served conditioning model `served` (a
+    ConditioningModel of ``client.models()``) describes them: the embedder
+    (where it has weights), every modulation Linear, the folded modules,
+    and the additive tables (as their Parameters).  Works on the meta
+    device, so the bytes a released config frees can be counted without
+    its weights."""
+    described = _replaced(served)
     found: Dict[str, Any] = {}
-    embedder = transformer.get_submodule(family.embedder)
+    embedder = transformer.get_submodule(described.embedder)
     if any(True for _ in embedder.parameters()):
-        found[family.embedder] = embedder
-    for slot in family.slots(transformer):
-        if isinstance(slot, _Table):
-            found[slot.table] = transformer.get_parameter(slot.table)
-        else:
-            path = slot.path if isinstance(slot, _StandIn) else slot.linear
-            found[path] = transformer.get_submodule(path)
+        found[described.embedder] = embedder
+    for path in described.modules()[1:]:
+        is_table = any(table.table == path for table in described.tables)
+        found[path] = (transformer.get_parameter(path) if is_table
+                       else transformer.get_submodule(path))
     return found
 
 
@@ -1861,10 +1705,10 @@ def offload_conditioning(transformer: torch.nn.Module, *, client: Any,
     Args:
       transformer: the model, called afterwards as its pipeline calls it.
       client: any object with ``condition(model, timesteps, guidance=,
-        pooled_projections=, outputs=, return_tensors="pt")`` (a
-        temb.Client, temb.local); with ``models()`` as well, the served
-        model is checked against the transformer now, else on the first
-        answer.  Pickled or forked copies reopen an equal client.
+        pooled_projections=, outputs=, return_tensors="pt")`` and
+        ``models()`` (a temb.Client, temb.local).  The served model's
+        description names the modules replaced, and is checked against the
+        transformer now.  Pickled or forked copies reopen an equal client.
       model: the conditioning model's name on the server.
       schedule: the scheduler's timesteps of the coming loop; the first
         step then fetches all of them in one call (see
@@ -1880,20 +1724,27 @@ def offload_conditioning(transformer: torch.nn.Module, *, client: Any,
     from temb import local
     if client is local:  # the module: its default engine, in this process
         client = local.default_engine()
-    if not hasattr(client, "condition"):
-        raise TypeError("offload_conditioning needs a client with a "
-                        "condition() method (temb.Client, temb.local), got "
-                        f"{type(client).__name__}")
+    if not (hasattr(client, "condition") and hasattr(client, "models")):
+        raise TypeError("offload_conditioning needs a client with "
+                        "condition() and models() methods (temb.Client, "
+                        f"temb.local), got {type(client).__name__}")
     family = _family_of(transformer)
-    if isinstance(transformer.get_submodule(family.embedder),
-                  ConditioningEmbedder):
+    if any(isinstance(m, ConditioningEmbedder) for m in transformer.modules()):
         raise ValueError("offload_conditioning: this transformer is already "
                          "offloaded")
-    everything = family.slots(transformer)
-    slots = [slot for slot in everything if isinstance(slot, _Slot)]
-    tables = [slot for slot in everything if isinstance(slot, _Table)]
-    stand_ins = [slot for slot in everything if isinstance(slot, _StandIn)]
-    typed = transformer.get_submodule(family.dtype_module or family.embedder)
+    served = _served_model(client, model)
+    described = _replaced(served)
+    slots = described.slots
+    tables = described.tables
+    stand_ins = described.stand_ins
+    missing = _missing_modules(transformer, described)
+    if missing:
+        raise ValueError(
+            f"offload_conditioning: temb model {model!r} (family "
+            f"{getattr(served, 'family', '') or 'unknown'}) does not match "
+            f"the {family.name} transformer: " + "; ".join(missing))
+    typed = transformer.get_submodule(family.dtype_module
+                                      or described.embedder)
     dtype = next(p.dtype for p in typed.parameters())
     device = next(typed.parameters()).device
     expected: Dict[str, Tuple[int, ...]] = {}
@@ -1918,31 +1769,31 @@ def offload_conditioning(transformer: torch.nn.Module, *, client: Any,
         else:
             counts[table.output] += 1
             expected[table.output] = (counts[table.output], width)
-    expected[family.temb_output] = (
+    expected[described.temb_output] = (
         (family.temb_width(transformer),) if family.temb_width is not None
         else (cast(torch.nn.Linear,  # checked above
                    transformer.get_submodule(slots[-1].linear)).in_features,))
-    for read, served in family.second:
-        expected[served] = expected[read]
+    for read, second in family.second:
+        expected[second] = expected[read]
     extra_inputs = (family.extra_inputs(transformer)
                     if family.extra_inputs is not None else ())
-    state = OffloadedConditioning(family, client, model, expected, dtype,
-                                  cache_bytes, timeout, extra_inputs)
+    state = OffloadedConditioning(family, described, client, model, expected,
+                                  dtype, cache_bytes, timeout, extra_inputs)
     if family.pooled_width is not None:
         state.pooled_columns = family.pooled_width(transformer)
-    state.fingerprints = _weight_fingerprints(transformer)
-    state.check_served_model()
+    state.fingerprints = _weight_fingerprints(transformer, served)
+    state.check_served_model(served)
     state.set_schedule(schedule)
 
-    old = [transformer.get_submodule(family.embedder)] + [
+    old = [transformer.get_submodule(described.embedder)] + [
         transformer.get_submodule(slot.linear) for slot in slots] + [
         transformer.get_submodule(s.path) for s in stand_ins] + [
         transformer.get_parameter(table.table) for table in tables]
     state.freed_bytes = _owned_bytes(old)
     del old
     embedder = ConditioningEmbedder(state).to(device)
-    _set(transformer, family.embedder, embedder)
-    state.replaced.append(family.embedder)
+    _set(transformer, described.embedder, embedder)
+    state.replaced.append(described.embedder)
     for slot in slots:
         if slot.silu is not None:
             _set(transformer, slot.silu, PassThrough())
@@ -1952,9 +1803,8 @@ def offload_conditioning(transformer: torch.nn.Module, *, client: Any,
         state.replaced.append(slot.linear)
     # The other stand-ins, the tables and the taps.
     for stand_in in stand_ins:
-        replacement = (ZeroContribution() if stand_in.kind == "zero" else
-                       Carrier(dtype if stand_in.kind == "pass-typed"
-                               else None))
+        replacement = (ZeroContribution() if stand_in.kind == "adds_nothing"
+                       else Carrier(dtype))
         _set(transformer, stand_in.path, replacement.to(device))
         state.replaced.append(stand_in.path)
     for table in tables:

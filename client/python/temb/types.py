@@ -8,8 +8,8 @@ import pathlib
 from typing import Dict, Optional, Tuple, Union
 
 __all__ = ["ConditioningInput", "ConditioningModel", "ConditioningOutput",
-           "HealthStatus", "Limits", "Preset", "RowCacheStats", "ServerInfo",
-           "Spec", "TlsConfig"]
+           "FoldedModule", "HealthStatus", "Limits", "Preset",
+           "RowCacheStats", "ServerInfo", "Spec", "TlsConfig"]
 
 _Pem = Union[bytes, str]
 
@@ -117,6 +117,27 @@ class ConditioningOutput:
     row_shape: Tuple[int, ...]
     row_bytes: int
     layout: str = ""
+    # What the output stands for in the transformer: `replaces` names a
+    # module ("embedder": it returns this output; "linear": it computes it)
+    # or a parameter ("table": the model adds it, the output is the sum),
+    # with "{i}" for a stacked output, whose rows along L are the blocks
+    # `blocks`; `input_module`, the parameterless module (the SiLU) that
+    # hands a Linear its input.  Empty for an output standing for none.
+    replaces: str = ""
+    replaced_kind: str = ""
+    blocks: Tuple[int, ...] = ()
+    input_module: str = ""
+
+
+@dataclasses.dataclass(frozen=True)
+class FoldedModule:
+    """A transformer module with weights that a conditioning model's
+    outputs fold in besides the modules they replace: kind "passes_on" (its
+    result is the served value it is handed) or "adds_nothing" (the model
+    adds its result to a served value that already holds it)."""
+
+    module: str
+    kind: str
 
 
 @dataclasses.dataclass(frozen=True)
@@ -134,6 +155,7 @@ class ConditioningModel:
     weight_bytes: int = 0
     inputs: Tuple[ConditioningInput, ...] = ()
     outputs: Tuple[ConditioningOutput, ...] = ()
+    folded_modules: Tuple[FoldedModule, ...] = ()
     # Checkpoint tensor name -> a 16-hex-digit fingerprint of its bytes
     # (temb.torch.offload_conditioning compares its own weights').
     weight_fingerprints: Dict[str, str] = dataclasses.field(

@@ -33,17 +33,16 @@ FamilyDescription AuraFlow() {
   // Linear here has a bias.
   constexpr char kChunks[] =
       "shift_msa, scale_msa, gate_msa, shift_mlp, scale_mlp, gate_mlp";
-  ops.push_back(NoBias(Linear("joint_img_mod", "temb_silu",
-                              "joint_transformer_blocks.{i}.norm1.linear", 6,
-                              "num_mmdit_layers")));
-  ops.push_back(
-      NoBias(Linear("joint_txt_mod", "temb_silu",
-                    "joint_transformer_blocks.{i}.norm1_context.linear", 6,
-                    "num_mmdit_layers")));
-  ops.push_back(NoBias(Linear("single_mod", "temb_silu",
-                              "single_transformer_blocks.{i}.norm1.linear", 6,
-                              "num_single_dit_layers")));
-  ops.push_back(NoBias(Linear("norm_out", "temb_silu", "norm_out.linear", 2)));
+  ops.push_back(NoBias(AdaNormLinear("joint_img_mod", "temb_silu",
+                                     "joint_transformer_blocks.{i}.norm1", 6,
+                                     "num_mmdit_layers")));
+  ops.push_back(NoBias(AdaNormLinear(
+      "joint_txt_mod", "temb_silu",
+      "joint_transformer_blocks.{i}.norm1_context", 6, "num_mmdit_layers")));
+  ops.push_back(NoBias(AdaNormLinear("single_mod", "temb_silu",
+                                     "single_transformer_blocks.{i}.norm1", 6,
+                                     "num_single_dit_layers")));
+  ops.push_back(NoBias(AdaNormLinear("norm_out", "temb_silu", "norm_out", 2)));
   family.outputs.push_back({"joint_img_mod", "joint_img_mod",
                             std::string("[N, L_joint, 6D]: ") + kChunks});
   family.outputs.push_back({"joint_txt_mod", "joint_txt_mod",
@@ -51,6 +50,10 @@ FamilyDescription AuraFlow() {
   family.outputs.push_back(
       {"single_mod", "single_mod", "[N, L_single, 6D]: same order"});
   family.outputs.push_back({"norm_out", "norm_out", "[N, 2D]: scale, shift"});
+  // The parameterless Timesteps module is handed t; time_step_proj then
+  // passes the served temb on.
+  ReturnedBy(&family, "temb", "time_step_embed");
+  family.folded = {{"time_step_proj"}};
   return family;
 }
 

@@ -94,6 +94,36 @@ Op When(std::string flag, Op op) {
   return op;
 }
 
+Op FedBy(std::string input_module, Op op) {
+  op.input_module = std::move(input_module);
+  return op;
+}
+
+Op AdaNormLinear(std::string out, std::string in, const std::string& prefix,
+                 int width_d, std::string blocks) {
+  return FedBy(prefix + ".silu",
+               Linear(std::move(out), std::move(in), prefix + ".linear",
+                      width_d, std::move(blocks)));
+}
+
+void ReturnedBy(FamilyDescription* family, const std::string& output,
+                const std::string& module, const std::string& when) {
+  auto& outputs = family->outputs;
+  for (auto spec = outputs.begin(); spec != outputs.end(); ++spec) {
+    if (spec->name != output) continue;
+    if (spec->replaces.empty()) {
+      spec->replaces = module;
+      spec->when = when;
+      return;
+    }
+    OutputSpec alternative = *spec;
+    alternative.replaces = module;
+    alternative.when = when;
+    outputs.insert(spec + 1, std::move(alternative));
+    return;
+  }
+}
+
 Op TableAdd(std::string out, std::string in, std::string table,
             std::vector<int64_t> lead, ValueDType dtype, std::string blocks) {
   Op op = MakeOp(OpKind::kTableAdd, std::move(out), {std::move(in)});
@@ -168,12 +198,14 @@ void AppendZerosLike(std::vector<Op>* ops, const std::string& out,
 
 void AppendDualStreamModulation(FamilyDescription* family,
                                 const std::string& img_key,
+                                const std::string& img_silu,
                                 const std::string& txt_key,
+                                const std::string& txt_silu,
                                 const std::string& chunks) {
-  family->ops.push_back(
-      Linear("img_mod", "temb_silu", img_key, 6, "num_layers"));
-  family->ops.push_back(
-      Linear("txt_mod", "temb_silu", txt_key, 6, "num_layers"));
+  family->ops.push_back(FedBy(
+      img_silu, Linear("img_mod", "temb_silu", img_key, 6, "num_layers")));
+  family->ops.push_back(FedBy(
+      txt_silu, Linear("txt_mod", "temb_silu", txt_key, 6, "num_layers")));
   family->outputs.push_back({"img_mod", "img_mod", "[N, L, 6D]: " + chunks});
   family->outputs.push_back(
       {"txt_mod", "txt_mod", "[N, L, 6D]: same order, text stream"});
@@ -183,7 +215,7 @@ void AppendAdaLayerNormSingle(FamilyDescription* family,
                               const std::string& prefix) {
   std::vector<Op>& ops = family->ops;
   ops.push_back(Silu("temb_silu", "temb"));
-  ops.push_back(Linear("timestep", "temb_silu", prefix + ".linear", 6));
+  ops.push_back(AdaNormLinear("timestep", "temb_silu", prefix, 6));
   ops.push_back(TableAdd("block_mod", "timestep",
                          "transformer_blocks.{i}.scale_shift_table", {6},
                          ValueDType::kModel, "num_layers"));

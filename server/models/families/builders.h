@@ -50,6 +50,23 @@ Op Add(std::string out, std::string a, std::string b);
 
 Op When(std::string flag, Op op);
 
+// A modulation Linear whose input the transformer's parameterless module
+// `input_module` hands it (Op::input_module: the SiLU before it).
+Op FedBy(std::string input_module, Op op);
+
+// diffusers' AdaLayerNormZero, ...ZeroSingle, ...Continuous and
+// SD35AdaLayerNormZeroX all compute linear(silu(emb)): the Linear
+// `prefix`.linear of `in`, fed by `prefix`.silu.
+Op AdaNormLinear(std::string out, std::string in, const std::string& prefix,
+                 int width_d, std::string blocks = "");
+
+// Output `output` is what the transformer's module `module` returns (the
+// embedder an offload replaces: OutputSpec::replaces), where the config
+// flag `when` holds; a second call with another flag adds that flag's
+// alternative (Sana and Sana-Sprint embed t in different modules).
+void ReturnedBy(FamilyDescription* family, const std::string& output,
+                const std::string& module, const std::string& when = "");
+
 // in + the checkpoint tensor `table` of shape lead + [D], rounded to dtype.
 Op TableAdd(std::string out, std::string in, std::string table,
             std::vector<int64_t> lead, ValueDType dtype,
@@ -100,11 +117,14 @@ inline constexpr char kAdaLayerNormZeroChunks[] =
     "shift_msa, scale_msa, gate_msa, shift_mlp, scale_mlp, gate_mlp";
 
 // A dual-stream block's modulation: block i's image and text Linears
-// (`img_key`, `txt_key` with "{i}"), each 6D wide on SiLU(temb), stacked
-// over num_layers as outputs img_mod and txt_mod with `chunks` in order.
+// (`img_key`, `txt_key` with "{i}", fed by the SiLUs `img_silu` and
+// `txt_silu`), each 6D wide on SiLU(temb), stacked over num_layers as
+// outputs img_mod and txt_mod with `chunks` in order.
 void AppendDualStreamModulation(FamilyDescription* family,
                                 const std::string& img_key,
+                                const std::string& img_silu,
                                 const std::string& txt_key,
+                                const std::string& txt_silu,
                                 const std::string& chunks);
 
 // AdaLayerNormSingle `prefix` after its embedder (value "temb", the

@@ -86,6 +86,9 @@ FamilyDescription Chroma() {
                        "3L_single + 6i.., text 3L_single + 6L + 6i..; "
                        "the output norm: the last two (shift, scale)"};
   output.chunks_field = indices;
+  // The approximator returns every modulation vector; no block has a
+  // modulation Linear.
+  output.replaces = layer;
   family.outputs = {output};
   return family;
 }

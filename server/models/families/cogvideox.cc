@@ -48,12 +48,12 @@ FamilyDescription CogVideoX() {
   ops.push_back(When("!" + ofs, Cast("temb", "t_emb", ValueDType::kModel)));
   ops.push_back(Silu("temb_silu", "temb"));
   // CogVideoXLayerNormZero: linear(silu(temb)), time_embed_dim -> 6D.
-  ops.push_back(Linear("norm1", "temb_silu",
-                       "transformer_blocks.{i}.norm1.linear", 6, "num_layers"));
-  ops.push_back(Linear("norm2", "temb_silu",
-                       "transformer_blocks.{i}.norm2.linear", 6, "num_layers"));
+  ops.push_back(AdaNormLinear("norm1", "temb_silu",
+                              "transformer_blocks.{i}.norm1", 6, "num_layers"));
+  ops.push_back(AdaNormLinear("norm2", "temb_silu",
+                              "transformer_blocks.{i}.norm2", 6, "num_layers"));
   // AdaLayerNorm(chunk_dim=1): linear(silu(temb)) -> 2D.
-  ops.push_back(Linear("norm_out", "temb_silu", "norm_out.linear", 2));
+  ops.push_back(AdaNormLinear("norm_out", "temb_silu", "norm_out", 2));
   family.outputs = {
       {"temb", "temb", "[N, time_embed_dim]", 0},
       {"norm1", "norm1",
@@ -61,6 +61,12 @@ FamilyDescription CogVideoX() {
       {"norm2", "norm2", "[N, L, 6D]: the same six, after attention", 0},
       {"norm_out", "norm_out", "[N, 2D]: shift, scale", 0},
   };
+  // The parameterless time_proj is handed t; time_embedding then passes
+  // the served temb on, and the ofs embedding the forward adds to it is
+  // already in it.
+  ReturnedBy(&family, "temb", "time_proj");
+  family.folded = {{"time_embedding", FoldedKind::kPassesOn},
+                   {"ofs_embedding", FoldedKind::kAddsNothing, ofs}};
   return family;
 }
 

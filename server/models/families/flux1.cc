@@ -50,15 +50,18 @@ FamilyDescription Flux1Like(std::string class_name, std::string name,
   family.outputs = {{"temb", "temb", "[N, D]"}};
   // AdaLayerNormZero (norm1, norm1_context) and AdaLayerNormZeroSingle.
   AppendDualStreamModulation(&family, "transformer_blocks.{i}.norm1.linear",
+                             "transformer_blocks.{i}.norm1.silu",
                              "transformer_blocks.{i}.norm1_context.linear",
+                             "transformer_blocks.{i}.norm1_context.silu",
                              kAdaLayerNormZeroChunks);
-  ops.push_back(Linear("single_mod", "temb_silu",
-                       "single_transformer_blocks.{i}.norm.linear", 3,
-                       "num_single_layers"));
-  ops.push_back(Linear("norm_out", "temb_silu", "norm_out.linear", 2));
+  ops.push_back(AdaNormLinear("single_mod", "temb_silu",
+                              "single_transformer_blocks.{i}.norm", 3,
+                              "num_single_layers"));
+  ops.push_back(AdaNormLinear("norm_out", "temb_silu", "norm_out", 2));
   family.outputs.push_back(
       {"single_mod", "single_mod", "[N, L_single, 3D]: shift, scale, gate"});
   family.outputs.push_back({"norm_out", "norm_out", "[N, 2D]: scale, shift"});
+  ReturnedBy(&family, "temb", "time_text_embed");
   return family;
 }
 

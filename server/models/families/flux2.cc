@@ -1,5 +1,6 @@
 // diffusers' Flux2Transformer2DModel: FLUX.2.
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "builders.h"
@@ -51,14 +52,18 @@ FamilyDescription Flux2() {
   ops.push_back(Silu("temb_silu", "temb"));
   // Flux2Modulation: linear(SiLU(temb)), one Linear each, shared by every
   // double block (image and text streams) and by every single block.
-  ops.push_back(NoBias(Linear("img_mod", "temb_silu",
-                              "double_stream_modulation_img.linear", 6)));
-  ops.push_back(NoBias(Linear("txt_mod", "temb_silu",
-                              "double_stream_modulation_txt.linear", 6)));
-  ops.push_back(NoBias(
-      Linear("single_mod", "temb_silu", "single_stream_modulation.linear", 3)));
+  // Flux2Modulation names its SiLU act_fn.
+  for (const auto& [out, module, width_d] :
+       {std::tuple("img_mod", "double_stream_modulation_img", 6),
+        std::tuple("txt_mod", "double_stream_modulation_txt", 6),
+        std::tuple("single_mod", "single_stream_modulation", 3)}) {
+    ops.push_back(
+        FedBy(std::string(module) + ".act_fn",
+              NoBias(Linear(out, "temb_silu", std::string(module) + ".linear",
+                            width_d))));
+  }
   // AdaLayerNormContinuous(bias=False): linear(SiLU(temb).to(x.dtype)).
-  ops.push_back(NoBias(Linear("norm_out", "temb_silu", "norm_out.linear", 2)));
+  ops.push_back(NoBias(AdaNormLinear("norm_out", "temb_silu", "norm_out", 2)));
   family.outputs = {
       {"temb", "temb", "[N, D]"},
       {"img_mod", "img_mod",
@@ -69,6 +74,7 @@ FamilyDescription Flux2() {
        "[N, 3D], shared by every single block: shift, scale, gate"},
       {"norm_out", "norm_out", "[N, 2D]: scale, shift"},
   };
+  ReturnedBy(&family, "temb", "time_guidance_embed");
   return family;
 }
 

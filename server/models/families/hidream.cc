@@ -1,5 +1,6 @@
 // diffusers' HiDreamImageTransformer2DModel: HiDream-I1.
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "builders.h"
@@ -27,14 +28,16 @@ FamilyDescription HiDream() {
                               "p_embedder.pooled_embedder");
   // adaLN_modulation = Sequential(SiLU, Linear): 12D in the double-stream
   // blocks (image then text), 6D in the single-stream ones, 2D at the end.
-  ops.push_back(Linear("double_mod", "temb_silu",
-                       "double_stream_blocks.{i}.block.adaLN_modulation.1", 12,
-                       "num_layers"));
-  ops.push_back(Linear("single_mod", "temb_silu",
-                       "single_stream_blocks.{i}.block.adaLN_modulation.1", 6,
-                       "num_single_layers"));
-  ops.push_back(
-      Linear("final_mod", "temb_silu", "final_layer.adaLN_modulation.1", 2));
+  for (const auto& [out, prefix, width_d, blocks] :
+       {std::tuple("double_mod", "double_stream_blocks.{i}.block", 12,
+                   "num_layers"),
+        std::tuple("single_mod", "single_stream_blocks.{i}.block", 6,
+                   "num_single_layers"),
+        std::tuple("final_mod", "final_layer", 2, "")}) {
+    const std::string module = std::string(prefix) + ".adaLN_modulation";
+    ops.push_back(FedBy(module + ".0", Linear(out, "temb_silu", module + ".1",
+                                              width_d, blocks)));
+  }
   family.outputs = {
       {"temb", "temb", "[N, D]"},
       {"double_mod", "double_mod",
@@ -45,6 +48,10 @@ FamilyDescription HiDream() {
        "scale_mlp, gate_mlp"},
       {"final_mod", "final_mod", "[N, 2D]: shift, scale"},
   };
+  ReturnedBy(&family, "temb", "t_embedder");
+  // p_embedder's MLP is added to t_embedder's in the forward: temb holds
+  // both.
+  family.folded = {{"p_embedder", FoldedKind::kAddsNothing}};
   return family;
 }
 

@@ -43,11 +43,14 @@ FamilyDescription HunyuanVideo15() {
   // Every HunyuanVideo15TransformerBlock: AdaLayerNormZero norm1 (image)
   // and norm1_context (text), linear(SiLU(temb)).
   AppendDualStreamModulation(&family, "transformer_blocks.{i}.norm1.linear",
+                             "transformer_blocks.{i}.norm1.silu",
                              "transformer_blocks.{i}.norm1_context.linear",
+                             "transformer_blocks.{i}.norm1_context.silu",
                              kAdaLayerNormZeroChunks);
   // AdaLayerNormContinuous: linear(SiLU(temb).to(x.dtype)), a no-op cast.
-  ops.push_back(Linear("norm_out", "temb_silu", "norm_out.linear", 2));
+  ops.push_back(AdaNormLinear("norm_out", "temb_silu", "norm_out", 2));
   family.outputs.push_back({"norm_out", "norm_out", "[N, 2D]: scale, shift"});
+  ReturnedBy(&family, "temb", "time_embed");
   // The token refiner (context_embedder) is conditioned on t and the
   // prompt's masked mean; it is not computed here.
   return family;

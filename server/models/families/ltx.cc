@@ -26,6 +26,7 @@ FamilyDescription Ltx() {
   // [B, T, 6, D], and the output its table to embedded_timestep [B, T, 1,
   // D]: per row the same sums as PixArt's.
   AppendAdaLayerNormSingle(&family, "time_embed");
+  ReturnedBy(&family, "embedded_timestep", "time_embed.emb");
   return family;
 }
 

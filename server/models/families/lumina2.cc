@@ -29,12 +29,13 @@ FamilyDescription Lumina2() {
   // LuminaRMSNormZero of every modulated block: linear(silu(temb)), 4D
   // (scale_msa, gate_msa, scale_mlp, gate_mlp); LuminaLayerNormContinuous:
   // linear_1(silu(temb).to(x.dtype)), D (scale).
-  ops.push_back(Linear("refiner_mod", "temb_silu",
-                       "noise_refiner.{i}.norm1.linear", 4,
-                       "num_refiner_layers"));
-  ops.push_back(Linear("layer_mod", "temb_silu", "layers.{i}.norm1.linear", 4,
-                       "num_layers"));
-  ops.push_back(Linear("norm_out", "temb_silu", "norm_out.linear_1", 1));
+  ops.push_back(AdaNormLinear("refiner_mod", "temb_silu",
+                              "noise_refiner.{i}.norm1", 4,
+                              "num_refiner_layers"));
+  ops.push_back(AdaNormLinear("layer_mod", "temb_silu", "layers.{i}.norm1", 4,
+                              "num_layers"));
+  ops.push_back(FedBy("norm_out.silu",
+                      Linear("norm_out", "temb_silu", "norm_out.linear_1", 1)));
   family.outputs = {
       {"temb", "temb", "[N, min(D, 1024)]"},
       {"refiner_mod", "refiner_mod",
@@ -43,6 +44,10 @@ FamilyDescription Lumina2() {
       {"layer_mod", "layer_mod", "[N, L, 4D]: the same, layers"},
       {"norm_out", "norm_out", "[N, D]: scale"},
   };
+  // Its parameterless Timesteps module is handed t; the MLP after it then
+  // passes the served temb on.
+  ReturnedBy(&family, "temb", "time_caption_embed.time_proj");
+  family.folded = {{"time_caption_embed.timestep_embedder"}};
   return family;
 }
 

@@ -49,6 +49,7 @@ FamilyDescription PixArt() {
   ops.push_back(When(extra, Add("temb", "t_emb", "size_emb")));
   ops.push_back(When("!" + extra, Cast("temb", "t_emb", ValueDType::kModel)));
   AppendAdaLayerNormSingle(&family, "adaln_single");
+  ReturnedBy(&family, "embedded_timestep", "adaln_single.emb");
   return family;
 }
 

@@ -52,12 +52,15 @@ FamilyDescription QwenImage() {
   family.outputs = {{"temb", "temb", "[N, D]"}};
   // img_mod / txt_mod = Sequential(SiLU, Linear(D, 6D)): key ".1".
   AppendDualStreamModulation(&family, "transformer_blocks.{i}.img_mod.1",
+                             "transformer_blocks.{i}.img_mod.0",
                              "transformer_blocks.{i}.txt_mod.1",
+                             "transformer_blocks.{i}.txt_mod.0",
                              "shift1, scale1, gate1, shift2, scale2, gate2");
   // AdaLayerNormContinuous: linear(SiLU(temb).to(x.dtype)); temb is already
   // in the model's dtype.
-  ops.push_back(Linear("norm_out", "temb_silu", "norm_out.linear", 2));
+  ops.push_back(AdaNormLinear("norm_out", "temb_silu", "norm_out", 2));
   family.outputs.push_back({"norm_out", "norm_out", "[N, 2D]: scale, shift"});
+  ReturnedBy(&family, "temb", "time_text_embed");
   return family;
 }
 

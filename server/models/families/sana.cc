@@ -54,6 +54,14 @@ FamilyDescription Sana() {
   // SanaTransformerBlock: scale_shift_table[None] + timestep.reshape(B, 6,
   // -1); SanaModulatedNorm: scale_shift_table[None] + temb[:, None].
   AppendAdaLayerNormSingle(&family, "time_embed");
+  ReturnedBy(&family, "embedded_timestep", "time_embed.emb",
+             "!guidance_embeds");
+  // Sana-Sprint: the guidance embedder runs after the timestep embedder,
+  // and the sum of the two is the served temb.
+  ReturnedBy(&family, "embedded_timestep", "time_embed.guidance_embedder",
+             "guidance_embeds");
+  family.folded = {{"time_embed.timestep_embedder", FoldedKind::kAddsNothing,
+                    "guidance_embeds"}};
   return family;
 }
 

@@ -42,24 +42,24 @@ FamilyDescription Sd3() {
   // is AdaLayerNormContinuous (2D).  Each width is its own output.
   ops.push_back(
       Select(BlockSelect::kUnlisted,
-             Linear("img_mod", "temb_silu",
-                    "transformer_blocks.{i}.norm1.linear", 6, "num_layers"),
+             AdaNormLinear("img_mod", "temb_silu",
+                           "transformer_blocks.{i}.norm1", 6, "num_layers"),
              "dual_attention_layers"));
   ops.push_back(
       Select(BlockSelect::kListed,
-             Linear("img_mod_dual", "temb_silu",
-                    "transformer_blocks.{i}.norm1.linear", 9, "num_layers"),
+             AdaNormLinear("img_mod_dual", "temb_silu",
+                           "transformer_blocks.{i}.norm1", 9, "num_layers"),
              "dual_attention_layers"));
   ops.push_back(Select(
       BlockSelect::kAllButLast,
-      Linear("txt_mod", "temb_silu",
-             "transformer_blocks.{i}.norm1_context.linear", 6, "num_layers")));
+      AdaNormLinear("txt_mod", "temb_silu",
+                    "transformer_blocks.{i}.norm1_context", 6, "num_layers")));
   // AdaLayerNormContinuous: linear(SiLU(temb).to(x.dtype)), a no-op cast.
   ops.push_back(Select(
       BlockSelect::kLast,
-      Linear("txt_mod_last", "temb_silu",
-             "transformer_blocks.{i}.norm1_context.linear", 2, "num_layers")));
-  ops.push_back(Linear("norm_out", "temb_silu", "norm_out.linear", 2));
+      AdaNormLinear("txt_mod_last", "temb_silu",
+                    "transformer_blocks.{i}.norm1_context", 2, "num_layers")));
+  ops.push_back(AdaNormLinear("norm_out", "temb_silu", "norm_out", 2));
   family.outputs = {
       {"temb", "temb", "[N, D]"},
       {"img_mod", "img_mod",
@@ -74,6 +74,7 @@ FamilyDescription Sd3() {
        "[N, 2D], block L-1 (context_pre_only): scale, shift"},
       {"norm_out", "norm_out", "[N, 2D]: scale, shift"},
   };
+  ReturnedBy(&family, "temb", "time_text_embed");
   return family;
 }
 

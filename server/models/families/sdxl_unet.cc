@@ -102,6 +102,11 @@ FamilyDescription SdxlUnet() {
                       "layers_per_block + 1"));
   }
   family.outputs = {{"temb", "temb", "[N, T]: time_embedding + add_embedding"}};
+  // The forward adds time_embedding's result to add_embedding's, the
+  // embedder, which runs last; a resnet's nonlinearity also acts on its
+  // hidden states, so no time_emb_proj names an input module.
+  ReturnedBy(&family, "temb", "add_embedding");
+  family.folded = {{"time_embedding", FoldedKind::kAddsNothing}};
   for (const char* level : {"down_blocks", "up_blocks"}) {
     for (int b = 0; b < 3; ++b) {
       const std::string name = std::string(level) + "." + std::to_string(b);

@@ -46,8 +46,9 @@ FamilyDescription Wan() {
   // time_proj(act_fn(temb)): one Linear D -> 6D shared by every block, in
   // the model's dtype (time_proj is not a kept module).
   ops.push_back(Silu("temb_silu", "temb"));
-  ops.push_back(
-      Linear("timestep_proj", "temb_silu", "condition_embedder.time_proj", 6));
+  ops.push_back(FedBy(
+      "condition_embedder.act_fn",
+      Linear("timestep_proj", "temb_silu", "condition_embedder.time_proj", 6)));
   // WanTransformerBlock: scale_shift_table (1, 6, D), kept float32, +
   // temb.float(): a float32 sum.
   ops.push_back(KeptFloat32(TableAdd("block_mod", "timestep_proj",
@@ -66,6 +67,11 @@ FamilyDescription Wan() {
        6},
       {"norm_out", "norm_out", "[N, 2, D] float32: shift, scale", 2},
   };
+  // The parameterless sinusoid module is handed t; the time MLP after it
+  // then passes the served temb on.  text_embedder and image_embedder do
+  // not depend on t.
+  ReturnedBy(&family, "temb", "condition_embedder.timesteps_proj");
+  family.folded = {{"condition_embedder.time_embedder"}};
   return family;
 }
 

@@ -47,8 +47,9 @@ FamilyDescription ZImage() {
   ops.push_back(Linear("layer_mod", "temb", "layers.{i}.adaLN_modulation.0", 4,
                        "n_layers"));
   ops.push_back(Silu("temb_silu", "temb"));
-  ops.push_back(Linear("final_mod", "temb_silu",
-                       "all_final_layer.2-1.adaLN_modulation.1", 1));
+  ops.push_back(FedBy("all_final_layer.2-1.adaLN_modulation.0",
+                      Linear("final_mod", "temb_silu",
+                             "all_final_layer.2-1.adaLN_modulation.1", 1)));
   family.outputs = {
       {"temb", "temb", "[N, 256]"},
       {"refiner_mod", "refiner_mod",
@@ -57,6 +58,7 @@ FamilyDescription ZImage() {
       {"layer_mod", "layer_mod", "[N, L, 4D]: the same, layers"},
       {"final_mod", "final_mod", "[N, D]: scale"},
   };
+  ReturnedBy(&family, "temb", "t_embedder");
   return family;
 }
 

@@ -118,6 +118,7 @@ absl::StatusOr<OpPlan> PlanLinear(const Op& op, PlanContext& context) {
   }
   plan.out.cols = out_width * linear->blocks() * groups;
   plan.out.scalar = false;
+  linear->block_indices = indices;
   plan.planned = std::move(linear);
   return plan;
 }

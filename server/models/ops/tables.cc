@@ -110,6 +110,7 @@ absl::StatusOr<OpPlan> PlanTableAdd(const Op& op, PlanContext& context) {
   if (table_add->blocks() == 0) return plan;  // absent from this model
   plan.out.cols = table_width * table_add->blocks();
   plan.out.scalar = false;
+  table_add->block_indices = indices;
   plan.planned = std::move(table_add);
   return plan;
 }

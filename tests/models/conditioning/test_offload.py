@@ -110,6 +110,17 @@ def served_name(kind, dtype):
     return f"{kind}-{'bf16' if dtype == torch.bfloat16 else 'fp32'}"
 
 
+# The server's conditioning models by name (set by the server fixture):
+# their descriptions name the modules each replaces.
+SERVED = {}
+
+
+def served_model(kind):
+    """The served description of `kind`'s modules (its fp32 model's: every
+    dtype of a kind has the same modules)."""
+    return SERVED[served_name(kind, torch.float32)]
+
+
 @pytest.fixture(scope="module")
 def repository(tmp_path_factory):
     root = tmp_path_factory.mktemp("repository")
@@ -137,6 +148,8 @@ def server(repository, tmp_path_factory):
         time.sleep(0.1)
     assert probe.is_server_ready(), srv.log()
     probe.close()
+    with temb.Client(srv.target) as listing:
+        SERVED.update({m.name: m for m in listing.models()})
     yield srv
     srv.stop()
 
@@ -421,11 +434,12 @@ def conditioning_parameter_bytes(model, offload):
                for p in model.get_submodule(name).parameters())
 
 
-def with_conditioning_linears(model, forward):
-    """A copy of `model` whose conditioning Linears compute forward(x,
-    linear) instead."""
+def with_conditioning_linears(kind, model, forward):
+    """A copy of `model` (a `kind`) whose conditioning Linears compute
+    forward(x, linear) instead."""
     other = copy.deepcopy(model)
-    for module in temb.torch.conditioning_modules(other).values():
+    for module in temb.torch.conditioning_modules(
+            other, served_model(kind)).values():
         if not isinstance(module, torch.nn.Module):
             continue  # a table
         for linear in module.modules():
@@ -435,7 +449,7 @@ def with_conditioning_linears(model, forward):
     return other
 
 
-def with_linears_summed_exactly(model):
+def with_linears_summed_exactly(kind, model):
     """A copy of `model` whose conditioning Linears sum in float64 and round
     once to the model's dtype: PyTorch's own modules under the most exact
     summation order, a move as large as any order may make."""
@@ -443,10 +457,10 @@ def with_linears_summed_exactly(model):
         bias = None if linear.bias is None else linear.bias.double()
         return torch.nn.functional.linear(
             x.double(), linear.weight.double(), bias).to(x.dtype)
-    return with_conditioning_linears(model, exact)
+    return with_conditioning_linears(kind, model, exact)
 
 
-def with_linears_summed_in_float32(model):
+def with_linears_summed_in_float32(kind, model):
     """A copy of `model` whose conditioning Linears sum in float32 (PyTorch's
     sgemm) and round once to the model's dtype: the arithmetic temb's
     Linear does, in another summation order."""
@@ -454,10 +468,10 @@ def with_linears_summed_in_float32(model):
         bias = None if linear.bias is None else linear.bias.float()
         return torch.nn.functional.linear(
             x.float(), linear.weight.float(), bias).to(x.dtype)
-    return with_conditioning_linears(model, in_float32)
+    return with_conditioning_linears(kind, model, in_float32)
 
 
-def with_linears_row_by_row(model):
+def with_linears_row_by_row(kind, model):
     """A copy of `model` whose conditioning Linears take one row at a time:
     PyTorch's own modules, as the batch of one row computes them (temb's
     rows are the same whatever they are asked with)."""
@@ -465,7 +479,7 @@ def with_linears_row_by_row(model):
         rows = x.reshape(-1, x.shape[-1]).split(1)
         return torch.cat([own(row) for row in rows]).reshape(
             *x.shape[:-1], -1)
-    return with_conditioning_linears(model, one_row_at_a_time)
+    return with_conditioning_linears(kind, model, one_row_at_a_time)
 
 
 def row_by_row_move(kind, plain, latents):
@@ -474,7 +488,7 @@ def row_by_row_move(kind, plain, latents):
     whose pipeline batches the CFG rows, where PyTorch's bf16 GEMM rounds a
     row with the row count and a tiny random model carries that further
     than a tenth of the bf16 vs fp32 distance (docs/offload.md)."""
-    own = denoise(kind, with_linears_row_by_row(plain), torch.bfloat16)
+    own = denoise(kind, with_linears_row_by_row(kind, plain), torch.bfloat16)
     move = relative(own, latents)
     print(f"{kind} bf16: PyTorch's modules one row at a time move {move:.3g}")
     return own, move
@@ -486,7 +500,7 @@ def float32_sum_move(kind, plain, latents):
     in PyTorch's order.  Where the CPU's bf16 GEMM rounds otherwise (it
     differs between CPUs: AVX-512 BF16 or not), a tiny random model carries
     that further than a tenth of the bf16 vs fp32 distance."""
-    summed = denoise(kind, with_linears_summed_in_float32(plain),
+    summed = denoise(kind, with_linears_summed_in_float32(kind, plain),
                      torch.bfloat16)
     move = relative(summed, latents)
     print(f"{kind} bf16: PyTorch's modules summing in float32 move "
@@ -500,7 +514,7 @@ def exact_sum_move(kind, plain, latents):
     rows are an ulp from PyTorch's GEMM somewhere, and whose tiny random
     model carries that ulp further than a tenth of the bf16 vs fp32
     distance.  Measured, it is as large as temb's move (docs/offload.md)."""
-    exact = denoise(kind, with_linears_summed_exactly(plain), torch.bfloat16)
+    exact = denoise(kind, with_linears_summed_exactly(kind, plain), torch.bfloat16)
     own = relative(exact, latents)
     print(f"{kind} bf16: PyTorch's modules summing exactly move {own:.3g}")
     return exact, own
@@ -517,7 +531,8 @@ def test_patched_transformer_denoises_to_the_same_latents(kind, client):
         patched = copy.deepcopy(plain)
         before = parameter_bytes(patched)
         old_weights = [weakref.ref(p) for m in
-                       temb.torch.conditioning_modules(patched).values()
+                       temb.torch.conditioning_modules(
+                           patched, served_model(kind)).values()
                        for p in m.parameters()]
         replaced_bytes = None
         offload = temb.torch.offload_conditioning(
@@ -764,7 +779,8 @@ def test_a_model_that_does_not_match_is_refused(client):
     assert "dtype: served bf16, transformer fp32" in message
     # Family.
     message = refused(build("flux.1-dev", torch.bfloat16), "qwen-image-bf16")
-    assert "single_mod" in message and "family" in message
+    assert ("family qwen-image" in message and "img_mod: the transformer "
+            "has no transformer_blocks.0.img_mod.1" in message), message
     # Guidance embedder.
     message = refused(build("flux.1-schnell", torch.float32),
                       "flux.1-dev-fp32")
@@ -804,6 +820,17 @@ def test_a_model_that_does_not_match_is_refused(client):
     (served,) = kserve.models()
     native = {m.name: m for m in client.models()}["qwen-image-bf16"]
     assert served.weight_fingerprints == dict(native.weight_fingerprints)
+    # ... and what each output replaces, as config parameters.
+    def replaced(model):
+        return ([(o.name, o.replaces, o.replaced_kind, tuple(o.blocks),
+                  o.input_module) for o in model.outputs],
+                sorted((f.module, f.kind) for f in model.folded_modules))
+    assert replaced(served) == replaced(native)
+    assert replaced(native)[0][0] == ("temb", "time_text_embed", "embedder",
+                                      (), "")
+    assert replaced(native)[0][1] == (
+        "img_mod", "transformer_blocks.{i}.img_mod.1", "linear", (0, 1, 2),
+        "transformer_blocks.{i}.img_mod.0")
     tuned = build("qwen-image", torch.bfloat16)
     with torch.no_grad():
         tuned.transformer_blocks[1].txt_mod[1].bias[-1] += 1
@@ -813,7 +840,8 @@ def test_a_model_that_does_not_match_is_refused(client):
     assert "transformer_blocks.1.txt_mod.1.bias" in str(error.value)
     temb.torch.offload_conditioning(build("qwen-image", torch.bfloat16),
                                     client=kserve, model="qwen-image-bf16")
-    # A client that cannot list its models: the first answer is checked.
+    # A client that cannot list its models cannot say which modules the
+    # served model replaces.
     class ConditionOnly:
         def __init__(self, inner):
             self.inner = inner
@@ -821,12 +849,10 @@ def test_a_model_that_does_not_match_is_refused(client):
         def condition(self, *args, **kwargs):
             return self.inner.condition(*args, **kwargs)
 
-    temb.torch.offload_conditioning(two, client=ConditionOnly(client),
-                                    model="qwen-image-bf16")
-    with pytest.raises(ValueError) as error:
-        denoise("qwen-image", two, torch.bfloat16)
-    assert "img_mod: 3 blocks served, 2 in the transformer" in str(
-        error.value)
+    with pytest.raises(TypeError) as error:
+        temb.torch.offload_conditioning(two, client=ConditionOnly(client),
+                                        model="qwen-image-bf16")
+    assert "models()" in str(error.value)
     # And one that is not there at all.
     message = refused(build("qwen-image", torch.bfloat16), "no-such-model")
     assert "no-such-model" in message
@@ -872,10 +898,12 @@ def test_unserved_variants_and_inexact_time_ids_are_refused(client):
     assert "approximator_layers=6" in refused(deeper, "chroma-fp32")
     # Sana-Sprint embeds a guidance scale beside t: Sana's served rows
     # are not its, nor are Sana-Sprint's Sana's.
+    # Each embeds t in its own module, which the other lacks.
     message = refused(build("sana-sprint", torch.float32), "sana-fp32")
-    assert "guidance: the served model does not take" in message, message
+    assert "time_embed.emb: not in the transformer" in message, message
     message = refused(build("sana", torch.float32), "sana-sprint-fp32")
-    assert "guidance: the served model takes" in message, message
+    assert ("time_embed.guidance_embedder: not in the transformer"
+            in message), message
     # Served FLUX.2-dev rows for a klein transformer: no guidance embedder.
     message = refused(build("flux.2-klein", torch.float32), "flux.2-dev-fp32")
     assert "guidance" in message
@@ -894,13 +922,14 @@ def test_unserved_variants_and_inexact_time_ids_are_refused(client):
 
 
 @pytest.mark.parametrize("kind", FLUX2_HUNYUAN_UNET_KINDS)
-def test_conditioning_modules_on_the_meta_device(kind):
+def test_conditioning_modules_on_the_meta_device(kind, server):
     """The same modules, with the same shapes, as on the CPU: what the
     released-config table in docs/offload.md counts."""
-    real = temb.torch.conditioning_modules(build(kind, torch.float32))
+    real = temb.torch.conditioning_modules(build(kind, torch.float32),
+                                           served_model(kind))
     with torch.device("meta"):
         model = build(kind, torch.float32)
-    meta = temb.torch.conditioning_modules(model)
+    meta = temb.torch.conditioning_modules(model, served_model(kind))
     assert list(meta) == list(real)
     for name, module in meta.items():
         shapes = [p.shape for p in module.parameters()]
@@ -1460,7 +1489,7 @@ def test_table_and_video_families_denoise_to_the_same_latents(kind, client):
         plain = build(kind, dtype)
         patched = copy.deepcopy(plain)
         before = parameter_bytes(patched)
-        found = temb.torch.conditioning_modules(patched)
+        found = temb.torch.conditioning_modules(patched, served_model(kind))
         replaced_bytes = tensor_bytes(found)
         old = [weakref.ref(p) for value in found.values()
                for p in ([value] if isinstance(value, torch.Tensor)

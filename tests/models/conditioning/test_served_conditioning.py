@@ -317,8 +317,25 @@ def test_metadata_config_and_readiness(server, grpc_client, http_client,
     # the same over REST.
     parameters = {key: value["string_value"]
                   for key, value in config["parameters"].items()}
-    # The forward's timestep, an alternative to timesteps, is named there.
+    # The forward's timestep, an alternative to timesteps, is named there,
+    # and what each output replaces in the transformer.
     assert parameters.pop("stands_for:timestep") == "t_model"
+    replaced = {key: parameters.pop(key) for key in list(parameters)
+                if not key.startswith("weight_fingerprint:")}
+    assert replaced == {
+        "replaces:temb": "time_text_embed",
+        "replaced_kind:temb": "embedder",
+        "replaces:img_mod": "transformer_blocks.{i}.img_mod.1",
+        "replaced_kind:img_mod": "linear",
+        "blocks:img_mod": "0,1,2",
+        "input_module:img_mod": "transformer_blocks.{i}.img_mod.0",
+        "replaces:txt_mod": "transformer_blocks.{i}.txt_mod.1",
+        "replaced_kind:txt_mod": "linear",
+        "blocks:txt_mod": "0,1,2",
+        "input_module:txt_mod": "transformer_blocks.{i}.txt_mod.0",
+        "replaces:norm_out": "norm_out.linear",
+        "replaced_kind:norm_out": "linear",
+        "input_module:norm_out": "norm_out.silu"}, replaced
     fingerprints = parameters
     assert ("weight_fingerprint:time_text_embed.timestep_embedder.linear_1."
             "weight") in fingerprints
@@ -327,7 +344,7 @@ def test_metadata_config_and_readiness(server, grpc_client, http_client,
     rest = http_client.get_model_config("qwen")
     assert {key: value["string_value"] for key, value in
             rest["parameters"].items()} == dict(
-                fingerprints, **{"stands_for:timestep": "t_model"})
+                fingerprints, **replaced, **{"stands_for:timestep": "t_model"})
     assert grpc_client.is_model_ready("qwen")
     assert grpc_client.is_model_ready("flux-dev")
     for name in cases:

@@ -66,6 +66,7 @@ struct ConditioningModelInfo {
   std::map<std::string, std::string> weight_fingerprints;
   std::vector<models::InputInfo> inputs;  // protocol names
   std::vector<models::OutputInfo> outputs;
+  std::vector<models::FoldedModuleInfo> folded_modules;
 };
 
 // One input of a request: protocol name, where it sits in the caller's

@@ -67,9 +67,21 @@ inline constexpr char kWeightFingerprintKey[] = "weight_fingerprint:";
 // inputs leave out: "stands_for:<input>" = the value of the model's
 // computation it is.
 inline constexpr char kStandsForKey[] = "stands_for:";
+// What each output stands for in the transformer (ConditioningOutput's
+// fields of the same names in temb's own API), a parameter per output
+// that has one: "replaces:<output>" = the module or parameter name,
+// "replaced_kind:<output>", "blocks:<output>" = the block indices joined
+// by commas (a stacked output), "input_module:<output>" (a Linear with
+// one); and "folded_module:<module>" = its kind, per folded module.
+inline constexpr char kReplacesKey[] = "replaces:";
+inline constexpr char kReplacedKindKey[] = "replaced_kind:";
+inline constexpr char kBlocksKey[] = "blocks:";
+inline constexpr char kInputModuleKey[] = "input_module:";
+inline constexpr char kFoldedModuleKey[] = "folded_module:";
 
 // max_batch_size: the rows one call may hold; dims leave the batch out;
-// parameters: the weight fingerprints.
+// parameters: the weight fingerprints, the inputs' stands_for and what the
+// outputs replace.
 void FillConditioningConfig(const ConditioningModelInfo& model,
                             const Limits& limits,
                             inference::ModelConfig* config);

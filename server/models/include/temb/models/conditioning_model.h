@@ -88,6 +88,25 @@ struct OutputInfo {
   std::vector<int64_t> row_shape;  // the output's shape without N
   int64_t row_bytes = 0;
   std::string layout;
+  // What the output stands for in the transformer, so that a client can
+  // drop those weights: `replaces` is a module ("embedder": the module that
+  // returns this output; "linear": the Linear that computes it) or a
+  // parameter ("table": the table the model adds, the output being the
+  // sum), with "{i}" for a stacked output's block; `blocks` then gives the
+  // i of each row along L.  Empty for an output that stands for no module.
+  std::string replaces;
+  std::string replaced_kind;
+  std::vector<int64_t> blocks;
+  // A Linear's parameterless input module (Op::input_module), "{i}" as in
+  // `replaces`.
+  std::string input_module;
+};
+
+// A module with weights that the outputs fold in (FoldedModule), as a
+// client replaces it: kind "passes_on" or "adds_nothing".
+struct FoldedModuleInfo {
+  std::string module;
+  std::string kind;
 };
 
 struct ConditioningOutput {
@@ -118,6 +137,9 @@ class ConditioningModel {
   // order.
   std::vector<InputInfo> inputs() const;
   std::vector<OutputInfo> outputs() const;
+  // The modules with weights this model's outputs fold in besides their
+  // own (FamilyDescription::folded, those present in this model).
+  std::vector<FoldedModuleInfo> folded_modules() const;
   // An upper bound on the float32 values Compute() holds per row (every
   // value the description computes), not counting the outputs' encoding.
   int64_t working_bytes_per_row() const;

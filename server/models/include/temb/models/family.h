@@ -145,6 +145,12 @@ struct Op {
   // <prefix>.weight is read.  When true a missing <prefix>.bias refuses the
   // checkpoint.
   bool has_bias = true;
+  // kLinear giving an output: the transformer's parameterless module (with
+  // "{i}" as in `weight`) that hands the Linear its input, the SiLU before
+  // it, which an offload passes through.  Empty where there is none, or
+  // where that module also acts on other values (a UNet resnet's
+  // nonlinearity acts on its hidden states too).
+  std::string input_module;
 };
 
 // A config.json field the family's description assumes: `value` is the JSON
@@ -190,6 +196,29 @@ struct OutputSpec {
   int chunks = 0;
   std::string when;          // as Op::when: produced exactly when it holds
   std::string chunks_field;  // `chunks` from this config expression instead
+  // The transformer module whose result this output is, where that is not
+  // the Linear or table that computes it (an output of a Linear or table
+  // add names that op's module by itself): the embedder that an offload
+  // replaces, which returns this output.
+  std::string replaces;
+};
+
+// What a transformer module with weights on the time path that is neither
+// the embedder nor a Linear or table of an output contributes, once the
+// outputs are served.
+enum class FoldedKind {
+  // Its result is the served value it is handed (Wan's time MLP between
+  // the sinusoid, which the embedder replaces, and time_proj).
+  kPassesOn,
+  // The model adds its result to a value whose served form already holds
+  // it (CogVideoX 1.5's ofs embedding, the UNet's time_embedding).
+  kAddsNothing,
+};
+
+struct FoldedModule {
+  std::string module;
+  FoldedKind kind = FoldedKind::kPassesOn;
+  std::string when;  // as Op::when: present exactly when it holds
 };
 
 // A flag that config.json may leave null, with the value diffusers derives
@@ -213,6 +242,8 @@ struct FamilyDescription {
   std::vector<InputSpec> inputs;
   std::vector<Op> ops;
   std::vector<OutputSpec> outputs;
+  // The modules with weights the outputs fold in besides their own.
+  std::vector<FoldedModule> folded;
   std::vector<FlagDefault> flag_defaults;
   std::vector<ConfigRequirement> requirements;
 };
