@@ -42,6 +42,7 @@ LAYERS = [
     ("app", ["server/app/", "server/main.cc"]),
     ("client", ["client/cpp/"]),
     ("cli", ["client/cli/"]),
+    ("python_support", ["client/python_support/"]),
     ("local_ext", ["client/local/"]),
     ("transport_ext", ["client/transport/"]),
     ("testing", ["tests/testing/"]),
@@ -71,11 +72,13 @@ ALLOWED = {
     "app": ["native_frontend", "kserve_frontend", "rest_frontend", "metrics"],
     "client": ["proto", "base"],
     "cli": ["client", "v1_convert", "models"],
+    # What both Python extensions share: the GIL released around a call.
+    "python_support": [],
     # temb.local's extension: the service core in-process (a leaf).
-    "local_ext": ["v1_convert"],
+    "local_ext": ["v1_convert", "python_support"],
     # temb.Client's native transport: gRPC and protobuf, and of temb.v1 the
     # generated header's field numbers (temb::proto_header; a leaf).
-    "transport_ext": ["proto"],
+    "transport_ext": ["proto", "python_support"],
     # The tests' shared fakes and helpers; only tests include them.
     "testing": ["kernels"],
     # Leaves: nothing includes them.

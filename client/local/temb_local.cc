@@ -40,6 +40,7 @@
 #include "temb/core/timesteps.h"
 #include "temb/core/version.h"
 #include "temb/kernels/registry.h"
+#include "temb/python_support/released_gil.h"
 #include "temb/v1_convert/condition_convert.h"
 #include "temb/v1_convert/conversions.h"
 #include "temb/v1_convert/preset_catalog.h"
@@ -160,7 +161,7 @@ absl::StatusOr<py::array> EmbedToArray(const EmbedService& service,
   ArrayOutput output(memory);
   absl::StatusOr<Embedding> embedding;
   if (bytes >= kReleaseGilBytes && within_limits) {
-    py::gil_scoped_release release;
+    python_support::ReleasedGil released;
     embedding = service.Embed(request, timesteps, nullptr, &output);
   } else {
     embedding = service.Embed(request, timesteps, nullptr, &output);
@@ -373,7 +374,7 @@ absl::StatusOr<py::list> EmbedRequest(const EmbedService& service,
   for (NewArrayOutput& array : arrays) outputs.push_back(&array);
   absl::StatusOr<Response> served;
   {
-    py::gil_scoped_release release;
+    python_support::ReleasedGil released;
     served = service.Serve(call, nullptr, outputs);
   }
   if (!served.ok()) return served.status();
@@ -416,7 +417,7 @@ class Conditioning {
       Raise(absl::Status(opened.code(),
                          absl::StrCat("model_repository: ", opened.message())));
     }
-    py::gil_scoped_release release;
+    python_support::ReleasedGil released;
     service_->WaitUntilLoaded(absl::InfiniteDuration());
   }
 
@@ -437,7 +438,7 @@ class Conditioning {
     }
     absl::StatusOr<std::string> answer;
     {
-      py::gil_scoped_release release;
+      python_support::ReleasedGil released;
       answer = Serve(request);
     }
     if (!answer.ok()) Raise(answer.status(), request.request_id());

@@ -69,6 +69,7 @@
 #include <variant>
 #include <vector>
 
+#include "temb/python_support/released_gil.h"
 #include "temb/v1/temb.pb.h"
 
 namespace py = pybind11;
@@ -359,7 +360,7 @@ class Channel {
     grpc::Status status;
     {
       // Without the GIL: other Python threads go on meanwhile.
-      py::gil_scoped_release release;
+      python_support::ReleasedGil released;
       grpc::Slice slice(std::move(request));
       grpc::ByteBuffer request_buffer(&slice, 1);
       grpc::ClientContext context;

@@ -495,3 +495,50 @@ def test_fork_moves_the_child_to_grpcio_and_keeps_the_parent(server,
         capture_output=True, text=True, timeout=120)
     assert result.returncode == 0 and result.stdout.strip() == "ok", \
         result.stdout + result.stderr
+
+
+# A process that exits while daemon threads are inside native calls: the
+# native transport's embed() and temb.local's.  Run in a process of its own.
+_EXIT_SCRIPT = r"""
+import sys, threading, time
+import temb
+
+target, which = sys.argv[1], sys.argv[2]
+if which == "native":
+    client = temb.Client(target, timeout=30, transport="native")
+    assert client.transport == "native"
+    def call():
+        client.embed([float(t) for t in range(64)], preset="sdxl")
+else:
+    from temb import local
+    engine = local.engine()
+    def call():
+        engine.embed([float(t) for t in range(4096)], preset="sdxl")
+started = threading.Semaphore(0)
+def loop():
+    started.release()
+    while True:
+        call()
+for _ in range(4):
+    threading.Thread(target=loop, daemon=True).start()
+for _ in range(4):
+    started.acquire()
+time.sleep(0.2)
+print("exiting", flush=True)
+"""
+
+
+@needs_native
+@pytest.mark.parametrize("which", ["native", "local"])
+def test_exit_with_native_calls_in_flight_in_daemon_threads(server,
+                                                            client_dir,
+                                                            which):
+    """The interpreter exits cleanly (status 0) while daemon threads are
+    inside the extensions' calls, as it does with grpcio: 10 runs."""
+    env = dict(os.environ, PYTHONPATH=str(client_dir))
+    for run in range(10):
+        result = subprocess.run(
+            [sys.executable, "-c", _EXIT_SCRIPT, server.target, which],
+            env=env, capture_output=True, text=True, timeout=60)
+        assert result.returncode == 0 and "exiting" in result.stdout, (
+            run, result.returncode, result.stderr[-2000:])
