@@ -13,7 +13,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD_DIR="${FUZZ_BUILD_DIR:-build-fuzz}"
 SECONDS_EACH="${FUZZ_SECONDS:-60}"
-read -r -a TARGETS <<<"${FUZZ_TARGETS:-native_request kserve_infer kernel_api rest_request safetensors_header}"
+read -r -a TARGETS <<<"${FUZZ_TARGETS:-native_request kserve_infer kernel_api rest_request safetensors_header model_folder}"
 
 # Debian's gRPC and protobuf are built with g++ against libstdc++, which
 # clang uses too, so the clang build links against them unchanged.

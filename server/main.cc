@@ -77,6 +77,12 @@ ABSL_FLAG(bool, serve_ready_models, false,
           "readiness (the temb.models health entry, KServe server ready) "
           "once every model of --model_repository settled, though some "
           "failed; by default (strict) it waits for every one to be ready");
+ABSL_FLAG(int, model_load_threads, temb::AppOptions().model_load_threads,
+          "models of --model_repository loading at once (1 to 64): a slow "
+          "folder holds one, the others load beside it");
+ABSL_FLAG(absl::Duration, model_load_timeout, absl::ZeroDuration(),
+          "how long one model's load may take before it fails (it stops "
+          "before its next tensor); 0s: no limit");
 ABSL_FLAG(std::string, conditioning_device, "cpu",
           "where the conditioning models' Linear layers run: cpu | cuda "
           "(cuBLASLt on the first GPU; rows differ from the CPU's by "
@@ -179,6 +185,8 @@ int main(int argc, char** argv) {
   options.conditioning_cache_bytes =
       absl::GetFlag(FLAGS_conditioning_cache_bytes);
   options.serve_ready_models = absl::GetFlag(FLAGS_serve_ready_models);
+  options.model_load_threads = absl::GetFlag(FLAGS_model_load_threads);
+  options.model_load_timeout = absl::GetFlag(FLAGS_model_load_timeout);
   options.conditioning_device = conditioning_device == "cuda"
                                     ? temb::BackendChoice::kCuda
                                     : temb::BackendChoice::kCpu;

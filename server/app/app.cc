@@ -186,6 +186,17 @@ absl::Status ValidateAppOptions(const AppOptions& options) {
                                 absl::FormatDuration(kMaxDrainGrace), ", got ",
                                 absl::FormatDuration(options.drain_grace)));
   }
+  if (options.model_load_threads < 1 || options.model_load_threads > 64) {
+    return Invalid(
+        "model_load_threads",
+        absl::StrCat("must be from 1 to 64, got ", options.model_load_threads));
+  }
+  if (options.model_load_timeout < absl::ZeroDuration()) {
+    return Invalid(
+        "model_load_timeout",
+        absl::StrCat("must be >= 0s (0s: no limit), got ",
+                     absl::FormatDuration(options.model_load_timeout)));
+  }
   if (absl::Status status = CheckAddress("address", options.address, true);
       !status.ok()) {
     return status;
@@ -281,6 +292,10 @@ absl::StatusOr<std::unique_ptr<App>> App::Start(
           : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   conditioning_options.cache_bytes = options.conditioning_cache_bytes;
   conditioning_options.serve_ready_models = options.serve_ready_models;
+  conditioning_options.load_threads = options.model_load_threads;
+  if (options.model_load_timeout > absl::ZeroDuration()) {
+    conditioning_options.load_timeout = options.model_load_timeout;
+  }
   // One line per model as it settles: a model that failed to load says so,
   // with the reason, where an operator looks first.
   conditioning_options.on_settled = [](const std::string& name,

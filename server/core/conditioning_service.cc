@@ -195,36 +195,21 @@ absl::Status ConditioningService::OpenRepository(
 }
 
 void ConditioningService::LoadAll() {
-  models::ConditioningOptions options;
-  options.threads = options_.threads;
-  options.cache = cache_;
-  options.linear_engine = options_.linear_engine;
-  options.cancelled = &cancel_loads_;
-  for (const auto& entry : entries_) {
-    {
-      absl::MutexLock lock(&mu_);
-      if (entry->state != ModelState::kLoading) continue;
-      if (stopping_) {
-        entry->state = ModelState::kFailed;
-        entry->message = "the server stopped before the model loaded";
-        --loading_;
-        continue;
-      }
+  // Workers take the next model in name order until none is left.
+  std::atomic<size_t> next{0};
+  auto work = [&] {
+    for (size_t i = next.fetch_add(1); i < entries_.size();
+         i = next.fetch_add(1)) {
+      LoadOne(*entries_[i]);
     }
-    auto model = models::ConditioningModel::Load(entry->directory, options);
-    const ModelState state =
-        model.ok() ? ModelState::kReady : ModelState::kFailed;
-    const std::string message =
-        model.ok() ? std::string() : std::string(model.status().message());
-    {
-      absl::MutexLock lock(&mu_);
-      if (model.ok()) entry->model = *std::move(model);
-      entry->state = state;
-      entry->message = message;
-      --loading_;
-    }
-    if (options_.on_settled) options_.on_settled(entry->name, state, message);
-  }
+  };
+  const size_t workers = std::clamp<size_t>(
+      static_cast<size_t>(std::max(options_.load_threads, 1)), 1,
+      std::max<size_t>(entries_.size(), 1));
+  std::vector<std::thread> helpers;
+  for (size_t i = 1; i < workers; ++i) helpers.emplace_back(work);
+  work();
+  for (std::thread& helper : helpers) helper.join();
   std::vector<std::function<void()>> callbacks;
   {
     absl::MutexLock lock(&mu_);
@@ -232,6 +217,44 @@ void ConditioningService::LoadAll() {
     if (stopping_) return;  // what they would tell is going away
   }
   for (const auto& callback : callbacks) callback();
+}
+
+void ConditioningService::LoadOne(Entry& entry) {
+  {
+    absl::MutexLock lock(&mu_);
+    if (entry.state != ModelState::kLoading) return;
+    if (stopping_) {
+      entry.state = ModelState::kFailed;
+      entry.message = "the server stopped before the model loaded";
+      --loading_;
+      return;
+    }
+  }
+  models::ConditioningOptions options;
+  options.threads = options_.threads;
+  options.cache = cache_;
+  options.linear_engine = options_.linear_engine;
+  options.cancelled = &cancel_loads_;
+  if (options_.load_timeout != absl::InfiniteDuration()) {
+    options.deadline = absl::Now() + options_.load_timeout;
+  }
+  auto model = models::ConditioningModel::Load(entry.directory, options);
+  const ModelState state =
+      model.ok() ? ModelState::kReady : ModelState::kFailed;
+  std::string message =
+      model.ok() ? std::string() : std::string(model.status().message());
+  if (absl::IsDeadlineExceeded(model.status())) {
+    absl::StrAppend(&message, " (the load limit is ",
+                    absl::FormatDuration(options_.load_timeout), ")");
+  }
+  {
+    absl::MutexLock lock(&mu_);
+    if (model.ok()) entry.model = *std::move(model);
+    entry.state = state;
+    entry.message = message;
+    --loading_;
+  }
+  if (options_.on_settled) options_.on_settled(entry.name, state, message);
 }
 
 bool ConditioningService::WaitUntilLoaded(absl::Duration timeout) const {

@@ -232,7 +232,8 @@ absl::StatusOr<std::unique_ptr<ConditioningModel>> ConditioningModel::Load(
                             : folder_options.torch_dtype;
   ASSIGN_OR_RETURN(model->width_, CheckConfig(*family, *checkpoint));
   auto graph = std::make_unique<ModelGraph>();
-  TensorReader tensors(*checkpoint, model->torch_dtype_, options.cancelled);
+  TensorReader tensors(*checkpoint, model->torch_dtype_, options.cancelled,
+                       options.deadline);
   const ModelConfig& config = checkpoint->config();
   std::set<std::string> absent;  // values over an empty block selection
   RETURN_IF_ERROR(AddInputs(*family, config, *graph));

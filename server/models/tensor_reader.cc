@@ -86,10 +86,12 @@ absl::Status CheckFinite(const std::string& file, const std::string& name,
 
 TensorReader::TensorReader(const Checkpoint& checkpoint,
                            std::optional<DType> torch_dtype,
-                           const std::atomic<bool>* cancelled)
+                           const std::atomic<bool>* cancelled,
+                           absl::Time deadline)
     : checkpoint_(checkpoint),
       convert_(torch_dtype.has_value()),
       cancelled_(cancelled),
+      deadline_(deadline),
       dtype_(torch_dtype) {}
 
 absl::StatusOr<DType> TensorReader::DTypeFor(ValueDType where,
@@ -106,6 +108,11 @@ absl::StatusOr<LoadedTensor> TensorReader::Load(
   if (cancelled_ != nullptr && cancelled_->load(std::memory_order_relaxed)) {
     return absl::CancelledError(
         absl::StrCat(checkpoint_.dir(), ": the load was stopped"));
+  }
+  if (deadline_ != absl::InfiniteFuture() && absl::Now() > deadline_) {
+    return absl::DeadlineExceededError(absl::StrCat(
+        checkpoint_.dir(), ": the load took too long; stopped before tensor ",
+        Quoted(name)));
   }
   ASSIGN_OR_RETURN(LoadedTensor tensor,
                    LoadAs(checkpoint_, name, dtype, shape, convert_));

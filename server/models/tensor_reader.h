@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
 #include "temb/kernels/dtype.h"
 #include "temb/models/checkpoint.h"
 #include "temb/models/family.h"
@@ -24,9 +25,10 @@ class TensorReader {
   // stored dtype of the first such tensor read, and every other one must
   // be stored in it (Checkpoint::Load checks).
   // `cancelled` (may be null): when it turns true, the next Load is
-  // CANCELLED.
+  // CANCELLED; past `deadline`, the next Load is DEADLINE_EXCEEDED.
   TensorReader(const Checkpoint& checkpoint, std::optional<DType> torch_dtype,
-               const std::atomic<bool>* cancelled = nullptr);
+               const std::atomic<bool>* cancelled = nullptr,
+               absl::Time deadline = absl::InfiniteFuture());
 
   // The dtype an op reads tensor `name` as: float32 for kept modules
   // (`where` is kFloat32), else the model's dtype, which the first call
@@ -58,6 +60,7 @@ class TensorReader {
   const Checkpoint& checkpoint_;
   const bool convert_;
   const std::atomic<bool>* const cancelled_;
+  const absl::Time deadline_;
   std::optional<DType> dtype_;
   int64_t weight_bytes_ = 0;
   std::map<std::string, std::string> fingerprints_;

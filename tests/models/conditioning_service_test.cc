@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
 #include "gmock/gmock.h"
@@ -309,6 +310,75 @@ TEST_F(ConditioningServiceTest, WhatAComputationThrowsBecomesAStatus) {
   EXPECT_EQ(answer.status().code(), absl::StatusCode::kResourceExhausted);
   EXPECT_THAT(Message(answer.status()),
               AllOf(HasSubstr("out of memory"), HasSubstr("\"qwen\"")));
+}
+
+// A LinearEngine whose first Upload waits until `release` is notified: the
+// load of one model that does not end (a folder on a stalled disk).
+class StallingLinearEngine final : public LinearEngine {
+ public:
+  absl::StatusOr<int> Upload(const LinearWeights& /*weights*/) override {
+    if (uploads_.fetch_add(1) == 0) {
+      stalled.Notify();
+      release.WaitForNotification();
+    }
+    return 0;
+  }
+  absl::Status Forward(int /*id*/, absl::Span<const float> /*x*/,
+                       int64_t /*rows*/, DType /*out_dtype*/,
+                       absl::Span<float> /*out*/) override {
+    return absl::OkStatus();
+  }
+  std::string name() const override { return "stalling"; }
+  int64_t device_bytes() const override { return 0; }
+  bool copies_weights() const override { return false; }
+
+  absl::Notification stalled;
+  absl::Notification release;
+
+ private:
+  std::atomic<int> uploads_{0};
+};
+
+TEST_F(ConditioningServiceTest, AStalledLoadDelaysNoOtherModel) {
+  auto engine = std::make_shared<StallingLinearEngine>();
+  ConditioningService::Options options;
+  options.linear_engine = engine;
+  options.load_threads = 2;
+  absl::Mutex mu;
+  std::vector<std::string> settled;
+  options.on_settled = [&](const std::string& name, ModelState,
+                           const std::string&) {
+    absl::MutexLock lock(&mu);
+    settled.push_back(name);
+  };
+  ConditioningService service(options);
+  ASSERT_TRUE(service.OpenRepository(repository_.path()).ok());
+  ASSERT_TRUE(
+      engine->stalled.WaitForNotificationWithTimeout(absl::Seconds(30)));
+  // One of the three is stalled; the other two settle beside it.
+  auto two_settled = [&] { return settled.size() == 2; };
+  {
+    absl::MutexLock lock(&mu);
+    EXPECT_TRUE(
+        mu.AwaitWithTimeout(absl::Condition(&two_settled), absl::Seconds(30)));
+  }
+  EXPECT_TRUE(service.loading());
+  engine->release.Notify();
+  EXPECT_TRUE(service.WaitUntilLoaded(absl::Seconds(30)));
+  EXPECT_EQ(settled.size(), 3u);
+}
+
+TEST_F(ConditioningServiceTest, ALoadPastItsLimitFailsNamingIt) {
+  ConditioningService::Options options;
+  options.load_timeout = absl::Nanoseconds(1);
+  auto service = Open(options);
+  for (const ConditioningModelInfo& model : service->Models()) {
+    if (model.name == "broken") continue;  // fails on its own
+    EXPECT_EQ(model.state, ModelState::kFailed) << model.name;
+    EXPECT_THAT(model.message,
+                AllOf(HasSubstr(model.name), HasSubstr("took too long"),
+                      HasSubstr("(the load limit is 1ns)")));
+  }
 }
 
 TEST_F(ConditioningServiceTest, CallbacksRunOnceEveryModelSettled) {

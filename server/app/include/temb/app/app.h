@@ -91,6 +91,10 @@ struct AppOptions {
   // every model is ready; true once every model settled, serving the ready
   // ones alone.
   bool serve_ready_models = false;
+  // Models loading at once (1 to 64), and how long one load may take
+  // (zero: no limit): ConditioningService::Options.
+  int model_load_threads = 4;
+  absl::Duration model_load_timeout = absl::ZeroDuration();
   // Where the conditioning models' Linear layers run: kCpu, or kCuda
   // (cuBLASLt on backend_options.cuda_device); kAuto is the CPU.
   BackendChoice conditioning_device = BackendChoice::kCpu;

@@ -3,8 +3,9 @@
 // v2 over gRPC and REST, the CLI's in-process mode).  A model repository is
 // a folder of diffusers model folders; each subfolder is a model named after
 // it (temb/models/conditioning_model.h computes it).  Models load in the
-// background, one at a time, each on its own: one that fails is reported
-// with its cause and the others serve.  No gRPC types here: frontends
+// background, several at a time (Options::load_threads), each on its own
+// and within its own time limit: one that fails or is slow is reported
+// with its cause and never delays the others.  No gRPC types here: frontends
 // convert their messages to ConditionRequest and back.
 #ifndef TEMB_CORE_CONDITIONING_SERVICE_H_
 #define TEMB_CORE_CONDITIONING_SERVICE_H_
@@ -122,6 +123,13 @@ class ConditioningService {
     // Whether the repository is ready (RepositoryReady) with failed models
     // in it; false: strict, every model must be ready.
     bool serve_ready_models = false;
+    // Models loading at once (at least 1): a slow or stuck folder holds one
+    // of these threads, and the other models load beside it.
+    int load_threads = 4;
+    // How long one model's load may take: past it, the load stops before
+    // its next tensor and the model fails, naming the limit.  Infinite: no
+    // limit.
+    absl::Duration load_timeout = absl::InfiniteDuration();
     // Called once per model of the repository as it becomes ready or
     // failed (`message`: why), on the thread that settled it and outside
     // the service's lock: the app logs it.
@@ -136,7 +144,7 @@ class ConditioningService {
   ~ConditioningService();
 
   // Lists `repository`'s subfolders and starts loading them in the
-  // background, in name order.  NOT_FOUND or INVALID_ARGUMENT when the
+  // background, in name order, Options::load_threads at a time.  NOT_FOUND or INVALID_ARGUMENT when the
   // repository itself cannot be read; a subfolder whose name is not a
   // model name ([A-Za-z0-9][A-Za-z0-9._-]*, up to kMaxModelNameBytes) is
   // listed as failed with the reason.  A folder may carry a preset's name:
@@ -152,12 +160,13 @@ class ConditioningService {
   // Readiness of the repository as a whole: no model loading, and (unless
   // Options::serve_ready_models) none failed.
   bool RepositoryReady() const;
-  // Runs `callback` once no model is loading: now, or on the loading
-  // thread when its last model settles (never after StopLoading).  For
-  // readiness probes.
+  // Runs `callback` once no model is loading: now, or on a loading thread
+  // when the last model settles (never after StopLoading).  For readiness
+  // probes.
   void CallWhenLoaded(std::function<void()> callback);
-  // Models not yet loaded fail ("the server stopped"), the one loading
-  // finishes; returns when the loading thread has ended.  Idempotent.
+  // Models not yet loaded fail ("the server stopped"), those loading stop
+  // before their next tensor; returns when the loading threads have ended.
+  // Idempotent.
   void StopLoading();
 
   std::vector<ConditioningModelInfo> Models() const;
@@ -180,6 +189,7 @@ class ConditioningService {
  private:
   struct Entry;
   void LoadAll();
+  void LoadOne(Entry& entry);
   const Entry* Find(absl::string_view name) const;
 
   Options options_;

@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
 #include "temb/kernels/backend.h"
 #include "temb/kernels/dtype.h"
 #include "temb/kernels/linear_engine.h"
@@ -57,6 +58,9 @@ struct ConditioningOptions {
   // Set true by another thread: the load stops before its next tensor
   // with CANCELLED (a server shutting down does not wait for a model).
   const std::atomic<bool>* cancelled = nullptr;
+  // Past this time the load stops before its next tensor with
+  // DEADLINE_EXCEEDED (a slow folder does not hold a loader forever).
+  absl::Time deadline = absl::InfiniteFuture();
 };
 
 // The inputs, as float32 values, by their InputSpec name ("t", "guidance",
