@@ -308,6 +308,11 @@ absl::StatusOr<std::unique_ptr<App>> App::Start(
                {{"model", name}, {"reason", message}});
     }
   };
+  conditioning_options.on_skipped = [](const std::string& entry,
+                                       const std::string& why) {
+    LogEvent(LogLevel::kWarn, "repository_entry_skipped",
+             {{"entry", entry}, {"reason", why}});
+  };
   if (options.conditioning_device == BackendChoice::kCuda) {
     absl::StatusOr<std::unique_ptr<LinearEngine>> engine =
         CreateGpuLinearEngine(options.backend_options.cuda_device);

@@ -152,11 +152,21 @@ absl::Status ConditioningService::OpenRepository(
         "model_repository: ", Quoted(repository), " is not a directory"));
   }
   std::vector<std::string> names;
+  // Entries that are not folders (a plain file, a link to nothing or a
+  // loop of links) are not models; each is reported, not failed, so that a
+  // README beside the models keeps readiness.
+  std::vector<std::pair<std::string, std::string>> skipped;
   for (fs::directory_iterator it(repository, error), end; !error && it != end;
        it.increment(error)) {
+    const std::string name = it->path().filename().string();
     std::error_code type_error;
     if (it->is_directory(type_error)) {
-      names.push_back(it->path().filename().string());
+      names.push_back(name);
+    } else if (!name.empty() && name[0] != '.') {
+      skipped.emplace_back(name, type_error
+                                     ? absl::StrCat("it cannot be followed (",
+                                                    type_error.message(), ")")
+                                     : std::string("it is not a folder"));
     }
   }
   if (error) {
@@ -190,6 +200,10 @@ absl::Status ConditioningService::OpenRepository(
     for (const auto& [name, message] : refused) {
       options_.on_settled(name, ModelState::kFailed, message);
     }
+  }
+  if (options_.on_skipped) {
+    std::sort(skipped.begin(), skipped.end());
+    for (const auto& [name, why] : skipped) options_.on_skipped(name, why);
   }
   return absl::OkStatus();
 }
@@ -415,6 +429,11 @@ absl::StatusOr<ConditionResponse> ConditioningService::Serve(
     if (!given.emplace(model_name, &input).second) {
       return absl::InvalidArgumentError(absl::StrCat(
           input.field, ": input ", Quoted(input.name), " is given twice"));
+    }
+    if (input.shape.size() > kMaxConditionInputRank) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          input.field, ": shape ", ShapeString(input.shape), " has rank ",
+          input.shape.size(), "; at most ", kMaxConditionInputRank));
     }
     // The shape must hold exactly the values given; checked extent by
     // extent so that no product overflows.

@@ -26,8 +26,9 @@ constexpr TensorType kScalarTypes[] = {TensorType::kFp32, TensorType::kFp64,
 constexpr TensorType kRowTypes[] = {TensorType::kFp32,  TensorType::kFp64,
                                     TensorType::kBf16,  TensorType::kFp16,
                                     TensorType::kInt64, TensorType::kInt32};
-// Per-token timesteps: [B, L] and the video layouts some models use.
-constexpr int kMaxInputRank = 5;
+// Per-token timesteps: [B, L] and the video layouts some models use (the
+// core's bound, checked here before decoding).
+constexpr int kMaxInputRank = static_cast<int>(kMaxConditionInputRank);
 
 // The config parameters naming what `output` stands for in the transformer
 // (kReplacesKey and the keys beside it); none for an output without.

@@ -3,7 +3,9 @@
 #include <cstring>
 #include <utility>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
 #include "absl/types/span.h"
 #include "temb/base/quoted.h"
 #include "temb/base/status_macros.h"
@@ -13,18 +15,15 @@
 namespace temb::models {
 namespace {
 
-// Tensor `name` of `shape` as the op reads it: in the model's dtype
-// (`model`, which the stored dtype must be unless `convert`), or float32
-// from any stored floating dtype.  With `convert`, any stored floating
+// Tensor `name` of `shape` as the op reads it: stored as `dtype` (the
+// model's dtype) unless `convert`; with `convert`, any stored floating
 // dtype is converted to `dtype` as torch's .to(dtype) does: through the
 // exact float32 value, rounded to nearest even.
 absl::StatusOr<LoadedTensor> LoadAs(const Checkpoint& checkpoint,
                                     const std::string& name, DType dtype,
                                     const std::vector<int64_t>& shape,
                                     bool convert) {
-  if (dtype != DType::kFloat32 && !convert) {
-    return checkpoint.Load(name, dtype, shape);
-  }
+  if (!convert) return checkpoint.Load(name, dtype, shape);
   ASSIGN_OR_RETURN(const DType stored, checkpoint.StoredDType(name));
   ASSIGN_OR_RETURN(LoadedTensor tensor, checkpoint.Load(name, stored, shape));
   if (stored == dtype) return tensor;
@@ -96,7 +95,15 @@ TensorReader::TensorReader(const Checkpoint& checkpoint,
 
 absl::StatusOr<DType> TensorReader::DTypeFor(ValueDType where,
                                              const std::string& name) {
-  if (where == ValueDType::kFloat32) return DType::kFloat32;
+  if (where == ValueDType::kFloat32) {
+    kept_.insert(name);
+    constexpr absl::string_view kWeight = ".weight";
+    if (absl::EndsWith(name, kWeight)) {
+      kept_.insert(
+          absl::StrCat(name.substr(0, name.size() - kWeight.size()), ".bias"));
+    }
+    return DType::kFloat32;
+  }
   if (!dtype_.has_value()) {
     ASSIGN_OR_RETURN(dtype_, checkpoint_.StoredDType(name));
   }
@@ -115,7 +122,8 @@ absl::StatusOr<LoadedTensor> TensorReader::Load(
         Quoted(name)));
   }
   ASSIGN_OR_RETURN(LoadedTensor tensor,
-                   LoadAs(checkpoint_, name, dtype, shape, convert_));
+                   LoadAs(checkpoint_, name, dtype, shape,
+                          convert_ || kept_.count(name) > 0));
   RETURN_IF_ERROR(CheckFinite(checkpoint_.dir(), name, tensor, dtype));
   weight_bytes_ += static_cast<int64_t>(tensor.data.size());
   fingerprints_[name] = WeightFingerprint(

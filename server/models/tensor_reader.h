@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <map>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -31,13 +32,16 @@ class TensorReader {
                absl::Time deadline = absl::InfiniteFuture());
 
   // The dtype an op reads tensor `name` as: float32 for kept modules
-  // (`where` is kFloat32), else the model's dtype, which the first call
+  // (`where` is kFloat32; `name`, and for a "<module>.weight" its bias,
+  // are then kept tensors), else the model's dtype, which the first call
   // sets from `name`'s stored dtype when no torch_dtype did.
   absl::StatusOr<DType> DTypeFor(ValueDType where, const std::string& name);
 
   // Tensor `name` of `shape` as elements of `dtype` (one DTypeFor gave):
-  // as stored when it is the model's dtype and nothing converts; else any
-  // stored floating dtype converted as torch's .to(dtype) converts it.
+  // with a torch_dtype, or for a kept tensor, any stored floating dtype
+  // converted as torch's .to(dtype) converts it; else it must be stored
+  // in the model's dtype (INVALID_ARGUMENT naming the tensor: a folder's
+  // tensors have one dtype unless its temb.json converts them).
   absl::StatusOr<LoadedTensor> Load(const std::string& name, DType dtype,
                                     const std::vector<int64_t>& shape);
   // The same, decoded to float32 values (tables and norm weights).
@@ -62,6 +66,8 @@ class TensorReader {
   const std::atomic<bool>* const cancelled_;
   const absl::Time deadline_;
   std::optional<DType> dtype_;
+  // The tensors of kept (float32) modules that DTypeFor named.
+  std::set<std::string> kept_;
   int64_t weight_bytes_ = 0;
   std::map<std::string, std::string> fingerprints_;
 };

@@ -156,6 +156,14 @@ TEST_F(ConditioningServiceTest, RefusesBadRequestsNamingTheField) {
   request.inputs = {Timesteps(t, {int64_t{1} << 62, 4})};
   EXPECT_THAT(Message(service->Serve(request, nullptr).status()),
               HasSubstr("does not hold the 2 values"));
+  // Every protocol's rank bound, here in the core: per token [B, L] up to
+  // rank 5.
+  request.inputs = {Timesteps(t, {1, 1, 1, 1, 1, 2})};
+  EXPECT_THAT(
+      Message(service->Serve(request, nullptr).status()),
+      AllOf(HasSubstr("inputs[0]"), HasSubstr("has rank 6; at most 5")));
+  request.inputs = {Timesteps(t, {1, 1, 1, 1, 2})};
+  EXPECT_TRUE(service->Serve(request, nullptr).ok());
   request.inputs = {Timesteps(t), Timesteps(t)};
   EXPECT_THAT(Message(service->Serve(request, nullptr).status()),
               HasSubstr("given twice"));
@@ -365,7 +373,11 @@ TEST_F(ConditioningServiceTest, AStalledLoadDelaysNoOtherModel) {
   EXPECT_TRUE(service.loading());
   engine->release.Notify();
   EXPECT_TRUE(service.WaitUntilLoaded(absl::Seconds(30)));
-  EXPECT_EQ(settled.size(), 3u);
+  // on_settled runs outside the service's lock, after the count.
+  auto three_settled = [&] { return settled.size() == 3; };
+  absl::MutexLock lock(&mu);
+  EXPECT_TRUE(
+      mu.AwaitWithTimeout(absl::Condition(&three_settled), absl::Seconds(30)));
 }
 
 TEST_F(ConditioningServiceTest, ALoadPastItsLimitFailsNamingIt) {

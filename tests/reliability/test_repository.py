@@ -32,12 +32,17 @@ def tensor_bytes(count, seed):
     return struct.pack(f"<{count}f", *values)
 
 
-def write_safetensors(path, tensors, header_extra=None):
-    """tensors: {name: (shape, bytes)}; header_extra replaces the header
-    text's tail (a hostile header)."""
+def write_safetensors(path, tensors, header_extra=None, bf16=()):
+    """tensors: {name: (shape, float32 bytes)}; the tensors named in `bf16`
+    are stored bf16 (truncated); header_extra replaces the header text (a
+    hostile header)."""
     header, data, offset = {}, b"", 0
     for name, (shape, raw) in tensors.items():
-        header[name] = {"dtype": "F32", "shape": shape,
+        dtype = "F32"
+        if name in bf16:
+            dtype = "BF16"
+            raw = b"".join(raw[i + 2:i + 4] for i in range(0, len(raw), 4))
+        header[name] = {"dtype": dtype, "shape": shape,
                         "data_offsets": [offset, offset + len(raw)]}
         data += raw
         offset += len(raw)
@@ -134,6 +139,18 @@ def repository(tmp_path_factory):
     causes["nan-weight"] = ('tensor "norm_out.linear.bias": element 3 is NaN '
                             "or infinite")
 
+    # One tensor of an fp32 folder stored bf16: a folder's tensors have
+    # one dtype unless its temb.json converts them.
+    folder = good_folder(root / "mixed-dtype")
+    write_safetensors(folder / "diffusion_pytorch_model.safetensors",
+                      qwen_tensors(), bf16={"norm_out.linear.weight"})
+    causes["mixed-dtype"] = ('tensor "norm_out.linear.weight": field dtype: '
+                             "BF16 where the model's other tensors are F32")
+    # Not model folders: reported in the log, neither served nor failed.
+    (root / "README.md").write_text("models\n")
+    (root / "broken-link").symlink_to(root / "nowhere")
+    (root / "loop-link").symlink_to(root / "loop-link")
+
     folder = good_folder(root / "fifo-shard")
     (folder / "diffusion_pytorch_model.safetensors").unlink()
     os.mkfifo(folder / "shard-1.safetensors")
@@ -211,6 +228,10 @@ def test_hostile_folders_fail_alone_and_the_server_serves(
         assert f"event=conditioning_model_failed model={name} " in server.log(), \
             name
     assert "event=conditioning_model_ready model=good" in server.log()
+    for entry in ("README.md", "broken-link", "loop-link"):
+        assert entry not in models, entry
+        assert (f"event=repository_entry_skipped entry={entry} "
+                in server.log()), entry
 
     # The good model and a preset answer.
     answer = answers(pb, server.target, "good")

@@ -45,6 +45,9 @@ inline constexpr absl::string_view kConditionPooled = "pooled_projections";
 // The output that maps each per-token timestep to its row (see
 // ConditionRequest).
 inline constexpr absl::string_view kConditionIndex = "index";
+// The highest rank of an input's shape in every protocol: per-token
+// timesteps as [B, L] and the video layouts some models use.
+inline constexpr size_t kMaxConditionInputRank = 5;
 // Names a model folder may have: they become URL path segments and metric
 // labels.
 inline constexpr size_t kMaxModelNameBytes = 128;
@@ -136,6 +139,11 @@ class ConditioningService {
     std::function<void(const std::string& name, ModelState state,
                        const std::string& message)>
         on_settled;
+    // Called once per entry of the repository that is not a model folder
+    // (a plain file, a broken link, a loop of links; hidden entries are
+    // not reported), with why: the app logs it.
+    std::function<void(const std::string& entry, const std::string& why)>
+        on_skipped;
   };
 
   // A service without models (no repository).
@@ -144,12 +152,12 @@ class ConditioningService {
   ~ConditioningService();
 
   // Lists `repository`'s subfolders and starts loading them in the
-  // background, in name order, Options::load_threads at a time.  NOT_FOUND or INVALID_ARGUMENT when the
-  // repository itself cannot be read; a subfolder whose name is not a
-  // model name ([A-Za-z0-9][A-Za-z0-9._-]*, up to kMaxModelNameBytes) is
-  // listed as failed with the reason.  A folder may carry a preset's name:
-  // the model then takes that name wherever a name means one model (KServe,
-  // REST, Condition), and the preset keeps it for Embed.
+  // background, in name order, Options::load_threads at a time.  NOT_FOUND or
+  // INVALID_ARGUMENT when the repository itself cannot be read; a subfolder
+  // whose name is not a model name ([A-Za-z0-9][A-Za-z0-9._-]*, up to
+  // kMaxModelNameBytes) is listed as failed with the reason.  A folder may
+  // carry a preset's name: the model then takes that name wherever a name means
+  // one model (KServe, REST, Condition), and the preset keeps it for Embed.
   absl::Status OpenRepository(const std::string& repository);
 
   // Blocks until no model is loading, or until `timeout`; whether all
