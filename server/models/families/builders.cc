@@ -211,6 +211,14 @@ void AppendDualStreamModulation(FamilyDescription* family,
       {"txt_mod", "txt_mod", "[N, L, 6D]: same order, text stream"});
 }
 
+void AppendAdaLayerNormZeroStreams(FamilyDescription* family) {
+  AppendDualStreamModulation(family, "transformer_blocks.{i}.norm1.linear",
+                             "transformer_blocks.{i}.norm1.silu",
+                             "transformer_blocks.{i}.norm1_context.linear",
+                             "transformer_blocks.{i}.norm1_context.silu",
+                             kAdaLayerNormZeroChunks);
+}
+
 void AppendAdaLayerNormSingle(FamilyDescription* family,
                               const std::string& prefix) {
   std::vector<Op>& ops = family->ops;

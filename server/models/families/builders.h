@@ -127,6 +127,11 @@ void AppendDualStreamModulation(FamilyDescription* family,
                                 const std::string& txt_silu,
                                 const std::string& chunks);
 
+// AppendDualStreamModulation of every block's AdaLayerNormZero pair,
+// transformer_blocks.{i}.norm1 (image) and .norm1_context (text): FLUX.1's
+// double blocks and HunyuanVideo-1.5's blocks.
+void AppendAdaLayerNormZeroStreams(FamilyDescription* family);
+
 // AdaLayerNormSingle `prefix` after its embedder (value "temb", the
 // embedded timestep): linear(silu(temb)), one Linear D -> 6D shared by every
 // block, each block's scale_shift_table (6, D) added to it, and the

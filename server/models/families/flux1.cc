@@ -49,11 +49,7 @@ FamilyDescription Flux1Like(std::string class_name, std::string name,
   ops.push_back(Silu("temb_silu", "temb"));
   family.outputs = {{"temb", "temb", "[N, D]"}};
   // AdaLayerNormZero (norm1, norm1_context) and AdaLayerNormZeroSingle.
-  AppendDualStreamModulation(&family, "transformer_blocks.{i}.norm1.linear",
-                             "transformer_blocks.{i}.norm1.silu",
-                             "transformer_blocks.{i}.norm1_context.linear",
-                             "transformer_blocks.{i}.norm1_context.silu",
-                             kAdaLayerNormZeroChunks);
+  AppendAdaLayerNormZeroStreams(&family);
   ops.push_back(AdaNormLinear("single_mod", "temb_silu",
                               "single_transformer_blocks.{i}.norm", 3,
                               "num_single_layers"));

@@ -42,11 +42,7 @@ FamilyDescription HunyuanVideo15() {
   family.outputs = {{"temb", "temb", "[N, D]"}};
   // Every HunyuanVideo15TransformerBlock: AdaLayerNormZero norm1 (image)
   // and norm1_context (text), linear(SiLU(temb)).
-  AppendDualStreamModulation(&family, "transformer_blocks.{i}.norm1.linear",
-                             "transformer_blocks.{i}.norm1.silu",
-                             "transformer_blocks.{i}.norm1_context.linear",
-                             "transformer_blocks.{i}.norm1_context.silu",
-                             kAdaLayerNormZeroChunks);
+  AppendAdaLayerNormZeroStreams(&family);
   // AdaLayerNormContinuous: linear(SiLU(temb).to(x.dtype)), a no-op cast.
   ops.push_back(AdaNormLinear("norm_out", "temb_silu", "norm_out", 2));
   family.outputs.push_back({"norm_out", "norm_out", "[N, 2D]: scale, shift"});
