@@ -59,6 +59,12 @@ Op InFloat32(Op op) {
   return op;
 }
 
+Op KeptFloat32(Op op) {
+  op.weight_dtype = ValueDType::kFloat32;
+  op.dtype = ValueDType::kFloat32;
+  return op;
+}
+
 Op Sinusoid(std::string out, std::string in, double scale) {
   Op op = MakeOp(OpKind::kSinusoid, std::move(out), {std::move(in)});
   op.dtype = ValueDType::kFloat32;

@@ -35,6 +35,11 @@ Op SubtractFrom(std::string out, std::string in, double constant);
 // whatever the model's dtype.
 Op InFloat32(Op op);
 
+// An op of a module diffusers' from_pretrained keeps in float32
+// (`_keep_in_fp32_modules`): its tensors are read as float32 and it
+// computes in float32.
+Op KeptFloat32(Op op);
+
 // get_timestep_embedding always computes in float32.
 Op Sinusoid(std::string out, std::string in, double scale);
 

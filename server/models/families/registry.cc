@@ -26,6 +26,7 @@ const std::vector<FamilyDescription>& Families() {
       families::HunyuanVideo(),    // hunyuan_video.cc
       families::Chroma(),          // chroma.cc
       families::AuraFlow(),        // auraflow.cc
+      families::MiniMaxH3(),       // minimax_h3.cc
   };
   return *table;
 }

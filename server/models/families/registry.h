@@ -28,6 +28,7 @@ FamilyDescription Lumina2();
 FamilyDescription HunyuanVideo();
 FamilyDescription Chroma();
 FamilyDescription AuraFlow();
+FamilyDescription MiniMaxH3();
 
 }  // namespace temb::models::families
 

@@ -6,17 +6,6 @@
 #include "registry.h"
 
 namespace temb::models::families {
-namespace {
-
-// The modules diffusers' from_pretrained keeps in float32: their tensors are
-// read as float32 and the op computes in float32.
-Op KeptFloat32(Op op) {
-  op.weight_dtype = ValueDType::kFloat32;
-  op.dtype = ValueDType::kFloat32;
-  return op;
-}
-
-}  // namespace
 
 FamilyDescription Wan() {
   FamilyDescription family;
