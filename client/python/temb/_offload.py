@@ -452,6 +452,14 @@ _COGVIDEOX = _Family("cogvideox", ("timestep",), _t_as_is, 1.0,
                      dtype_module="time_embedding",
                      extra_inputs=_cogvideox_inputs, taps=(("", "ofs"),))
 
+# MiniMax-H3 has no pipeline in diffusers 0.42.1: its forward's timestep,
+# the distinct noise levels in [0, 1], reaches the embedder (the
+# parameterless time_proj) as it is, and is what the conditioning model
+# takes; a schedule is those levels.  The time MLP and temb are float32.
+_MINIMAX_H3 = _Family("minimax-h3", ("timestep",), _t_as_is, 1.0,
+                      dtype_module="norm_out.linear",
+                      float32_outputs=("temb",))
+
 # FLUX.2's pipelines pass t and the guidance as FLUX.1's do; klein passes
 # guidance=None.
 _FLUX2_DEV = _Family("flux.2-dev", ("timestep", "guidance"), _t_flux, 1.0,
@@ -583,6 +591,8 @@ def _family_of(model: torch.nn.Module) -> _Family:
     if name == "UNet2DConditionModel":
         _require(name, config, _UNET_REQUIRED, "SDXL's UNet has")
         return _SDXL_UNET
+    if name == "MiniMaxH3Transformer3DModel":
+        return _MINIMAX_H3
     raise ValueError(
         f"offload_conditioning: {type(model).__module__}.{name} is not a "
         "family temb serves (QwenImageTransformer2DModel, "
@@ -594,7 +604,8 @@ def _family_of(model: torch.nn.Module) -> _Family:
         "ChromaTransformer2DModel, "
         "CogVideoXTransformer3DModel, "
         "Flux2Transformer2DModel, "
-        "HunyuanVideo15Transformer3DModel, UNet2DConditionModel)")
+        "HunyuanVideo15Transformer3DModel, UNet2DConditionModel, "
+        "MiniMaxH3Transformer3DModel)")
 
 
 # --- going back from what the embedder receives to the scheduler's t ---------
@@ -1492,14 +1503,21 @@ class PassThrough(torch.nn.Module):
 
 class ModulationLookup(torch.nn.Module):
     """Stands in for a modulation Linear: output `output` at block position
-    `index` of the step's answer, exactly what the Linear computed."""
+    `index` of the step's answer, exactly what the Linear computed.  A
+    zero-size buffer keeps the Linear's dtype, for models that read it
+    (MiniMax-H3 casts the Linear's input to it)."""
+
+    dtype_marker: torch.Tensor  # a buffer (register_buffer below)
 
     def __init__(self, state: OffloadedConditioning, output: str,
-                 index: Optional[int]) -> None:
+                 index: Optional[int],
+                 dtype: torch.dtype = torch.float32) -> None:
         super().__init__()
         self.state = state
         self.output = output
         self.index = index
+        self.register_buffer("dtype_marker", torch.empty(0, dtype=dtype),
+                             persistent=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         answer = getattr(x, _ANSWER, None)
@@ -1798,8 +1816,12 @@ def offload_conditioning(transformer: torch.nn.Module, *, client: Any,
         if slot.silu is not None:
             _set(transformer, slot.silu, PassThrough())
             state.replaced.append(slot.silu)
+        weight = cast(torch.nn.Linear,  # checked above
+                      transformer.get_submodule(slot.linear)).weight
         _set(transformer, slot.linear,
-             ModulationLookup(state, slot.output, slot.index))
+             ModulationLookup(state, slot.output, slot.index,
+                              weight.dtype).to(weight.device))
+        del weight
         state.replaced.append(slot.linear)
     # The other stand-ins, the tables and the taps.
     for stand_in in stand_ins:

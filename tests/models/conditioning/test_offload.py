@@ -83,7 +83,7 @@ TABLE_KINDS = ("wan", "wan2.2-ti2v", "pixart-sigma", "pixart-alpha",
                "hidream-i1", "sana", "sana-sprint", "z-image", "z-image-omni",
                "lumina2",
                "hunyuanvideo", "hunyuanvideo-i2v",
-               "hunyuanvideo-token-replace", "chroma")
+               "hunyuanvideo-token-replace", "chroma", "minimax-h3")
 
 
 def build(kind, dtype):
@@ -1030,10 +1030,17 @@ def table_batch(kind):
     # SanaSprintPipeline hands SCMScheduler.step the timestep expanded to
     # the batch, which the scheduler finds in its schedule for one image
     # only.
-    return 1 if kind.startswith("wan") or kind == "sana-sprint" else BATCH
+    # MiniMax-H3's batch axis repeats one packed sequence.
+    return (1 if kind.startswith("wan") or kind in ("sana-sprint", "minimax-h3")
+            else BATCH)
 
 
 def build_table_kind(kind, dtype):
+    if kind == "minimax-h3":
+        # As from_pretrained(torch_dtype=) loads it: the time MLP float32.
+        import tempfile
+        with tempfile.TemporaryDirectory() as scratch:
+            return FAMILIES[kind].save(dtype, scratch)
     if kind.startswith("wan"):
         # The pipeline's model: from_pretrained(torch_dtype=) keeps the time
         # MLP and the tables in float32 in a bf16 model.
@@ -1080,6 +1087,10 @@ def table_scheduler(kind):
         scheduler = diffusers.FlowMatchEulerDiscreteScheduler(shift=7.0)
         scheduler.set_timesteps(sigmas=np.linspace(1.0, 0.0, STEPS + 1)[:-1])
         return scheduler
+    elif kind == "minimax-h3":
+        # No pipeline in diffusers 0.42.1: flow matching, as the issue
+        # that added the family asks.
+        scheduler = diffusers.FlowMatchEulerDiscreteScheduler(shift=3.0)
     elif kind == "lumina2":
         # Lumina-Image-2.0's scheduler config.
         scheduler = diffusers.FlowMatchEulerDiscreteScheduler(shift=6.0)
@@ -1146,6 +1157,11 @@ def table_inputs(kind, dtype):
                     text=text)
     if kind.startswith("pixart") or kind == "sana":
         return dict(latents=randn(batch, 4, 4, 4), text=text)
+    if kind == "minimax-h3":
+        # Patchified video rows (4 tokens of 16) and audio rows (2 of 4),
+        # float32, stepped as one tensor; 2 text tokens per prompt.
+        return dict(latents=randn(batch, 4 * 16 + 2 * 4, dt=torch.float32),
+                    text=[randn(batch, 2, 24) for _ in range(2)])
     if kind == "sana-sprint":
         # float32 latents, as SanaSprintPipeline keeps them.
         return dict(latents=randn(batch, 4, 4, 4, dt=torch.float32),
@@ -1263,6 +1279,31 @@ def denoise_table(kind, model, dtype):
                                       return_dict=False)[0]
                                 for text in (positive, negative))
                 noise = uncond + 5.0 * (cond - uncond)
+                latents = scheduler.step(noise, t, latents,
+                                         return_dict=False)[0]
+                continue
+            if kind == "minimax-h3":
+                # The forward's contract: one packed sequence of 2 text, 4
+                # video and 2 audio tokens; two levels, the video and audio
+                # at the scheduler's sigma t / 1000, the text clean at 0;
+                # CFG as two calls.
+                level = (t / 1000).to(torch.float32)
+                timestep = torch.stack([level, torch.zeros_like(level)])
+                tags = torch.tensor([1, 1, 0, 0, 0, 0, 2, 2])
+                positions = torch.arange(8)
+                video = latents[:, :64].reshape(batch, 4, 16).to(dtype)
+                audio = latents[:, 64:].reshape(batch, 2, 4).to(dtype)
+                cond, uncond = (torch.cat([part.flatten(1).float() for part in
+                                           model(
+                    hidden_states=video, audio_hidden_states=audio,
+                    encoder_hidden_states=text, timestep=timestep,
+                    timestep_indices=(tags == 1).long(), token_tags=tags,
+                    position_ids=torch.zeros(8, 3, dtype=torch.long),
+                    video_indices=positions[2:6],
+                    text_indices=positions[:2],
+                    audio_indices=positions[6:], return_dict=False)], 1)
+                    for text in (positive, negative))
+                noise = uncond + 3.0 * (cond - uncond)
                 latents = scheduler.step(noise, t, latents,
                                          return_dict=False)[0]
                 continue
