@@ -248,6 +248,12 @@ def _t_over_1000(t: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     return t.to(dtype) / 1000
 
 
+def _t_fraction_then_cast(t: torch.Tensor,
+                          dtype: torch.dtype) -> torch.Tensor:
+    # AuraFlow's pipeline: t / 1000 in float32, then .to(latents' dtype).
+    return (t.to(torch.float32) / 1000).to(dtype)
+
+
 def _t_flux(t: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     # FLUX.1's pipeline divides as Qwen-Image's; the model multiplies back
     # in its dtype before time_text_embed.
@@ -452,6 +458,10 @@ _COGVIDEOX = _Family("cogvideox", ("timestep",), _t_as_is, 1.0,
                      dtype_module="time_embedding",
                      extra_inputs=_cogvideox_inputs, taps=(("", "ofs"),))
 
+# AuraFlow: its Timesteps module is the embedder, handed t / 1000 as the
+# pipeline rounds it.
+_AURAFLOW = _Family("auraflow", ("timestep",), _t_fraction_then_cast, 1e-3,
+                    dtype_module="norm_out.linear")
 # MiniMax-H3 has no pipeline in diffusers 0.42.1: its forward's timestep,
 # the distinct noise levels in [0, 1], reaches the embedder (the
 # parameterless time_proj) as it is, and is what the conditioning model
@@ -593,6 +603,8 @@ def _family_of(model: torch.nn.Module) -> _Family:
         return _SDXL_UNET
     if name == "MiniMaxH3Transformer3DModel":
         return _MINIMAX_H3
+    if name == "AuraFlowTransformer2DModel":
+        return _AURAFLOW
     raise ValueError(
         f"offload_conditioning: {type(model).__module__}.{name} is not a "
         "family temb serves (QwenImageTransformer2DModel, "
@@ -605,7 +617,7 @@ def _family_of(model: torch.nn.Module) -> _Family:
         "CogVideoXTransformer3DModel, "
         "Flux2Transformer2DModel, "
         "HunyuanVideo15Transformer3DModel, UNet2DConditionModel, "
-        "MiniMaxH3Transformer3DModel)")
+        "MiniMaxH3Transformer3DModel, AuraFlowTransformer2DModel)")
 
 
 # --- going back from what the embedder receives to the scheduler's t ---------

@@ -83,7 +83,8 @@ TABLE_KINDS = ("wan", "wan2.2-ti2v", "pixart-sigma", "pixart-alpha",
                "hidream-i1", "sana", "sana-sprint", "z-image", "z-image-omni",
                "lumina2",
                "hunyuanvideo", "hunyuanvideo-i2v",
-               "hunyuanvideo-token-replace", "chroma", "minimax-h3")
+               "hunyuanvideo-token-replace", "chroma", "minimax-h3",
+               "auraflow")
 
 
 def build(kind, dtype):
@@ -1091,6 +1092,9 @@ def table_scheduler(kind):
         # No pipeline in diffusers 0.42.1: flow matching, as the issue
         # that added the family asks.
         scheduler = diffusers.FlowMatchEulerDiscreteScheduler(shift=3.0)
+    elif kind == "auraflow":
+        # AuraFlowPipeline's scheduler class, its default config.
+        scheduler = diffusers.FlowMatchEulerDiscreteScheduler()
     elif kind == "lumina2":
         # Lumina-Image-2.0's scheduler config.
         scheduler = diffusers.FlowMatchEulerDiscreteScheduler(shift=6.0)
@@ -1157,6 +1161,9 @@ def table_inputs(kind, dtype):
                     text=text)
     if kind.startswith("pixart") or kind == "sana":
         return dict(latents=randn(batch, 4, 4, 4), text=text)
+    if kind == "auraflow":
+        # Latents in the model's dtype, as AuraFlowPipeline keeps them.
+        return dict(latents=randn(batch, 4, 8, 8), text=text)
     if kind == "minimax-h3":
         # Patchified video rows (4 tokens of 16) and audio rows (2 of 4),
         # float32, stepped as one tensor; 2 text tokens per prompt.
@@ -1279,6 +1286,21 @@ def denoise_table(kind, model, dtype):
                                       return_dict=False)[0]
                                 for text in (positive, negative))
                 noise = uncond + 5.0 * (cond - uncond)
+                latents = scheduler.step(noise, t, latents,
+                                         return_dict=False)[0]
+                continue
+            if kind == "auraflow":
+                # AuraFlowPipeline: CFG rows batched, torch.tensor([t /
+                # 1000]) in the latents' dtype.
+                model_input = torch.cat([latents] * 2)
+                timestep = torch.tensor([t / 1000]).expand(
+                    2 * batch).to(latents.dtype)
+                noise = model(model_input,
+                              encoder_hidden_states=torch.cat(
+                                  [negative, positive]),
+                              timestep=timestep, return_dict=False)[0]
+                uncond, cond = noise.chunk(2)
+                noise = uncond + 3.5 * (cond - uncond)
                 latents = scheduler.step(noise, t, latents,
                                          return_dict=False)[0]
                 continue
@@ -1566,6 +1588,18 @@ def test_table_and_video_families_denoise_to_the_same_latents(kind, client):
         print(f"{kind} bf16: patched vs PyTorch one row at a time "
               f"{relative(patched16, own):.3g}")
         budget = max(budget, move)
+    if kind == "auraflow":
+        # Not met at a tenth: a few served elements (at t = 750: 2 of
+        # joint block 0's norm1 and 1 of norm_out's) are one bf16 ulp from
+        # PyTorch's, where temb's float32 sum of the Linear falls on the
+        # other side of a bf16 rounding boundary than PyTorch's (on the
+        # AVX2 CPU measured, PyTorch's float32 and exact sums agree there,
+        # and neither of its other orders moves the latents;
+        # test_bf16_matches_diffusers_within_one_ulp checks the ulp); this
+        # tiny random model carries that to 3.0e-3 over 4 steps.  Bounded
+        # by the unpatched model's own bf16 vs fp32 distance
+        # (docs/offload.md).
+        budget = max(budget, relative(plain16, plain32))
     if kind == "chroma":
         # Not met at a tenth: the approximator's 5 residual layers carry
         # the summation order of 12 Linears over 35 rows per t, and no
