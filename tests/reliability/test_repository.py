@@ -32,16 +32,20 @@ def tensor_bytes(count, seed):
     return struct.pack(f"<{count}f", *values)
 
 
-def write_safetensors(path, tensors, header_extra=None, bf16=()):
+def write_safetensors(path, tensors, header_extra=None, bf16=(), fp8=()):
     """tensors: {name: (shape, float32 bytes)}; the tensors named in `bf16`
-    are stored bf16 (truncated); header_extra replaces the header text (a
-    hostile header)."""
+    are stored bf16 (truncated), those in `fp8` as float8_e4m3fn (one byte
+    each, their values irrelevant); header_extra replaces the header text
+    (a hostile header)."""
     header, data, offset = {}, b"", 0
     for name, (shape, raw) in tensors.items():
         dtype = "F32"
         if name in bf16:
             dtype = "BF16"
             raw = b"".join(raw[i + 2:i + 4] for i in range(0, len(raw), 4))
+        if name in fp8:
+            dtype = "F8_E4M3"
+            raw = raw[:len(raw) // 4]
         header[name] = {"dtype": dtype, "shape": shape,
                         "data_offsets": [offset, offset + len(raw)]}
         data += raw
@@ -146,6 +150,13 @@ def repository(tmp_path_factory):
                       qwen_tensors(), bf16={"norm_out.linear.weight"})
     causes["mixed-dtype"] = ('tensor "norm_out.linear.weight": field dtype: '
                              "BF16 where the model's other tensors are F32")
+    # An fp8-stored weight (as released fp8 variants store them) is refused
+    # naming the tensor; no family computes in fp8.
+    folder = good_folder(root / "fp8-weight")
+    write_safetensors(folder / "diffusion_pytorch_model.safetensors",
+                      qwen_tensors(), fp8={"norm_out.linear.weight"})
+    causes["fp8-weight"] = ('tensor "norm_out.linear.weight": field dtype: '
+                            "F8_E4M3")
     # Not model folders: reported in the log, neither served nor failed.
     (root / "README.md").write_text("models\n")
     (root / "broken-link").symlink_to(root / "nowhere")

@@ -1728,9 +1728,10 @@ def offload_conditioning(transformer: torch.nn.Module, *, client: Any,
     WanTransformer3DModel 2.1/2.2 incl.
     TI2V's per-token timesteps, PixArtTransformer2DModel Sigma or alpha,
     CogVideoXTransformer3DModel incl. 1.5's ofs, Flux2Transformer2DModel
-    dev or klein, HunyuanVideo15Transformer3DModel) or of SDXL's
+    dev or klein, HunyuanVideo15Transformer3DModel, AuraFlow's and
+    MiniMax-H3's, and the others docs/offload.md lists) or of SDXL's
     UNet2DConditionModel with temb's answers from the conditioning model
-    `model`, and releases its weights.
+    `model`, and releases the weights of the modules its description names.
 
     Args:
       transformer: the model, called afterwards as its pipeline calls it.
