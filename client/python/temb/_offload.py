@@ -204,6 +204,11 @@ def _qwen_layered_inputs(model: _Model) -> Tuple[str, ...]:
     return ("addition_t_cond",)
 
 
+def _cogview4_inputs(model: _Model) -> Tuple[str, ...]:
+    # CogView4's size conditions, the embedder's arguments by name.
+    return ("original_size", "crop_coords", "target_size")
+
+
 def _cogvideox_inputs(model: _Model) -> Tuple[str, ...]:
     # CogVideoX 1.5 I2V: the forward's `ofs` (its pipeline passes 2.0).
     return ("ofs",) if model.ofs_embedding is not None else ()
@@ -458,6 +463,11 @@ _COGVIDEOX = _Family("cogvideox", ("timestep",), _t_as_is, 1.0,
                      dtype_module="time_embedding",
                      extra_inputs=_cogvideox_inputs, taps=(("", "ofs"),))
 
+# CogView4: its pipeline passes the scheduler's float32 t and the size
+# conditions in the prompt embedding's dtype, the embedder's arguments.
+_COGVIEW4 = _Family("cogview4", ("timestep", "original_size", "target_size",
+                                 "crop_coords", "-"), _t_as_is, 1.0,
+                    extra_inputs=_cogview4_inputs)
 # AuraFlow: its Timesteps module is the embedder, handed t / 1000 as the
 # pipeline rounds it.
 _AURAFLOW = _Family("auraflow", ("timestep",), _t_fraction_then_cast, 1e-3,
@@ -605,6 +615,8 @@ def _family_of(model: torch.nn.Module) -> _Family:
         return _MINIMAX_H3
     if name == "AuraFlowTransformer2DModel":
         return _AURAFLOW
+    if name == "CogView4Transformer2DModel":
+        return _COGVIEW4
     raise ValueError(
         f"offload_conditioning: {type(model).__module__}.{name} is not a "
         "family temb serves (QwenImageTransformer2DModel, "
@@ -617,7 +629,8 @@ def _family_of(model: torch.nn.Module) -> _Family:
         "CogVideoXTransformer3DModel, "
         "Flux2Transformer2DModel, "
         "HunyuanVideo15Transformer3DModel, UNet2DConditionModel, "
-        "MiniMaxH3Transformer3DModel, AuraFlowTransformer2DModel)")
+        "MiniMaxH3Transformer3DModel, AuraFlowTransformer2DModel, "
+        "CogView4Transformer2DModel)")
 
 
 # --- going back from what the embedder receives to the scheduler's t ---------

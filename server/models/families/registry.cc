@@ -27,6 +27,7 @@ const std::vector<FamilyDescription>& Families() {
       families::Chroma(),          // chroma.cc
       families::AuraFlow(),        // auraflow.cc
       families::MiniMaxH3(),       // minimax_h3.cc
+      families::CogView4(),        // cogview4.cc
   };
   return *table;
 }

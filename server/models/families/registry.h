@@ -29,6 +29,7 @@ FamilyDescription HunyuanVideo();
 FamilyDescription Chroma();
 FamilyDescription AuraFlow();
 FamilyDescription MiniMaxH3();
+FamilyDescription CogView4();
 
 }  // namespace temb::models::families
 

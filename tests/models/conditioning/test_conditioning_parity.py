@@ -1768,6 +1768,85 @@ class AuraFlow(Family):
         ]
 
 
+# CogView4's size conditions as its pipeline passes them, one per row, in
+# the prompt embedding's dtype (exact in bf16).
+COGVIEW4_SIZES = {"original_size": (896.0, 1152.0),
+                  "crop_coords": (0.0, 16.0),
+                  "target_size": (1024.0, 768.0)}
+
+
+class CogView4(Family):
+    """CogView4: the scheduler's float32 t embedded D wide, plus the
+    sinusoids of the three size conditions through condition_embedder,
+    summed; the forward's one SiLU of that is read by every block's
+    norm1.linear (12D, image and text interleaved) and the output norm's
+    Linear."""
+    sinusoids = ("time_condition_embed.time_proj",
+                 "time_condition_embed.condition_proj")
+    scalar_names = ("t_model", "original_size_model", "crop_coords_model",
+                    "target_size_model")
+
+    def build(self, dtype):
+        torch.manual_seed(44)
+        model = diffusers.CogView4Transformer2DModel(
+            patch_size=2, in_channels=4, out_channels=4, num_layers=2,
+            attention_head_dim=WIDTH // 4, num_attention_heads=4,
+            text_embed_dim=24, time_embed_dim=48, condition_dim=16,
+            pos_embed_max_size=16, sample_size=8, rope_axes_dim=(32, 32))
+        return model.to(dtype).eval()
+
+    def extra_inputs(self, rows):
+        return {name: list(value) for name, value in COGVIEW4_SIZES.items()}
+
+    def modules(self, model):
+        found = [("temb", None, model.time_condition_embed)]
+        found += [("block_mod", i, block.norm1.linear)
+                  for i, block in enumerate(model.transformer_blocks)]
+        return found + [("norm_out", None, model.norm_out.linear)]
+
+    def inputs(self, dtype, t, generator):
+        # CogView4Pipeline: t.expand(B); the sizes repeated per row in the
+        # prompt embedding's dtype.
+        batch = t.shape[0]
+        sizes = {name: torch.tensor([value]).repeat(batch, 1).to(dtype)
+                 for name, value in COGVIEW4_SIZES.items()}
+        return dict(
+            hidden_states=torch.randn(batch, 4, 8, 8,
+                                      generator=generator).to(dtype),
+            encoder_hidden_states=torch.randn(
+                batch, TEXT_TOKENS, 24, generator=generator).to(dtype),
+            timestep=t, **sizes)
+
+    def scalars(self, values, embedded):
+        pairs = [(values["t_model"], embedded[self.sinusoids[0]][0])]
+        for name, seen in zip(COGVIEW4_SIZES, embedded[self.sinusoids[1]]):
+            pairs.append((values[f"{name}_model"], seen))
+        return pairs
+
+    def op_checks(self, model):
+        embed = model.time_condition_embed
+        checks = [("t_proj", Sinusoid(embed.time_proj, "t_model"))]
+        checks += mlp_checks("t_emb", embed.timestep_embedder, "t_proj")
+        condition = embed.condition_embedder
+        return checks + [
+            ("sizes", Exact(lambda v: torch.cat(
+                [embed.condition_proj(v[f"{name}_model"].flatten()).view(
+                    v[f"{name}_model"].shape[0], -1)
+                 for name in COGVIEW4_SIZES], dim=1).to(torch.bfloat16))),
+            ("sizes_emb_h", Linear([condition.linear_1], "sizes")),
+            ("sizes_emb_a", Exact(lambda v: condition.act_1(
+                v["sizes_emb_h"]))),
+            ("sizes_emb", Linear([condition.linear_2], "sizes_emb_a")),
+            ("temb", Exact(lambda v: v["t_emb"] + v["sizes_emb"])),
+            ("temb_silu", Exact(lambda v: torch.nn.functional.silu(
+                v["temb"]))),
+            ("block_mod", Linear(
+                [b.norm1.linear for b in model.transformer_blocks],
+                "temb_silu", stacked=True)),
+            ("norm_out", Linear([model.norm_out.linear], "temb_silu")),
+        ]
+
+
 class MiniMaxH3(Family):
     """MiniMax-H3: the forward's distinct noise levels (here the shared
     timesteps as they are: the arithmetic does not depend on their range)
@@ -1939,6 +2018,7 @@ FAMILIES = {
     "chroma": Chroma(),
     "auraflow": AuraFlow(),
     "minimax-h3": MiniMaxH3(),
+    "cogview4": CogView4(),
 }
 
 KINDS = ["qwen-image", "qwen-image-edit", "flux.1-dev", "flux.1-schnell", "sd3", "sd3.5",

@@ -62,7 +62,7 @@ from test_conditioning_parity import (POOLED, TEXT_TOKENS,  # noqa: E402
                                       flux_model, qwen_model, sd3_model)
 from test_conditioning_parity import (TIME_IDS, flux2_model,  # noqa: E402
                                       hunyuan_video15_model, sdxl_unet)
-from test_conditioning_parity import FAMILIES  # noqa: E402
+from test_conditioning_parity import COGVIEW4_SIZES, FAMILIES  # noqa: E402
 
 STEPS = 4
 BATCH = 2
@@ -84,7 +84,7 @@ TABLE_KINDS = ("wan", "wan2.2-ti2v", "pixart-sigma", "pixart-alpha",
                "lumina2",
                "hunyuanvideo", "hunyuanvideo-i2v",
                "hunyuanvideo-token-replace", "chroma", "minimax-h3",
-               "auraflow")
+               "auraflow", "cogview4")
 
 
 def build(kind, dtype):
@@ -1092,8 +1092,8 @@ def table_scheduler(kind):
         # No pipeline in diffusers 0.42.1: flow matching, as the issue
         # that added the family asks.
         scheduler = diffusers.FlowMatchEulerDiscreteScheduler(shift=3.0)
-    elif kind == "auraflow":
-        # AuraFlowPipeline's scheduler class, its default config.
+    elif kind in ("auraflow", "cogview4"):
+        # The pipelines' scheduler class, its default config.
         scheduler = diffusers.FlowMatchEulerDiscreteScheduler()
     elif kind == "lumina2":
         # Lumina-Image-2.0's scheduler config.
@@ -1164,6 +1164,13 @@ def table_inputs(kind, dtype):
     if kind == "auraflow":
         # Latents in the model's dtype, as AuraFlowPipeline keeps them.
         return dict(latents=randn(batch, 4, 8, 8), text=text)
+    if kind == "cogview4":
+        # float32 latents; the size conditions per row in the prompt
+        # embedding's dtype.
+        return dict(latents=randn(batch, 4, 8, 8, dt=torch.float32),
+                    text=text,
+                    sizes={name: torch.tensor([value]).repeat(batch, 1).to(
+                        dtype) for name, value in COGVIEW4_SIZES.items()})
     if kind == "minimax-h3":
         # Patchified video rows (4 tokens of 16) and audio rows (2 of 4),
         # float32, stepped as one tensor; 2 text tokens per prompt.
@@ -1286,6 +1293,17 @@ def denoise_table(kind, model, dtype):
                                       return_dict=False)[0]
                                 for text in (positive, negative))
                 noise = uncond + 5.0 * (cond - uncond)
+                latents = scheduler.step(noise, t, latents,
+                                         return_dict=False)[0]
+                continue
+            if kind == "cogview4":
+                # CogView4Pipeline: CFG as two calls, t.expand(B).
+                cond, uncond = (model(
+                    hidden_states=latents.to(dtype),
+                    encoder_hidden_states=text, timestep=t.expand(batch),
+                    **given["sizes"], return_dict=False)[0]
+                    for text in (positive, negative))
+                noise = uncond + 3.5 * (cond - uncond)
                 latents = scheduler.step(noise, t, latents,
                                          return_dict=False)[0]
                 continue
