@@ -468,6 +468,12 @@ _COGVIDEOX = _Family("cogvideox", ("timestep",), _t_as_is, 1.0,
 _COGVIEW4 = _Family("cogview4", ("timestep", "original_size", "target_size",
                                  "crop_coords", "-"), _t_as_is, 1.0,
                     extra_inputs=_cogview4_inputs)
+# LongCat-Image and Ovis-Image: FLUX.1's t arithmetic, no pooled text;
+# LongCat-Image's time_embed is one module, Ovis-Image's embedder its
+# parameterless time_proj.
+_LONGCAT_IMAGE = _Family("longcat-image", ("timestep", "-"), _t_flux, 1.0)
+_OVIS_IMAGE = _Family("ovis-image", ("timestep",), _t_flux, 1.0,
+                      dtype_module="timestep_embedder")
 # AuraFlow: its Timesteps module is the embedder, handed t / 1000 as the
 # pipeline rounds it.
 _AURAFLOW = _Family("auraflow", ("timestep",), _t_fraction_then_cast, 1e-3,
@@ -617,6 +623,10 @@ def _family_of(model: torch.nn.Module) -> _Family:
         return _AURAFLOW
     if name == "CogView4Transformer2DModel":
         return _COGVIEW4
+    if name == "LongCatImageTransformer2DModel":
+        return _LONGCAT_IMAGE
+    if name == "OvisImageTransformer2DModel":
+        return _OVIS_IMAGE
     raise ValueError(
         f"offload_conditioning: {type(model).__module__}.{name} is not a "
         "family temb serves (QwenImageTransformer2DModel, "
@@ -630,7 +640,8 @@ def _family_of(model: torch.nn.Module) -> _Family:
         "Flux2Transformer2DModel, "
         "HunyuanVideo15Transformer3DModel, UNet2DConditionModel, "
         "MiniMaxH3Transformer3DModel, AuraFlowTransformer2DModel, "
-        "CogView4Transformer2DModel)")
+        "CogView4Transformer2DModel, LongCatImageTransformer2DModel, "
+        "OvisImageTransformer2DModel)")
 
 
 # --- going back from what the embedder receives to the scheduler's t ---------

@@ -225,6 +225,17 @@ void AppendAdaLayerNormZeroStreams(FamilyDescription* family) {
                              kAdaLayerNormZeroChunks);
 }
 
+void AppendFluxModulation(FamilyDescription* family) {
+  AppendAdaLayerNormZeroStreams(family);
+  family->ops.push_back(AdaNormLinear("single_mod", "temb_silu",
+                                      "single_transformer_blocks.{i}.norm", 3,
+                                      "num_single_layers"));
+  family->ops.push_back(AdaNormLinear("norm_out", "temb_silu", "norm_out", 2));
+  family->outputs.push_back(
+      {"single_mod", "single_mod", "[N, L_single, 3D]: shift, scale, gate"});
+  family->outputs.push_back({"norm_out", "norm_out", "[N, 2D]: scale, shift"});
+}
+
 void AppendAdaLayerNormSingle(FamilyDescription* family,
                               const std::string& prefix) {
   std::vector<Op>& ops = family->ops;

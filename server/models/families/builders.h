@@ -137,6 +137,12 @@ void AppendDualStreamModulation(FamilyDescription* family,
 // double blocks and HunyuanVideo-1.5's blocks.
 void AppendAdaLayerNormZeroStreams(FamilyDescription* family);
 
+// FLUX.1's modulation of temb_silu: AppendAdaLayerNormZeroStreams, every
+// single block's AdaLayerNormZeroSingle (single_mod, over
+// num_single_layers) and the output's AdaLayerNormContinuous (norm_out):
+// FLUX.1, HunyuanVideo and the models built like them.
+void AppendFluxModulation(FamilyDescription* family);
+
 // AdaLayerNormSingle `prefix` after its embedder (value "temb", the
 // embedded timestep): linear(silu(temb)), one Linear D -> 6D shared by every
 // block, each block's scale_shift_table (6, D) added to it, and the

@@ -48,15 +48,7 @@ FamilyDescription Flux1Like(std::string class_name, std::string name,
   ops.push_back(Add("temb", "tg_emb", "p_emb"));
   ops.push_back(Silu("temb_silu", "temb"));
   family.outputs = {{"temb", "temb", "[N, D]"}};
-  // AdaLayerNormZero (norm1, norm1_context) and AdaLayerNormZeroSingle.
-  AppendAdaLayerNormZeroStreams(&family);
-  ops.push_back(AdaNormLinear("single_mod", "temb_silu",
-                              "single_transformer_blocks.{i}.norm", 3,
-                              "num_single_layers"));
-  ops.push_back(AdaNormLinear("norm_out", "temb_silu", "norm_out", 2));
-  family.outputs.push_back(
-      {"single_mod", "single_mod", "[N, L_single, 3D]: shift, scale, gate"});
-  family.outputs.push_back({"norm_out", "norm_out", "[N, 2D]: scale, shift"});
+  AppendFluxModulation(&family);
   ReturnedBy(&family, "temb", "time_text_embed");
   return family;
 }

@@ -28,6 +28,8 @@ const std::vector<FamilyDescription>& Families() {
       families::AuraFlow(),        // auraflow.cc
       families::MiniMaxH3(),       // minimax_h3.cc
       families::CogView4(),        // cogview4.cc
+      families::LongCatImage(),    // flux1_like.cc
+      families::OvisImage(),       // flux1_like.cc
   };
   return *table;
 }

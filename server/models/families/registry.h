@@ -30,6 +30,8 @@ FamilyDescription Chroma();
 FamilyDescription AuraFlow();
 FamilyDescription MiniMaxH3();
 FamilyDescription CogView4();
+FamilyDescription LongCatImage();
+FamilyDescription OvisImage();
 
 }  // namespace temb::models::families
 

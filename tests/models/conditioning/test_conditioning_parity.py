@@ -1768,6 +1768,63 @@ class AuraFlow(Family):
         ]
 
 
+class FluxTimeOnly(Family):
+    """FLUX.1-schnell's build without the pooled text embedding (LongCat-
+    Image, Ovis-Image): the pipeline's t.expand(B).to(latents' dtype) /
+    1000, times 1000 in the model's dtype, one TimestepEmbedding, FLUX.1's
+    double, single and output modulations."""
+    scalar_names = ("t_model",)
+
+    def __init__(self, cls, seed, embed, config):
+        self.cls, self.seed, self.embed, self.config = cls, seed, embed, config
+        self.sinusoids = (f"{embed}time_proj",)
+
+    def build(self, dtype):
+        torch.manual_seed(self.seed)
+        model = self.cls(patch_size=1, in_channels=4, num_layers=2,
+                         num_single_layers=3, attention_head_dim=WIDTH // 4,
+                         num_attention_heads=4, joint_attention_dim=24,
+                         axes_dims_rope=(16, 24, 24), **self.config)
+        return model.to(dtype).eval()
+
+    def embedder(self, model):
+        return model.get_submodule(self.embed[:-1]) if self.embed else model
+
+    def modules(self, model):
+        found = [("temb", None, self.embedder(model).timestep_embedder)]
+        for i, block in enumerate(model.transformer_blocks):
+            found.append(("img_mod", i, block.norm1.linear))
+            found.append(("txt_mod", i, block.norm1_context.linear))
+        found += [("single_mod", i, block.norm.linear)
+                  for i, block in enumerate(model.single_transformer_blocks)]
+        return found + [("norm_out", None, model.norm_out.linear)]
+
+    def inputs(self, dtype, t, generator):
+        # The pipelines: t.expand(B).to(latents.dtype), then / 1000.
+        batch = t.shape[0]
+        return dict(
+            hidden_states=torch.randn(batch, 4, 4,
+                                      generator=generator).to(dtype),
+            encoder_hidden_states=torch.randn(
+                batch, TEXT_TOKENS, 24, generator=generator).to(dtype),
+            timestep=t.to(dtype) / 1000, img_ids=torch.zeros(4, 3),
+            txt_ids=torch.zeros(TEXT_TOKENS, 3))
+
+    def scalars(self, values, embedded):
+        return [(values["t_model"], embedded[self.sinusoids[0]][0])]
+
+    def op_checks(self, model):
+        embed = self.embedder(model)
+        checks = [("t_proj", Sinusoid(embed.time_proj, "t_model"))]
+        checks += mlp_checks("temb", embed.timestep_embedder, "t_proj")
+        return checks + dual_stream_checks(model.transformer_blocks) + [
+            ("single_mod", Linear([b.norm.linear for b in
+                                   model.single_transformer_blocks],
+                                  "temb_silu", stacked=True)),
+            ("norm_out", Linear([model.norm_out.linear], "temb_silu")),
+        ]
+
+
 # CogView4's size conditions as its pipeline passes them, one per row, in
 # the prompt embedding's dtype (exact in bf16).
 COGVIEW4_SIZES = {"original_size": (896.0, 1152.0),
@@ -2019,6 +2076,11 @@ FAMILIES = {
     "auraflow": AuraFlow(),
     "minimax-h3": MiniMaxH3(),
     "cogview4": CogView4(),
+    "longcat-image": FluxTimeOnly(diffusers.LongCatImageTransformer2DModel,
+                                  45, "time_embed.",
+                                  {"pooled_projection_dim": 24}),
+    "ovis-image": FluxTimeOnly(diffusers.OvisImageTransformer2DModel, 46, "",
+                               {"out_channels": 4}),
 }
 
 KINDS = ["qwen-image", "qwen-image-edit", "flux.1-dev", "flux.1-schnell", "sd3", "sd3.5",

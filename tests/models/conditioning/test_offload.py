@@ -84,7 +84,7 @@ TABLE_KINDS = ("wan", "wan2.2-ti2v", "pixart-sigma", "pixart-alpha",
                "lumina2",
                "hunyuanvideo", "hunyuanvideo-i2v",
                "hunyuanvideo-token-replace", "chroma", "minimax-h3",
-               "auraflow", "cogview4")
+               "auraflow", "cogview4", "longcat-image", "ovis-image")
 
 
 def build(kind, dtype):
@@ -1092,7 +1092,7 @@ def table_scheduler(kind):
         # No pipeline in diffusers 0.42.1: flow matching, as the issue
         # that added the family asks.
         scheduler = diffusers.FlowMatchEulerDiscreteScheduler(shift=3.0)
-    elif kind in ("auraflow", "cogview4"):
+    elif kind in ("auraflow", "cogview4", "longcat-image", "ovis-image"):
         # The pipelines' scheduler class, its default config.
         scheduler = diffusers.FlowMatchEulerDiscreteScheduler()
     elif kind == "lumina2":
@@ -1161,6 +1161,9 @@ def table_inputs(kind, dtype):
                     text=text)
     if kind.startswith("pixart") or kind == "sana":
         return dict(latents=randn(batch, 4, 4, 4), text=text)
+    if kind in ("longcat-image", "ovis-image"):
+        # Packed latents (4 tokens) in the model's dtype.
+        return dict(latents=randn(batch, 4, 4), text=text)
     if kind == "auraflow":
         # Latents in the model's dtype, as AuraFlowPipeline keeps them.
         return dict(latents=randn(batch, 4, 8, 8), text=text)
@@ -1293,6 +1296,19 @@ def denoise_table(kind, model, dtype):
                                       return_dict=False)[0]
                                 for text in (positive, negative))
                 noise = uncond + 5.0 * (cond - uncond)
+                latents = scheduler.step(noise, t, latents,
+                                         return_dict=False)[0]
+                continue
+            if kind in ("longcat-image", "ovis-image"):
+                # Their pipelines: CFG as two calls, t.expand(B) in the
+                # latents' dtype / 1000.
+                timestep = t.expand(batch).to(latents.dtype) / 1000
+                cond, uncond = (model(
+                    hidden_states=latents, timestep=timestep,
+                    encoder_hidden_states=text, img_ids=torch.zeros(4, 3),
+                    txt_ids=torch.zeros(TEXT_TOKENS, 3),
+                    return_dict=False)[0] for text in (positive, negative))
+                noise = uncond + 4.5 * (cond - uncond)
                 latents = scheduler.step(noise, t, latents,
                                          return_dict=False)[0]
                 continue
