@@ -157,6 +157,14 @@ def repository(tmp_path_factory):
                       qwen_tensors(), fp8={"norm_out.linear.weight"})
     causes["fp8-weight"] = ('tensor "norm_out.linear.weight": field dtype: '
                             "F8_E4M3")
+    # A config number the description reads that no sinusoid can take.
+    folder = good_folder(root / "bad-time-theta")
+    (folder / "config.json").write_text(json.dumps({
+        "_class_name": "BriaTransformer2DModel", "num_layers": 1,
+        "num_single_layers": 1, "num_attention_heads": 2,
+        "attention_head_dim": 4, "time_theta": -1}))
+    causes["bad-time-theta"] = ("field time_theta: must be a positive "
+                                "number")
     # Not model folders: reported in the log, neither served nor failed.
     (root / "README.md").write_text("models\n")
     (root / "broken-link").symlink_to(root / "nowhere")

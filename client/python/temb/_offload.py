@@ -259,6 +259,11 @@ def _t_fraction_then_cast(t: torch.Tensor,
     return (t.to(torch.float32) / 1000).to(dtype)
 
 
+def _t_in_model_dtype(t: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    # Bria's pipeline passes float32 t; the model casts it to its dtype.
+    return t.to(torch.float32).to(dtype)
+
+
 def _t_flux(t: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     # FLUX.1's pipeline divides as Qwen-Image's; the model multiplies back
     # in its dtype before time_text_embed.
@@ -474,6 +479,9 @@ _COGVIEW4 = _Family("cogview4", ("timestep", "original_size", "target_size",
 _LONGCAT_IMAGE = _Family("longcat-image", ("timestep", "-"), _t_flux, 1.0)
 _OVIS_IMAGE = _Family("ovis-image", ("timestep",), _t_flux, 1.0,
                       dtype_module="timestep_embedder")
+# Bria 3.2: its pipeline passes the scheduler's float32 t, which the model
+# casts to its dtype before the embedder.
+_BRIA = _Family("bria", ("timestep", "-"), _t_in_model_dtype, 1.0)
 # AuraFlow: its Timesteps module is the embedder, handed t / 1000 as the
 # pipeline rounds it.
 _AURAFLOW = _Family("auraflow", ("timestep",), _t_fraction_then_cast, 1e-3,
@@ -627,6 +635,8 @@ def _family_of(model: torch.nn.Module) -> _Family:
         return _LONGCAT_IMAGE
     if name == "OvisImageTransformer2DModel":
         return _OVIS_IMAGE
+    if name == "BriaTransformer2DModel":
+        return _BRIA
     raise ValueError(
         f"offload_conditioning: {type(model).__module__}.{name} is not a "
         "family temb serves (QwenImageTransformer2DModel, "
@@ -641,7 +651,7 @@ def _family_of(model: torch.nn.Module) -> _Family:
         "HunyuanVideo15Transformer3DModel, UNet2DConditionModel, "
         "MiniMaxH3Transformer3DModel, AuraFlowTransformer2DModel, "
         "CogView4Transformer2DModel, LongCatImageTransformer2DModel, "
-        "OvisImageTransformer2DModel)")
+        "OvisImageTransformer2DModel, BriaTransformer2DModel)")
 
 
 # --- going back from what the embedder receives to the scheduler's t ---------

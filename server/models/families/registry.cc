@@ -30,6 +30,7 @@ const std::vector<FamilyDescription>& Families() {
       families::CogView4(),        // cogview4.cc
       families::LongCatImage(),    // flux1_like.cc
       families::OvisImage(),       // flux1_like.cc
+      families::Bria(),            // bria.cc
   };
   return *table;
 }

@@ -32,6 +32,7 @@ FamilyDescription MiniMaxH3();
 FamilyDescription CogView4();
 FamilyDescription LongCatImage();
 FamilyDescription OvisImage();
+FamilyDescription Bria();
 
 }  // namespace temb::models::families
 

@@ -2,6 +2,7 @@
 // sinusoid kernel.  A row value's elements are embedded each, side by
 // side: diffusers' sinusoid of x.flatten() reshaped to [N, -1] (SDXL's six
 // time ids).
+#include <cmath>
 #include <memory>
 
 #include "absl/status/status.h"
@@ -66,6 +67,17 @@ absl::StatusOr<OpPlan> PlanSinusoid(const Op& op, PlanContext& context) {
   if (!params.shift_field.empty()) {
     ASSIGN_OR_RETURN(params.downscale_freq_shift,
                      context.config.Number(params.shift_field, 0));
+  }
+  if (!params.max_period_field.empty()) {
+    ASSIGN_OR_RETURN(
+        params.max_period,
+        context.config.Number(params.max_period_field, params.max_period));
+    if (!std::isfinite(params.max_period) || params.max_period <= 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          context.config.file(), ": field ", params.max_period_field,
+          ": must be a positive number (a sinusoid's max_period), got ",
+          params.max_period));
+    }
   }
   OpPlan plan = PlanWith(op, context, std::make_unique<SinusoidOp>(params));
   plan.out.cols = params.dim * (in.scalar ? 1 : in.cols);

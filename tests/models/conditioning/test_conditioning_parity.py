@@ -1825,6 +1825,22 @@ class FluxTimeOnly(Family):
         ]
 
 
+class Bria(FluxTimeOnly):
+    """Bria 3.2: the scheduler's float32 t cast to the model's dtype, its
+    sinusoid with max_period = time_theta (here not the default), FLUX.1's
+    modulations."""
+
+    def __init__(self):
+        super().__init__(diffusers.BriaTransformer2DModel, 47, "time_embed.",
+                         {"time_theta": 2000})
+
+    def inputs(self, dtype, t, generator):
+        # BriaPipeline: t.expand(B), float32.
+        args = super().inputs(dtype, t, generator)
+        args["timestep"] = t
+        return args
+
+
 # CogView4's size conditions as its pipeline passes them, one per row, in
 # the prompt embedding's dtype (exact in bf16).
 COGVIEW4_SIZES = {"original_size": (896.0, 1152.0),
@@ -2079,6 +2095,7 @@ FAMILIES = {
     "longcat-image": FluxTimeOnly(diffusers.LongCatImageTransformer2DModel,
                                   45, "time_embed.",
                                   {"pooled_projection_dim": 24}),
+    "bria": Bria(),
     "ovis-image": FluxTimeOnly(diffusers.OvisImageTransformer2DModel, 46, "",
                                {"out_channels": 4}),
 }

@@ -84,7 +84,8 @@ TABLE_KINDS = ("wan", "wan2.2-ti2v", "pixart-sigma", "pixart-alpha",
                "lumina2",
                "hunyuanvideo", "hunyuanvideo-i2v",
                "hunyuanvideo-token-replace", "chroma", "minimax-h3",
-               "auraflow", "cogview4", "longcat-image", "ovis-image")
+               "auraflow", "cogview4", "longcat-image", "ovis-image",
+               "bria")
 
 
 def build(kind, dtype):
@@ -1092,7 +1093,8 @@ def table_scheduler(kind):
         # No pipeline in diffusers 0.42.1: flow matching, as the issue
         # that added the family asks.
         scheduler = diffusers.FlowMatchEulerDiscreteScheduler(shift=3.0)
-    elif kind in ("auraflow", "cogview4", "longcat-image", "ovis-image"):
+    elif kind in ("auraflow", "cogview4", "longcat-image", "ovis-image",
+                  "bria"):
         # The pipelines' scheduler class, its default config.
         scheduler = diffusers.FlowMatchEulerDiscreteScheduler()
     elif kind == "lumina2":
@@ -1161,7 +1163,7 @@ def table_inputs(kind, dtype):
                     text=text)
     if kind.startswith("pixart") or kind == "sana":
         return dict(latents=randn(batch, 4, 4, 4), text=text)
-    if kind in ("longcat-image", "ovis-image"):
+    if kind in ("longcat-image", "ovis-image", "bria"):
         # Packed latents (4 tokens) in the model's dtype.
         return dict(latents=randn(batch, 4, 4), text=text)
     if kind == "auraflow":
@@ -1309,6 +1311,20 @@ def denoise_table(kind, model, dtype):
                     txt_ids=torch.zeros(TEXT_TOKENS, 3),
                     return_dict=False)[0] for text in (positive, negative))
                 noise = uncond + 4.5 * (cond - uncond)
+                latents = scheduler.step(noise, t, latents,
+                                         return_dict=False)[0]
+                continue
+            if kind == "bria":
+                # BriaPipeline: CFG rows batched, t.expand(2B) as it is.
+                noise = model(
+                    hidden_states=torch.cat([latents] * 2),
+                    timestep=t.expand(2 * batch),
+                    encoder_hidden_states=torch.cat([negative, positive]),
+                    img_ids=torch.zeros(4, 3),
+                    txt_ids=torch.zeros(TEXT_TOKENS, 3),
+                    return_dict=False)[0]
+                uncond, cond = noise.chunk(2)
+                noise = uncond + 5.0 * (cond - uncond)
                 latents = scheduler.step(noise, t, latents,
                                          return_dict=False)[0]
                 continue

@@ -98,6 +98,7 @@ struct SinusoidParams {
   bool dim_is_width = false;
   std::string flip_field;
   std::string shift_field;
+  std::string max_period_field;  // max_period (Bria's time_theta)
 };
 
 struct Op {
