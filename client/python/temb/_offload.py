@@ -479,6 +479,13 @@ _COGVIEW4 = _Family("cogview4", ("timestep", "original_size", "target_size",
 _LONGCAT_IMAGE = _Family("longcat-image", ("timestep", "-"), _t_flux, 1.0)
 _OVIS_IMAGE = _Family("ovis-image", ("timestep",), _t_flux, 1.0,
                       dtype_module="timestep_embedder")
+# HunyuanImage-2.1: t and the MeanFlow model's timestep_r in the model's
+# dtype, the distilled model's guidance scale * 1000 in it
+# (_family_of drops the guidance for a model without its embedder).
+_HUNYUAN_IMAGE = _Family("hunyuanimage-2.1",
+                         ("timestep", "timestep_r", "guidance"),
+                         _t_hunyuan_video15, 1.0, _guidance_flux, 1000.0,
+                         extra_inputs=_hunyuan_video15_inputs)
 # Bria 3.2: its pipeline passes the scheduler's float32 t, which the model
 # casts to its dtype before the embedder.
 _BRIA = _Family("bria", ("timestep", "-"), _t_in_model_dtype, 1.0)
@@ -637,6 +644,12 @@ def _family_of(model: torch.nn.Module) -> _Family:
         return _OVIS_IMAGE
     if name == "BriaTransformer2DModel":
         return _BRIA
+    if name == "HunyuanImageTransformer2DModel":
+        if not config.get("guidance_embeds"):
+            return dataclasses.replace(
+                _HUNYUAN_IMAGE, arguments=("timestep", "timestep_r", "-"),
+                guidance=None)
+        return _HUNYUAN_IMAGE
     raise ValueError(
         f"offload_conditioning: {type(model).__module__}.{name} is not a "
         "family temb serves (QwenImageTransformer2DModel, "
@@ -651,7 +664,8 @@ def _family_of(model: torch.nn.Module) -> _Family:
         "HunyuanVideo15Transformer3DModel, UNet2DConditionModel, "
         "MiniMaxH3Transformer3DModel, AuraFlowTransformer2DModel, "
         "CogView4Transformer2DModel, LongCatImageTransformer2DModel, "
-        "OvisImageTransformer2DModel, BriaTransformer2DModel)")
+        "OvisImageTransformer2DModel, BriaTransformer2DModel, "
+        "HunyuanImageTransformer2DModel)")
 
 
 # --- going back from what the embedder receives to the scheduler's t ---------

@@ -31,6 +31,7 @@ const std::vector<FamilyDescription>& Families() {
       families::LongCatImage(),    // flux1_like.cc
       families::OvisImage(),       // flux1_like.cc
       families::Bria(),            // bria.cc
+      families::HunyuanImage(),    // hunyuan_image.cc
   };
   return *table;
 }

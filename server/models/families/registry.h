@@ -33,6 +33,7 @@ FamilyDescription CogView4();
 FamilyDescription LongCatImage();
 FamilyDescription OvisImage();
 FamilyDescription Bria();
+FamilyDescription HunyuanImage();
 
 }  // namespace temb::models::families
 

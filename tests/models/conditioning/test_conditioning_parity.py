@@ -226,7 +226,7 @@ POOLED_KINDS = ("flux.1-dev", "flux.1-schnell", "sd3", "sd3.5", "sdxl-unet",
                 "hidream-i1", "hunyuanvideo", "hunyuanvideo-i2v",
                 "hunyuanvideo-token-replace")
 GUIDED_KINDS = ("flux.1-dev", "flux.2-dev", "hunyuanvideo", "sana-sprint",
-                "hunyuanvideo-token-replace")
+                "hunyuanvideo-token-replace", "hunyuanimage-2.1")
 
 
 def time_embedding(kind, model):
@@ -1629,6 +1629,77 @@ class HunyuanVideo15SR(Family):
         ]
 
 
+class HunyuanImage(Family):
+    """HunyuanImage-2.1, distilled and MeanFlow at once: t (and the next
+    timestep, 0 at the last) in the model's dtype, each embedded and
+    averaged, plus the guidance scale's embedding (scale * 1000 in the
+    model's dtype); FLUX.1's modulations."""
+    sinusoids = ("time_guidance_embed.time_proj",  # t, then the guidance
+                 "time_guidance_embed.time_proj_r")
+    scalar_names = ("t_model", "r_model", "g_model")
+
+    def build(self, dtype):
+        torch.manual_seed(48)
+        model = diffusers.HunyuanImageTransformer2DModel(
+            in_channels=4, out_channels=4, num_attention_heads=4,
+            attention_head_dim=WIDTH // 4, num_layers=2, num_single_layers=3,
+            num_refiner_layers=1, patch_size=(1, 1), text_embed_dim=24,
+            rope_axes_dim=(32, 32), guidance_embeds=True, use_meanflow=True)
+        return model.to(dtype).eval()
+
+    def extra_inputs(self, rows):
+        return {"timestep_r": HunyuanVideo15SR.next_timesteps(rows)}
+
+    def modules(self, model):
+        found = [("temb", None, model.time_guidance_embed)]
+        for i, block in enumerate(model.transformer_blocks):
+            found.append(("img_mod", i, block.norm1.linear))
+            found.append(("txt_mod", i, block.norm1_context.linear))
+        found += [("single_mod", i, block.norm.linear)
+                  for i, block in enumerate(model.single_transformer_blocks)]
+        return found + [("norm_out", None, model.norm_out.linear)]
+
+    def inputs(self, dtype, t, generator):
+        # HunyuanImagePipeline: t and timestep_r .to(latents' dtype), the
+        # model's; the distilled guidance made in the transformer's dtype,
+        # times 1000.
+        batch = t.shape[0]
+        next_t = torch.tensor(HunyuanVideo15SR.next_timesteps(batch))
+        return dict(
+            hidden_states=torch.randn(batch, 4, 2, 2,
+                                      generator=generator).to(dtype),
+            timestep=t.to(dtype),
+            encoder_hidden_states=torch.randn(
+                batch, TEXT_TOKENS, 24, generator=generator).to(dtype),
+            encoder_attention_mask=torch.ones(batch, TEXT_TOKENS),
+            timestep_r=next_t.to(dtype),
+            guidance=torch.full([batch], GUIDANCE, dtype=dtype) * 1000.0)
+
+    def scalars(self, values, embedded):
+        t_seen, g_seen = embedded[self.sinusoids[0]]
+        return [(values["t_model"], t_seen),
+                (values["r_model"], embedded[self.sinusoids[1]][0]),
+                (values["g_model"], g_seen)]
+
+    def op_checks(self, model):
+        embed, blocks = model.time_guidance_embed, model.transformer_blocks
+        checks = [("t_proj", Sinusoid(embed.time_proj, "t_model"))]
+        checks += mlp_checks("t_emb", embed.timestep_embedder, "t_proj")
+        checks += [("r_proj", Sinusoid(embed.time_proj_r, "r_model"))]
+        checks += mlp_checks("r_emb", embed.timestep_embedder_r, "r_proj")
+        checks += [("g_proj", Sinusoid(embed.time_proj, "g_model"))]
+        checks += mlp_checks("g_emb", embed.guidance_embedder, "g_proj")
+        return checks + [
+            ("t_mean", Exact(lambda v: (v["t_emb"] + v["r_emb"]) / 2)),
+            ("temb", Exact(lambda v: v["t_mean"] + v["g_emb"])),
+        ] + dual_stream_checks(blocks) + [
+            ("single_mod", Linear([b.norm.linear for b in
+                                   model.single_transformer_blocks],
+                                  "temb_silu", stacked=True)),
+            ("norm_out", Linear([model.norm_out.linear], "temb_silu")),
+        ]
+
+
 class Chroma(Family):
     """Chroma: no block has a modulation Linear; the distilled guidance
     layer (in_proj, 5 residual RMSNorm -> MLP layers, out_proj) maps, for
@@ -2096,6 +2167,7 @@ FAMILIES = {
                                   45, "time_embed.",
                                   {"pooled_projection_dim": 24}),
     "bria": Bria(),
+    "hunyuanimage-2.1": HunyuanImage(),
     "ovis-image": FluxTimeOnly(diffusers.OvisImageTransformer2DModel, 46, "",
                                {"out_channels": 4}),
 }

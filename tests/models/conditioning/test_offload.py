@@ -85,7 +85,7 @@ TABLE_KINDS = ("wan", "wan2.2-ti2v", "pixart-sigma", "pixart-alpha",
                "hunyuanvideo", "hunyuanvideo-i2v",
                "hunyuanvideo-token-replace", "chroma", "minimax-h3",
                "auraflow", "cogview4", "longcat-image", "ovis-image",
-               "bria")
+               "bria", "hunyuanimage-2.1")
 
 
 def build(kind, dtype):
@@ -1094,7 +1094,7 @@ def table_scheduler(kind):
         # that added the family asks.
         scheduler = diffusers.FlowMatchEulerDiscreteScheduler(shift=3.0)
     elif kind in ("auraflow", "cogview4", "longcat-image", "ovis-image",
-                  "bria"):
+                  "bria", "hunyuanimage-2.1"):
         # The pipelines' scheduler class, its default config.
         scheduler = diffusers.FlowMatchEulerDiscreteScheduler()
     elif kind == "lumina2":
@@ -1163,6 +1163,9 @@ def table_inputs(kind, dtype):
                     text=text)
     if kind.startswith("pixart") or kind == "sana":
         return dict(latents=randn(batch, 4, 4, 4), text=text)
+    if kind == "hunyuanimage-2.1":
+        # Latents in the model's dtype.
+        return dict(latents=randn(batch, 4, 2, 2), text=text)
     if kind in ("longcat-image", "ovis-image", "bria"):
         # Packed latents (4 tokens) in the model's dtype.
         return dict(latents=randn(batch, 4, 4), text=text)
@@ -1311,6 +1314,23 @@ def denoise_table(kind, model, dtype):
                     txt_ids=torch.zeros(TEXT_TOKENS, 3),
                     return_dict=False)[0] for text in (positive, negative))
                 noise = uncond + 4.5 * (cond - uncond)
+                latents = scheduler.step(noise, t, latents,
+                                         return_dict=False)[0]
+                continue
+            if kind == "hunyuanimage-2.1":
+                # HunyuanImagePipeline, distilled (no CFG) with MeanFlow:
+                # t and the next timestep (0 at the last) in the latents'
+                # dtype, the guidance scale in the model's dtype * 1000.
+                steps = scheduler.timesteps
+                r = steps[i + 1] if i + 1 < len(steps) else torch.tensor(0.0)
+                noise = model(
+                    hidden_states=latents,
+                    timestep=t.expand(batch).to(latents.dtype),
+                    encoder_hidden_states=positive,
+                    encoder_attention_mask=torch.ones(batch, TEXT_TOKENS),
+                    timestep_r=r.expand(batch).to(latents.dtype),
+                    guidance=torch.full([batch], 3.25, dtype=dtype) * 1000.0,
+                    return_dict=False)[0]
                 latents = scheduler.step(noise, t, latents,
                                          return_dict=False)[0]
                 continue
