@@ -882,6 +882,19 @@ class WanBf16Stored(Wan):
         return loaded
 
 
+def flux_modules(model, temb):
+    """conditioning_modules of a model built as FLUX.1 (double blocks'
+    norm1 and norm1_context, single blocks' norm, the output norm), after
+    `temb`'s entry."""
+    found = [temb]
+    for i, block in enumerate(model.transformer_blocks):
+        found.append(("img_mod", i, block.norm1.linear))
+        found.append(("txt_mod", i, block.norm1_context.linear))
+    found += [("single_mod", i, block.norm.linear)
+              for i, block in enumerate(model.single_transformer_blocks)]
+    return found + [("norm_out", None, model.norm_out.linear)]
+
+
 def dual_stream_checks(blocks):
     """op_checks of temb's SiLU and every block's AdaLayerNormZero pair
     (norm1, norm1_context): HunyuanVideo's and HunyuanVideo-1.5's."""
@@ -1460,13 +1473,8 @@ class HunyuanVideo(Family):
         return model.to(dtype).eval()
 
     def modules(self, model):
-        found = [("temb", None, model.time_text_embed, lambda out: out[0])]
-        for i, block in enumerate(model.transformer_blocks):
-            found.append(("img_mod", i, block.norm1.linear))
-            found.append(("txt_mod", i, block.norm1_context.linear))
-        found += [("single_mod", i, block.norm.linear)
-                  for i, block in enumerate(model.single_transformer_blocks)]
-        return found + [("norm_out", None, model.norm_out.linear)]
+        return flux_modules(model, ("temb", None, model.time_text_embed,
+                                    lambda out: out[0]))
 
     def inputs(self, dtype, t, generator):
         # HunyuanVideoPipeline: t.expand(B).to(latents.dtype), float32; the
@@ -1651,13 +1659,7 @@ class HunyuanImage(Family):
         return {"timestep_r": HunyuanVideo15SR.next_timesteps(rows)}
 
     def modules(self, model):
-        found = [("temb", None, model.time_guidance_embed)]
-        for i, block in enumerate(model.transformer_blocks):
-            found.append(("img_mod", i, block.norm1.linear))
-            found.append(("txt_mod", i, block.norm1_context.linear))
-        found += [("single_mod", i, block.norm.linear)
-                  for i, block in enumerate(model.single_transformer_blocks)]
-        return found + [("norm_out", None, model.norm_out.linear)]
+        return flux_modules(model, ("temb", None, model.time_guidance_embed))
 
     def inputs(self, dtype, t, generator):
         # HunyuanImagePipeline: t and timestep_r .to(latents' dtype), the
@@ -1862,13 +1864,8 @@ class FluxTimeOnly(Family):
         return model.get_submodule(self.embed[:-1]) if self.embed else model
 
     def modules(self, model):
-        found = [("temb", None, self.embedder(model).timestep_embedder)]
-        for i, block in enumerate(model.transformer_blocks):
-            found.append(("img_mod", i, block.norm1.linear))
-            found.append(("txt_mod", i, block.norm1_context.linear))
-        found += [("single_mod", i, block.norm.linear)
-                  for i, block in enumerate(model.single_transformer_blocks)]
-        return found + [("norm_out", None, model.norm_out.linear)]
+        return flux_modules(
+            model, ("temb", None, self.embedder(model).timestep_embedder))
 
     def inputs(self, dtype, t, generator):
         # The pipelines: t.expand(B).to(latents.dtype), then / 1000.

@@ -1304,19 +1304,6 @@ def denoise_table(kind, model, dtype):
                 latents = scheduler.step(noise, t, latents,
                                          return_dict=False)[0]
                 continue
-            if kind in ("longcat-image", "ovis-image"):
-                # Their pipelines: CFG as two calls, t.expand(B) in the
-                # latents' dtype / 1000.
-                timestep = t.expand(batch).to(latents.dtype) / 1000
-                cond, uncond = (model(
-                    hidden_states=latents, timestep=timestep,
-                    encoder_hidden_states=text, img_ids=torch.zeros(4, 3),
-                    txt_ids=torch.zeros(TEXT_TOKENS, 3),
-                    return_dict=False)[0] for text in (positive, negative))
-                noise = uncond + 4.5 * (cond - uncond)
-                latents = scheduler.step(noise, t, latents,
-                                         return_dict=False)[0]
-                continue
             if kind == "hunyuanimage-2.1":
                 # HunyuanImagePipeline, distilled (no CFG) with MeanFlow:
                 # t and the next timestep (0 at the last) in the latents'
@@ -1399,16 +1386,18 @@ def denoise_table(kind, model, dtype):
                 latents = scheduler.step(noise, t, latents,
                                          return_dict=False)[0]
                 continue
-            if kind == "chroma":
-                # ChromaPipeline: CFG as two calls, t.expand(B) in the
-                # latents' dtype / 1000.
+            if kind in ("chroma", "longcat-image", "ovis-image"):
+                # ChromaPipeline, LongCatImagePipeline, OvisImagePipeline:
+                # CFG as two calls, t.expand(B) in the latents' dtype /
+                # 1000.
                 timestep = t.expand(batch).to(latents.dtype) / 1000
                 cond, uncond = (model(
                     hidden_states=latents, timestep=timestep,
                     encoder_hidden_states=text, img_ids=torch.zeros(4, 3),
                     txt_ids=torch.zeros(TEXT_TOKENS, 3),
                     return_dict=False)[0] for text in (positive, negative))
-                noise = uncond + 3.0 * (cond - uncond)
+                scale = 3.0 if kind == "chroma" else 4.5
+                noise = uncond + scale * (cond - uncond)
                 latents = scheduler.step(noise, t, latents,
                                          return_dict=False)[0]
                 continue
