@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <deque>
 #include <exception>
 #include <filesystem>
 #include <map>
@@ -347,9 +348,15 @@ absl::StatusOr<ConditioningModelInfo> ConditioningService::Model(
   info.inputs = model.inputs();
   for (models::InputInfo& input : info.inputs) {
     input.name = ProtocolInputName(input.name);
+    if (!input.instead_of.empty()) {
+      input.instead_of = ProtocolInputName(input.instead_of);
+    }
   }
   info.outputs = model.outputs();
   info.folded_modules = model.folded_modules();
+  info.class_name = model.family().class_name;
+  info.config = model.config_fields();
+  info.embedder_results = model.embedder_results();
   return info;
 }
 
@@ -454,9 +461,9 @@ absl::StatusOr<ConditionResponse> ConditioningService::Serve(
           absl::StrCat(input.field, ": shape ", ShapeString(input.shape),
                        " does not hold the ", count, " values given"));
     }
-    // The scheduler's t, or the transformer forward's timestep standing
-    // for a value of it: one of them sets the rows.
-    if (model_name == "t" || !spec->stands_for.empty()) {
+    // The scheduler's t, or an input standing for a value of it (the
+    // forward's timestep): one of them sets the rows.
+    if (model_name == "t" || spec->instead_of == "t") {
       if (timesteps != nullptr) {
         return absl::InvalidArgumentError(
             absl::StrCat(input.field, ": ", Quoted(input.name),
@@ -540,15 +547,34 @@ absl::StatusOr<ConditionResponse> ConditioningService::Serve(
 
   // The outputs, and what the answer and its computation hold.
   const std::vector<models::OutputInfo> all_outputs = model.outputs();
+  // A value an input stands for ([N], at most float32) may be asked for
+  // too: a client that prefetches a schedule by t keys the rows by the
+  // value the transformer will hand it.
+  std::deque<models::OutputInfo> stood_for;
   std::vector<const models::OutputInfo*> wanted;
   for (size_t i = 0; i < request.outputs.size(); ++i) {
     const std::string& name = request.outputs[i];
     // The index comes with per-token timesteps, asked for or not.
     if (per_token && name == kConditionIndex) continue;
-    const auto found = std::find_if(
+    auto found = std::find_if(
         all_outputs.begin(), all_outputs.end(),
         [&](const models::OutputInfo& o) { return o.name == name; });
-    if (found == all_outputs.end()) {
+    const bool is_value =
+        found == all_outputs.end() &&
+        std::any_of(takes.begin(), takes.end(),
+                    [&](const models::InputInfo& input) {
+                      return !name.empty() && input.stands_for == name;
+                    });
+    if (is_value) {
+      models::OutputInfo value;
+      value.name = name;
+      value.row_bytes = sizeof(float);
+      stood_for.push_back(std::move(value));
+    }
+    const models::OutputInfo* output =
+        is_value ? &stood_for.back()
+                 : (found == all_outputs.end() ? nullptr : &*found);
+    if (output == nullptr) {
       std::vector<std::string> known;
       for (const models::OutputInfo& o : all_outputs) known.push_back(o.name);
       return absl::InvalidArgumentError(
@@ -556,12 +582,14 @@ absl::StatusOr<ConditionResponse> ConditioningService::Serve(
                        " is not an output of model ", Quoted(entry->name),
                        " (outputs: ", absl::StrJoin(known, ", "), ")"));
     }
-    if (std::find(wanted.begin(), wanted.end(), &*found) != wanted.end()) {
+    if (std::any_of(
+            wanted.begin(), wanted.end(),
+            [&](const models::OutputInfo* o) { return o->name == name; })) {
       return absl::InvalidArgumentError(absl::StrCat(request.outputs_field, "[",
                                                      i, "]: ", Quoted(name),
                                                      " is asked for twice"));
     }
-    wanted.push_back(&*found);
+    wanted.push_back(output);
   }
   if (wanted.empty()) {
     for (const models::OutputInfo& o : all_outputs) wanted.push_back(&o);

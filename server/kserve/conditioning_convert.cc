@@ -48,6 +48,30 @@ void AddReplacedParameters(
     parameters[absl::StrCat(kInputModuleKey, output.name)].set_string_value(
         output.input_module);
   }
+  if (!output.embedding.empty()) {
+    parameters[absl::StrCat(kEmbeddingKey, output.name)].set_string_value(
+        output.embedding);
+  }
+}
+
+// Where an offload patch captures the input, and what a stand-in replaces.
+void AddCaptureParameters(
+    const models::InputInfo& input,
+    google::protobuf::Map<std::string, inference::ModelParameter>& parameters) {
+  if (!input.argument.empty()) {
+    parameters[absl::StrCat(kModuleKey, input.name)].set_string_value(
+        input.module);
+    parameters[absl::StrCat(kArgumentKey, input.name)].set_string_value(
+        input.argument);
+  }
+  if (!input.instead_of.empty()) {
+    parameters[absl::StrCat(kInsteadOfKey, input.name)].set_string_value(
+        input.instead_of);
+  }
+  if (input.in_model_dtype) {
+    parameters[absl::StrCat(kInModelDTypeKey, input.name)].set_string_value(
+        "true");
+  }
 }
 
 }  // namespace
@@ -201,12 +225,14 @@ void FillConditioningConfig(const ConditioningModelInfo& model,
       std::min<int64_t>(limits.max_batch, models::kMaxConditioningRows);
   config->set_max_batch_size(static_cast<int32_t>(
       std::clamp<int64_t>(rows, 1, std::numeric_limits<int32_t>::max())));
+  auto& parameters = *config->mutable_parameters();
   for (const models::InputInfo& info : model.inputs) {
+    AddCaptureParameters(info, parameters);
     if (!info.stands_for.empty()) {
       // What the alternative input stands for (ConditioningInput's
       // stands_for in temb's own API).
-      (*config->mutable_parameters())[absl::StrCat(kStandsForKey, info.name)]
-          .set_string_value(info.stands_for);
+      parameters[absl::StrCat(kStandsForKey, info.name)].set_string_value(
+          info.stands_for);
       continue;
     }
     auto* input = config->add_input();
@@ -226,6 +252,14 @@ void FillConditioningConfig(const ConditioningModelInfo& model,
     (*config
           ->mutable_parameters())[absl::StrCat(kFoldedModuleKey, folded.module)]
         .set_string_value(folded.kind);
+  }
+  parameters[kClassNameKey].set_string_value(model.class_name);
+  for (const auto& [field, text] : model.config) {
+    parameters[absl::StrCat(kConfigKey, field)].set_string_value(text);
+  }
+  if (!model.embedder_results.empty()) {
+    parameters[kEmbedderResultsKey].set_string_value(
+        absl::StrJoin(model.embedder_results, ","));
   }
   // The weights' identity (temb/models/weight_fingerprint.h), for a client
   // that holds the same checkpoint and would check it is served this one.

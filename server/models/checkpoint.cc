@@ -78,32 +78,47 @@ absl::StatusOr<ModelConfig> ModelConfig::Parse(const std::string& file,
   return config;
 }
 
+const std::string* ModelConfig::Find(const std::string& field) const {
+  read_.insert(field);
+  const auto it = fields_.find(field);
+  return it == fields_.end() ? nullptr : &it->second;
+}
+
+std::map<std::string, std::string> ModelConfig::ReadFields() const {
+  std::map<std::string, std::string> read;
+  for (const std::string& field : read_) {
+    const auto it = fields_.find(field);
+    if (it != fields_.end()) read.emplace(field, it->second);
+  }
+  return read;
+}
+
 absl::StatusOr<int64_t> ModelConfig::PositiveInt(
     const std::string& field) const {
-  const auto it = fields_.find(field);
-  if (it == fields_.end()) {
+  const std::string* const it = Find(field);
+  if (it == nullptr) {
     return absl::InvalidArgumentError(
         absl::StrCat(file_, ": field ", field, ": missing"));
   }
-  const json value = json::parse(it->second);
+  const json value = json::parse(*it);
   if (!value.is_number_unsigned() || value.get<uint64_t>() == 0 ||
       value.get<uint64_t>() > (uint64_t{1} << 31)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        file_, ": field ", field, ": must be an integer in [1, 2^31], got ",
-        Excerpt(it->second)));
+    return absl::InvalidArgumentError(
+        absl::StrCat(file_, ": field ", field,
+                     ": must be an integer in [1, 2^31], got ", Excerpt(*it)));
   }
   return static_cast<int64_t>(value.get<uint64_t>());
 }
 
 absl::StatusOr<bool> ModelConfig::Bool(const std::string& field,
                                        bool fallback) const {
-  const auto it = fields_.find(field);
-  if (it == fields_.end()) return fallback;
-  const json value = json::parse(it->second);
+  const std::string* const it = Find(field);
+  if (it == nullptr) return fallback;
+  const json value = json::parse(*it);
   if (!value.is_boolean()) {
     return absl::InvalidArgumentError(
         absl::StrCat(file_, ": field ", field, ": must be true or false, got ",
-                     Excerpt(it->second)));
+                     Excerpt(*it)));
   }
   return value.get<bool>();
 }
@@ -111,13 +126,12 @@ absl::StatusOr<bool> ModelConfig::Bool(const std::string& field,
 absl::StatusOr<std::vector<int64_t>> ModelConfig::IndexList(
     const std::string& field, int64_t count) const {
   std::vector<int64_t> indices;
-  const auto it = fields_.find(field);
-  if (it == fields_.end()) return indices;
-  const json value = json::parse(it->second);
+  const std::string* const it = Find(field);
+  if (it == nullptr) return indices;
+  const json value = json::parse(*it);
   if (!value.is_array()) {
-    return absl::InvalidArgumentError(absl::StrCat(file_, ": field ", field,
-                                                   ": must be a list, got ",
-                                                   Excerpt(it->second)));
+    return absl::InvalidArgumentError(absl::StrCat(
+        file_, ": field ", field, ": must be a list, got ", Excerpt(*it)));
   }
   for (const json& item : value) {
     // diffusers ignores an index past the last block; such a config is
@@ -127,7 +141,7 @@ absl::StatusOr<std::vector<int64_t>> ModelConfig::IndexList(
       return absl::InvalidArgumentError(
           absl::StrCat(file_, ": field ", field,
                        ": every entry must be a block index in [0, ", count,
-                       "), got ", Excerpt(it->second)));
+                       "), got ", Excerpt(*it)));
     }
     indices.push_back(static_cast<int64_t>(item.get<uint64_t>()));
   }
@@ -136,93 +150,91 @@ absl::StatusOr<std::vector<int64_t>> ModelConfig::IndexList(
 
 absl::StatusOr<std::optional<bool>> ModelConfig::Flag(
     const std::string& field) const {
-  const auto it = fields_.find(field);
-  if (it == fields_.end()) return std::nullopt;
-  const json value = json::parse(it->second);
+  const std::string* const it = Find(field);
+  if (it == nullptr) return std::nullopt;
+  const json value = json::parse(*it);
   if (value.is_null()) return std::nullopt;
   if (value.is_boolean()) return value.get<bool>();
   if (value.is_number()) return value.get<double>() != 0;
   return absl::InvalidArgumentError(absl::StrCat(
       file_, ": field ", field, ": must be true, false, a number or null, got ",
-      Excerpt(it->second)));
+      Excerpt(*it)));
 }
 
 absl::StatusOr<double> ModelConfig::Number(const std::string& field,
                                            double fallback) const {
-  const auto it = fields_.find(field);
-  if (it == fields_.end()) return fallback;
-  const json value = json::parse(it->second);
+  const std::string* const it = Find(field);
+  if (it == nullptr) return fallback;
+  const json value = json::parse(*it);
   if (!value.is_number() || !std::isfinite(value.get<double>())) {
     return absl::InvalidArgumentError(
         absl::StrCat(file_, ": field ", field,
-                     ": must be a finite number, got ", Excerpt(it->second)));
+                     ": must be a finite number, got ", Excerpt(*it)));
   }
   return value.get<double>();
 }
 
 absl::StatusOr<int64_t> ModelConfig::PositiveIntAt(const std::string& field,
                                                    int64_t index) const {
-  const auto it = fields_.find(field);
-  if (it == fields_.end()) {
+  const std::string* const it = Find(field);
+  if (it == nullptr) {
     return absl::InvalidArgumentError(
         absl::StrCat(file_, ": field ", field, ": missing"));
   }
-  const json value = json::parse(it->second);
+  const json value = json::parse(*it);
   if (!value.is_array()) {
-    return absl::InvalidArgumentError(absl::StrCat(file_, ": field ", field,
-                                                   ": must be a list, got ",
-                                                   Excerpt(it->second)));
+    return absl::InvalidArgumentError(absl::StrCat(
+        file_, ": field ", field, ": must be a list, got ", Excerpt(*it)));
   }
   const int64_t size = static_cast<int64_t>(value.size());
   const int64_t at = index < 0 ? size + index : index;
   if (at < 0 || at >= size) {
     return absl::InvalidArgumentError(
         absl::StrCat(file_, ": field ", field, ": needs an entry ", index,
-                     ", has ", size, " entries: ", Excerpt(it->second)));
+                     ", has ", size, " entries: ", Excerpt(*it)));
   }
   const json& item = value[static_cast<size_t>(at)];
   if (!item.is_number_unsigned() || item.get<uint64_t>() == 0 ||
       item.get<uint64_t>() > (uint64_t{1} << 31)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        file_, ": field ", field, ": entry ", at,
-        " must be an integer in [1, 2^31], got ", Excerpt(it->second)));
+    return absl::InvalidArgumentError(
+        absl::StrCat(file_, ": field ", field, ": entry ", at,
+                     " must be an integer in [1, 2^31], got ", Excerpt(*it)));
   }
   return static_cast<int64_t>(item.get<uint64_t>());
 }
 
 bool ModelConfig::Equals(const std::string& field,
                          const std::string& json_text) const {
-  const auto it = fields_.find(field);
-  const json value =
-      it == fields_.end() ? json(nullptr) : json::parse(it->second);
+  const std::string* const it = Find(field);
+  const json value = it == nullptr ? json(nullptr) : json::parse(*it);
   return value == json::parse(json_text);
 }
 
 absl::Status ModelConfig::Require(
     const std::string& field,
     const std::vector<std::string>& json_texts) const {
-  const auto it = fields_.find(field);
+  const std::string* const it = Find(field);
   for (const std::string& supported : json_texts) {
     if (Equals(field, supported)) return absl::OkStatus();
   }
   return absl::InvalidArgumentError(absl::StrCat(
       file_, ": field ", field, ": ",
-      it == fields_.end() ? std::string("absent") : Excerpt(it->second),
+      it == nullptr ? std::string("absent") : Excerpt(*it),
       " is not supported (supported: ", absl::StrJoin(json_texts, ", "), ")"));
 }
 
 absl::Status ModelConfig::RequireLength(const std::string& field,
                                         int64_t length) const {
-  const auto it = fields_.find(field);
-  if (it == fields_.end()) {
+  const std::string* const it = Find(field);
+  if (it == nullptr) {
     return absl::InvalidArgumentError(
         absl::StrCat(file_, ": field ", field, ": missing"));
   }
-  const json value = json::parse(it->second);
+  const json value = json::parse(*it);
   if (!value.is_array() || static_cast<int64_t>(value.size()) != length) {
     return absl::InvalidArgumentError(
         absl::StrCat(file_, ": field ", field, ": must be a list of ", length,
-                     " entries, got ", Excerpt(it->second)));
+                     " entries, got ", Excerpt(*it)));
   }
   return absl::OkStatus();
 }

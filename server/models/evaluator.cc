@@ -78,29 +78,45 @@ absl::Status TakeInput(const FamilyDescription& family, const InputSpec& spec,
   return absl::OkStatus();
 }
 
-// The input that sets a call's rows: "t", or one standing for a value of
-// it (the forward's timestep), exactly one of them given.
+// The input that sets a call's rows: "t", or one standing for a value
+// computed from it (the forward's timestep), exactly one of them given.
+// An input standing for a value is never given with the input it replaces.
 absl::StatusOr<std::string> TimeInput(const FamilyDescription& family,
                                       const ModelGraph& graph,
                                       const ConditioningInputs& inputs) {
   std::string time = "t";
   for (const InputSpec& spec : graph.inputs) {
     if (spec.stands_for.empty() || inputs.Get(spec.name).empty()) continue;
-    if (!inputs.Get("t").empty()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(spec.name, ": given with t; ", family.name,
-                       " takes the scheduler's t or the forward's ", spec.name,
-                       ", not both"));
+    if (!inputs.Get(spec.instead_of).empty()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          spec.name, ": given with ", spec.instead_of, "; ", family.name,
+          " takes ", spec.instead_of, " or ", spec.name, ", not both"));
+    }
+    if (spec.instead_of != "t") continue;
+    if (time != "t") {
+      return absl::InvalidArgumentError(absl::StrCat(spec.name, ": given with ",
+                                                     time, "; ", family.name,
+                                                     " takes one of them"));
     }
     time = spec.name;
   }
   return time;
 }
 
+// Whether an input is left out because an input standing for a value
+// computed from it is given.
+bool StoodIn(const ModelGraph& graph, const ConditioningInputs& inputs,
+             const std::string& name) {
+  return std::any_of(
+      graph.inputs.begin(), graph.inputs.end(), [&](const InputSpec& a) {
+        return a.instead_of == name && !inputs.Get(a.name).empty();
+      });
+}
+
 // The inputs into their slots; one the model does not take (its condition
 // does not hold) must not be given.  An input standing for a value fills
 // that value's slot, marked in `provided`, each element checked to be one
-// of the value's dtype (the forward receives it so).
+// of the value's dtype (the transformer hands it so).
 absl::Status TakeInputs(const FamilyDescription& family,
                         const ModelGraph& graph,
                         const ConditioningInputs& inputs, int64_t rows,
@@ -118,13 +134,9 @@ absl::Status TakeInputs(const FamilyDescription& family,
                        "does not take this input (see its config.json flags)"));
     }
     const bool stands_in = !spec.stands_for.empty();
-    const bool replaced =
-        spec.name == "t" &&
-        std::any_of(
-            graph.inputs.begin(), graph.inputs.end(), [&](const InputSpec& a) {
-              return !a.stands_for.empty() && !inputs.Get(a.name).empty();
-            });
-    if ((stands_in && given.empty()) || replaced) continue;
+    if ((stands_in && given.empty()) || StoodIn(graph, inputs, spec.name)) {
+      continue;
+    }
     const int slot = graph.input_slots[active - graph.inputs.begin()];
     RETURN_IF_ERROR(TakeInput(family, spec, rows, graph.values[slot].cols,
                               given, values[slot]));
@@ -134,10 +146,9 @@ absl::Status TakeInputs(const FamilyDescription& family,
     for (size_t i = 0; i < values[slot].size(); ++i) {
       const float value = values[slot][i];
       if (RoundToDType(value, dtype) != value) {
-        return absl::InvalidArgumentError(
-            absl::StrCat(spec.name, "[", i, "] = ", value, " is not a ",
-                         DTypeName(dtype), " value, as the forward of this ",
-                         family.name, " model receives it"));
+        return absl::InvalidArgumentError(absl::StrCat(
+            spec.name, "[", i, "] = ", value, " is not a ", DTypeName(dtype),
+            " value, as this ", family.name, " model receives it"));
       }
     }
   }
@@ -220,6 +231,7 @@ void DescribeReplaced(const ModelGraph& graph, size_t i, OutputInfo& info) {
   info.replaced_kind = op.kind == OpKind::kLinear ? "linear" : "table";
   info.replaces = op.weight;
   info.input_module = op.input_module;
+  info.embedding = spec.embedding;
   if (value.blocks > 0) {
     info.blocks = planned.block_indices;
     return;
@@ -248,8 +260,10 @@ std::vector<InputInfo> ConditioningModel::inputs() const {
   std::vector<InputInfo> infos;
   for (size_t i = 0; i < graph_->inputs.size(); ++i) {
     const ValueInfo& value = graph_->values[graph_->input_slots[i]];
-    infos.push_back({graph_->inputs[i].name, value.scalar ? 0 : value.cols,
-                     graph_->inputs[i].help, graph_->inputs[i].stands_for});
+    const InputSpec& spec = graph_->inputs[i];
+    infos.push_back({spec.name, value.scalar ? 0 : value.cols, spec.help,
+                     spec.stands_for, spec.instead_of, spec.module,
+                     spec.argument, spec.in_model_dtype});
   }
   return infos;
 }
@@ -272,6 +286,17 @@ std::vector<OutputInfo> ConditioningModel::outputs() const {
     infos.push_back(std::move(info));
   }
   return infos;
+}
+
+std::vector<std::string> ConditioningModel::embedder_results() const {
+  std::vector<std::string> results;
+  for (const std::string& name : family_->embedder_results) {
+    const bool present = std::any_of(
+        graph_->outputs.begin(), graph_->outputs.end(),
+        [&](const OutputSpec& output) { return output.name == name; });
+    results.push_back(present ? name : "");
+  }
+  return results;
 }
 
 std::vector<FoldedModuleInfo> ConditioningModel::folded_modules() const {
@@ -317,15 +342,18 @@ absl::StatusOr<std::vector<ConditioningOutput>> ConditioningModel::Compute(
   std::vector<int> wanted_slots;
   for (const Wanted& w : wanted) wanted_slots.push_back(w.slot);
   const std::vector<bool> needed = graph.OpsFor(wanted_slots, provided);
-  if (time != "t") {
-    // A value before the one the forward's timestep stands for needs t.
-    const int t = graph.SlotOf("t");
+  // A value before the one a given input stands for needs the input it
+  // replaces.
+  for (const InputSpec& spec : graph.inputs) {
+    if (spec.stands_for.empty() || inputs.Get(spec.name).empty()) continue;
+    const int replaced = graph.SlotOf(spec.instead_of);
     for (size_t op = 0; op < needed.size(); ++op) {
       const std::vector<int>& in = graph.ops[op]->in;
-      if (needed[op] && std::find(in.begin(), in.end(), t) != in.end()) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "outputs: ", Quoted(graph.names[graph.ops[op]->out]),
-            " is computed from t, which a call giving ", time, " has not"));
+      if (needed[op] && std::find(in.begin(), in.end(), replaced) != in.end()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("outputs: ", Quoted(graph.names[graph.ops[op]->out]),
+                         " is computed from ", spec.instead_of,
+                         ", which a call giving ", spec.name, " has not"));
       }
     }
   }

@@ -130,32 +130,43 @@ absl::Status AddOps(const FamilyDescription& family, const ModelConfig& config,
   return absl::OkStatus();
 }
 
-// An input that stands for a computed value gives that value's slot.  With
-// it given and "t" not, every output must still be computable: no op it
-// needs may read "t" but through that value.
+// An input that stands for a computed value gives that value's slot, and
+// replaces the one input that value is computed from: with it given and
+// that input not, every output must still be computable (no op it needs
+// may read the replaced input but through that value).
 absl::Status ResolveStandIns(const FamilyDescription& family,
                              ModelGraph& graph) {
-  const int t = graph.SlotOf("t");
   for (size_t i = 0; i < graph.inputs.size(); ++i) {
-    const std::string& value = graph.inputs[i].stands_for;
-    if (value.empty()) continue;
-    const int slot = graph.SlotOf(value);
+    InputSpec& input = graph.inputs[i];
+    if (input.stands_for.empty()) continue;
+    const int slot = graph.SlotOf(input.stands_for);
     if (slot < 0 || graph.values[slot].producer < 0 ||
         !graph.values[slot].scalar) {
       return absl::InternalError(
-          absl::StrCat(family.name, ": input ", graph.inputs[i].name,
-                       " stands for ", value, ", not a computed [N] value"));
+          absl::StrCat(family.name, ": input ", input.name, " stands for ",
+                       input.stands_for, ", not a computed [N] value"));
+    }
+    // The one family input the value is computed from.
+    const uint32_t depends = graph.values[slot].depends;
+    for (size_t bit = 0; bit < family.inputs.size(); ++bit) {
+      if (depends == (1u << bit)) input.instead_of = family.inputs[bit].name;
+    }
+    if (input.instead_of.empty()) {
+      return absl::InternalError(
+          absl::StrCat(family.name, ": input ", input.name, " stands for ",
+                       input.stands_for, ", not a value of one input"));
     }
     graph.input_slots[i] = slot;
     std::vector<bool> provided(graph.values.size(), false);
     provided[slot] = true;
+    const int replaced = graph.SlotOf(input.instead_of);
     const std::vector<bool> needed = graph.OpsFor(graph.output_slots, provided);
     for (size_t op = 0; op < graph.ops.size(); ++op) {
       const std::vector<int>& in = graph.ops[op]->in;
-      if (needed[op] && std::find(in.begin(), in.end(), t) != in.end()) {
+      if (needed[op] && std::find(in.begin(), in.end(), replaced) != in.end()) {
         return absl::InternalError(absl::StrCat(
-            family.name, ": op ", graph.names[graph.ops[op]->out],
-            " reads t, which input ", graph.inputs[i].name, " replaces"));
+            family.name, ": op ", graph.names[graph.ops[op]->out], " reads ",
+            input.instead_of, ", which input ", input.name, " replaces"));
       }
     }
   }
@@ -244,6 +255,11 @@ absl::StatusOr<std::unique_ptr<ConditioningModel>> ConditioningModel::Load(
   model->dtype_ = tensors.model_dtype();
   model->weight_bytes_ = tensors.weight_bytes();
   model->weight_fingerprints_ = tensors.fingerprints();
+  for (auto& [field, text] : config.ReadFields()) {
+    if (text.size() <= kMaxPublishedConfigBytes) {
+      model->config_fields_.emplace(field, std::move(text));
+    }
+  }
   model->linear_engine_ = options.linear_engine != nullptr
                               ? options.linear_engine
                               : CreateCpuLinearEngine(options.threads);

@@ -52,7 +52,8 @@ int64_t BatchOf(const v1::EmbedRequest& request) {
 int64_t ConditionBatchOf(const v1::ConditionRequest& request) {
   for (const v1::NamedTensor& input : request.inputs()) {
     if (input.name() != kConditionTimesteps &&
-        input.name() != kConditionForwardTimestep) {
+        input.name() != kConditionForwardTimestep &&
+        input.name() != kConditionEmbedderTimestep) {
       continue;
     }
     if (input.tensor().shape_size() == 0) return 0;

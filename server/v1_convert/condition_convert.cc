@@ -180,6 +180,10 @@ void ConditioningModelToProto(const ConditioningModelInfo& model,
     in->set_width(input.width);
     in->set_help(input.help);
     in->set_stands_for(input.stands_for);
+    in->set_instead_of(input.instead_of);
+    in->set_module(input.module);
+    in->set_argument(input.argument);
+    in->set_in_model_dtype(input.in_model_dtype);
   }
   for (const models::OutputInfo& output : model.outputs) {
     v1::ConditioningOutput* o = out->add_outputs();
@@ -193,11 +197,17 @@ void ConditioningModelToProto(const ConditioningModelInfo& model,
     o->set_replaced_kind(output.replaced_kind);
     o->mutable_blocks()->Add(output.blocks.begin(), output.blocks.end());
     o->set_input_module(output.input_module);
+    o->set_embedding(output.embedding);
   }
   for (const models::FoldedModuleInfo& folded : model.folded_modules) {
     v1::ConditioningFoldedModule* f = out->add_folded_modules();
     f->set_module(folded.module);
     f->set_kind(folded.kind);
+  }
+  out->set_class_name(model.class_name);
+  out->mutable_config()->insert(model.config.begin(), model.config.end());
+  for (const std::string& result : model.embedder_results) {
+    out->add_embedder_results(result);
   }
 }
 

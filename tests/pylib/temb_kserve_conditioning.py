@@ -83,6 +83,7 @@ class KServeConditioning:
                         if key.startswith(prefix)}
             replaces, kinds = named("replaces:"), named("replaced_kind:")
             blocks, inputs_of = named("blocks:"), named("input_module:")
+            embedding = named("embedding:")
             outputs = tuple(
                 _Output(o["name"], self._DTYPES.get(o["datatype"]),
                         tuple(int(d) for d in o["shape"][1:]),
@@ -91,23 +92,42 @@ class KServeConditioning:
                         tuple(int(b) for b in
                               blocks[o["name"]].split(","))
                         if o["name"] in blocks else (),
-                        inputs_of.get(o["name"], ""))
+                        inputs_of.get(o["name"], ""),
+                        embedding.get(o["name"], ""))
                 for o in metadata["outputs"])
-            inputs = tuple(_Input(i["name"]) for i in metadata["inputs"])
+            # The listed inputs ([-1, 1] for one value per row), then those
+            # given instead of one ("stands_for:<input>"), with where a
+            # patch captures each ("module:", "argument:", "instead_of:").
+            stands_for = named("stands_for:")
+            modules, arguments = named("module:"), named("argument:")
+            instead_of = named("instead_of:")
+            rounded = named("in_model_dtype:")
+            widths = {i["name"]: int(i["shape"][-1])
+                      for i in metadata["inputs"]}
+            inputs = tuple(
+                _Input(n, 0 if widths.get(n, 1) == 1 else widths[n],
+                       stands_for.get(n, ""), instead_of.get(n, ""),
+                       modules.get(n, ""), arguments.get(n, ""),
+                       n in rounded)
+                for n in list(widths) + sorted(stands_for))
             folded = tuple(_Folded(module, kind) for module, kind in
                            sorted(named("folded_module:").items()))
-            found.append(_Model(name, "ready", outputs[0].dtype, inputs,
-                                outputs, named("weight_fingerprint:"),
-                                folded))
+            results = parameters.get("embedder_results")
+            found.append(_Model(
+                name, "ready", outputs[0].dtype, inputs, outputs,
+                named("weight_fingerprint:"), folded,
+                parameters.get("class_name", ""), named("config:"),
+                tuple(results.split(",")) if results is not None else ()))
         return found
 
 
 class _Output:
     def __init__(self, name, dtype, row_shape, replaces, replaced_kind,
-                 blocks, input_module):
+                 blocks, input_module, embedding):
         self.name, self.dtype, self.row_shape = name, dtype, row_shape
         self.replaces, self.replaced_kind = replaces, replaced_kind
         self.blocks, self.input_module = blocks, input_module
+        self.embedding = embedding
 
 
 class _Folded:
@@ -116,15 +136,22 @@ class _Folded:
 
 
 class _Input:
-    def __init__(self, name):
-        self.name = name
+    def __init__(self, name, width, stands_for, instead_of, module,
+                 argument, in_model_dtype):
+        self.name, self.width = name, width
+        self.stands_for, self.instead_of = stands_for, instead_of
+        self.module, self.argument = module, argument
+        self.in_model_dtype = in_model_dtype
 
 
 class _Model:
     def __init__(self, name, state, dtype, inputs, outputs,
-                 weight_fingerprints, folded_modules):
+                 weight_fingerprints, folded_modules, class_name, config,
+                 embedder_results):
         self.name, self.state, self.dtype = name, state, dtype
         self.inputs, self.outputs = inputs, outputs
         self.weight_fingerprints = weight_fingerprints
         self.folded_modules = folded_modules
+        self.class_name, self.config = class_name, config
+        self.embedder_results = embedder_results
         self.family, self.message = "", ""

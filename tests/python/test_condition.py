@@ -221,11 +221,26 @@ def test_models_lists_state_family_outputs_and_bytes(cclient):
     assert (flux.state, flux.family, flux.dtype, flux.width) == \
         ("ready", "flux.1", "bf16", WIDTH)
     assert flux.weight_bytes > 0
-    assert [i.name for i in flux.inputs] == ["timesteps", "guidance",
-                                             "pooled_projections", "timestep"]
-    # The forward's timestep, given instead of timesteps, and what it is.
-    assert [i.stands_for for i in flux.inputs] == ["", "", "", "t_passed"]
+    assert [i.name for i in flux.inputs] == [
+        "timesteps", "guidance", "pooled_projections", "embedder_guidance",
+        "timestep", "embedder_timestep"]
+    # The forward's timestep and the embedder's, given instead of
+    # timesteps, the embedder's guidance instead of the guidance scale, and
+    # what each is.
+    assert [(i.stands_for, i.instead_of) for i in flux.inputs] == [
+        ("", ""), ("", ""), ("", ""), ("g_model", "guidance"),
+        ("t_passed", "timesteps"), ("t_model", "timesteps")]
+    # Where an offload patch captures them: the embedder's arguments.
+    assert [(i.module, i.argument) for i in flux.inputs
+            if i.argument] == [
+        ("time_text_embed", "pooled_projection"),
+        ("time_text_embed", "guidance"), ("time_text_embed", "timestep")]
+    assert [i.in_model_dtype for i in flux.inputs] == [False] * 6
     assert flux.inputs[2].width == POOLED
+    # The transformer class and the config fields it is computed for.
+    assert flux.class_name == "FluxTransformer2DModel"
+    assert flux.config["guidance_embeds"] == "true"
+    assert flux.embedder_results == ()
     temb_output = flux.outputs[0]
     assert (temb_output.name, temb_output.dtype, temb_output.row_shape,
             temb_output.row_bytes) == ("temb", "bf16", (WIDTH,), 2 * WIDTH)

@@ -197,6 +197,24 @@ def test_patch_maps_bria_time_theta_to_max_period(client):
                                rtol=0)
 
 
+def test_patch_leaves_other_sinusoid_classes_alone(client):
+    """Only diffusers' own sinusoid modules are replaced: a subclass that
+    computes otherwise, though it has their attributes, is not."""
+    torch = pytest.importorskip("torch")
+    embeddings = pytest.importorskip("diffusers.models.embeddings")
+    import temb.torch as ttorch
+
+    class Doubled(embeddings.Timesteps):
+        def forward(self, timesteps):
+            return 2 * super().forward(timesteps)
+
+    holder = torch.nn.Module()
+    holder.proj = Doubled(256, True, 0)
+    holder.plain = embeddings.Timesteps(256, True, 0)
+    assert ttorch.patch(holder, client=client) == ["plain"]
+    assert type(holder.proj) is Doubled
+
+
 def test_deepcopy_shares_the_connection(client):
     torch = pytest.importorskip("torch")
     embeddings = pytest.importorskip("diffusers.models.embeddings")

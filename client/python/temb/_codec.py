@@ -294,16 +294,20 @@ def _conditioning_model_from_proto(model: pb.ConditioningModel
         dtype=_DTYPE_NAMES.get(model.dtype), width=model.width,
         weight_bytes=model.weight_bytes,
         weight_fingerprints=dict(model.weight_fingerprints),
-        inputs=tuple(ConditioningInput(i.name, i.width, i.help, i.stands_for)
+        inputs=tuple(ConditioningInput(i.name, i.width, i.help, i.stands_for,
+                                       i.instead_of, i.module, i.argument,
+                                       i.in_model_dtype)
                      for i in model.inputs),
         outputs=tuple(ConditioningOutput(o.name, _DTYPE_NAMES.get(o.dtype),
                                          tuple(o.row_shape), o.row_bytes,
                                          o.layout, o.replaces,
                                          o.replaced_kind, tuple(o.blocks),
-                                         o.input_module)
+                                         o.input_module, o.embedding)
                       for o in model.outputs),
         folded_modules=tuple(FoldedModule(f.module, f.kind)
-                             for f in model.folded_modules))
+                             for f in model.folded_modules),
+        class_name=model.class_name, config=dict(model.config),
+        embedder_results=tuple(model.embedder_results))
 
 
 def server_info_from_proto(info: pb.ServerInfo) -> ServerInfo:

@@ -376,17 +376,21 @@ class Timesteps(torch.nn.Module):
 def _replaceable(module: torch.nn.Module) -> Optional[Dict[str, Any]]:
     """The Timesteps arguments of a diffusers sinusoid module this module
     can stand in for exactly, or None."""
+    # diffusers' sinusoid modules keep get_timestep_embedding's arguments as
+    # attributes, and a max_period other than 10000 as time_theta; their
+    # forward calls it with exactly those.
     cls = type(module)
-    name = cls.__name__
-    if name == "Timesteps" and cls.__module__ == "diffusers.models.embeddings":
-        extra: Dict[str, Any] = {}
-    elif name in ("BriaTimesteps", "BriaFiboTimesteps") and \
-            cls.__module__.startswith("diffusers.models.transformers."):
-        # get_timestep_embedding(..., max_period=time_theta): a float
-        # attribute, which torch types as a submodule or a tensor.
-        extra = {"max_period": float(module.time_theta)}  # type: ignore[arg-type]
-    else:
+    names = getattr(getattr(cls.forward, "__code__", None), "co_names", ())
+    if not (cls.__module__.startswith("diffusers.models.")
+            and "get_timestep_embedding" in names
+            and all(hasattr(module, attribute) for attribute in (
+                "num_channels", "flip_sin_to_cos", "downscale_freq_shift",
+                "scale"))):
         return None
+    extra: Dict[str, Any] = {}
+    if hasattr(module, "time_theta"):
+        # A float attribute, which torch types as a submodule or a tensor.
+        extra["max_period"] = float(module.time_theta)  # type: ignore[arg-type]
     return dict(num_channels=module.num_channels,
                 flip_sin_to_cos=module.flip_sin_to_cos,
                 downscale_freq_shift=module.downscale_freq_shift,
@@ -396,9 +400,9 @@ def _replaceable(module: torch.nn.Module) -> Optional[Dict[str, Any]]:
 def patch(model: torch.nn.Module, client: Any = None, *,
           target: Optional[str] = None, timeout: Optional[float] = None,
           precision: Optional[str] = None) -> List[str]:
-    """Replaces, in place, every diffusers ``Timesteps`` module of `model`
-    (and Bria's ``BriaTimesteps``/``BriaFiboTimesteps``, which add
-    max_period) with a :class:`Timesteps` of the same convention
+    """Replaces, in place, every diffusers sinusoid module of `model`
+    (``Timesteps``, and those that add a max_period such as Bria's
+    ``BriaTimesteps``) with a :class:`Timesteps` of the same convention
     (num_channels, flip_sin_to_cos, downscale_freq_shift, scale), served
     through `client` (or a client for `target`; ``client=temb.local``
     computes in this process).
@@ -433,6 +437,6 @@ def patch(model: torch.nn.Module, client: Any = None, *,
 
 
 # The whole time conditioning (embedders and modulation Linears) served by
-# a conditioning model: temb/_offload.py.
+# a conditioning model: the temb._offload package.
 from temb._offload import (OffloadedConditioning,  # noqa: E402
                            conditioning_modules, offload_conditioning)

@@ -103,9 +103,20 @@ class ConditioningInput:
     name: str
     width: int  # 0: one value per row ([N]); else rows of [N, width]
     help: str = ""
-    # Set: the transformer forward's own timestep ("timestep"), given
-    # instead of "timesteps"; the value of the model's computation it is.
+    # Set: the input stands for this value of the model's computation (the
+    # transformer forward's own "timestep"), given instead of the input
+    # `instead_of` ("timesteps", "guidance").
     stands_for: str = ""
+    instead_of: str = ""
+    # Where an offload patch captures it, as the transformer hands it: the
+    # module ("" for the transformer's own forward) and the argument of its
+    # forward ("name[key]": an entry of a dict argument).  Empty argument:
+    # not captured.
+    module: str = ""
+    argument: str = ""
+    # The pipeline hands it in the model's dtype (the model rounds a value
+    # given otherwise to it).
+    in_model_dtype: bool = False
 
 
 @dataclasses.dataclass(frozen=True)
@@ -127,6 +138,10 @@ class ConditioningOutput:
     replaced_kind: str = ""
     blocks: Tuple[int, ...] = ()
     input_module: str = ""
+    # Where the embedder returns several results
+    # (ConditioningModel.embedder_results): the one the replaced module is
+    # handed; empty for the first.
+    embedding: str = ""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -160,6 +175,14 @@ class ConditioningModel:
     # (temb.torch.offload_conditioning compares its own weights').
     weight_fingerprints: Dict[str, str] = dataclasses.field(
         default_factory=dict, compare=False, hash=False)
+    # The transformer class it is computed for, and the config.json fields
+    # its description read (JSON text by field).
+    class_name: str = ""
+    config: Dict[str, str] = dataclasses.field(
+        default_factory=dict, compare=False, hash=False)
+    # Where the replaced embedder returns a tuple: the output at each
+    # position ("" for None); empty when it returns one tensor.
+    embedder_results: Tuple[str, ...] = ()
 
     @property
     def row_bytes(self) -> int:

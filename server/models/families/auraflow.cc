@@ -12,8 +12,9 @@ FamilyDescription AuraFlow() {
   family.class_name = "AuraFlowTransformer2DModel";
   family.name = "auraflow";
   family.width_fields = {"num_attention_heads", "attention_head_dim"};
-  family.inputs = {{"t", "", "", "the scheduler's timesteps (0..1000)"},
-                   ForwardTimestep("t_model")};
+  family.inputs = {
+      {"t", "", "", "the scheduler's timesteps (0..1000)"},
+      CapturedAt("time_step_embed", "timesteps", ForwardTimestep("t_model"))};
   std::vector<Op>& ops = family.ops;
   // AuraFlowPipeline: torch.tensor([t / 1000]) in float32, then
   // .to(latents.dtype); the model embeds it with Timesteps(256, flip,

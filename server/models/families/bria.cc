@@ -16,7 +16,8 @@ FamilyDescription Bria() {
   // under `if guidance:`, a tensor's truth value (one element): not served.
   family.unsupported_flags = {"guidance_embeds"};
   family.inputs = {{"t", "", "", "the scheduler's timesteps (0..1000)"},
-                   ForwardTimestep("t_given")};
+                   ForwardTimestep("t_given"),
+                   EmbedderTimestep("time_embed", "timestep")};
   std::vector<Op>& ops = family.ops;
   // BriaPipeline: t.expand(B), the scheduler's float32 t; the model casts
   // it to hidden_states' dtype, then BriaTimesteps(256, flip, shift 0,

@@ -22,6 +22,40 @@ InputSpec ForwardTimestep(const std::string& value,
   return input;
 }
 
+InputSpec CapturedAt(std::string module, std::string argument,
+                     InputSpec input) {
+  input.module = std::move(module);
+  input.argument = std::move(argument);
+  return input;
+}
+
+InputSpec InModelDType(InputSpec input) {
+  input.in_model_dtype = true;
+  return input;
+}
+
+InputSpec EmbedderTimestep(const std::string& module,
+                           const std::string& argument) {
+  InputSpec input;
+  input.name = "embedder_timestep";
+  input.help =
+      "the timestep " + module + " receives as " + argument + " (instead of t)";
+  input.stands_for = "t_model";
+  return CapturedAt(module, argument, std::move(input));
+}
+
+InputSpec EmbedderGuidance(const std::string& module,
+                           const std::string& argument,
+                           const std::string& when) {
+  InputSpec input;
+  input.name = "embedder_guidance";
+  input.when = when;
+  input.help = "the guidance " + module + " receives as " + argument +
+               " (instead of guidance)";
+  input.stands_for = "g_model";
+  return CapturedAt(module, argument, std::move(input));
+}
+
 Op MakeOp(OpKind kind, std::string out, std::vector<std::string> in) {
   Op op;
   op.kind = kind;

@@ -21,6 +21,27 @@ Op NoBias(Op op);
 InputSpec ForwardTimestep(const std::string& value,
                           const std::string& argument = "timestep");
 
+// `input`, captured by an offload patch where the transformer's module
+// `module` ("" for its own forward) receives it as `argument`
+// (InputSpec::module, ::argument).
+InputSpec CapturedAt(std::string module, std::string argument, InputSpec input);
+
+// `input`, which the pipeline passes in the model's dtype
+// (InputSpec::in_model_dtype).
+InputSpec InModelDType(InputSpec input);
+
+// The timestep the time embedder `module` receives as `argument` (the
+// description's "t_model", the sinusoid's input), where that is not the
+// forward's timestep: given instead of t, captured there.
+InputSpec EmbedderTimestep(const std::string& module,
+                           const std::string& argument);
+
+// The guidance the embedder `module` receives as `argument` ("g_model"),
+// given instead of the pipeline's guidance scale, captured there.
+InputSpec EmbedderGuidance(const std::string& module,
+                           const std::string& argument,
+                           const std::string& when = "guidance_embeds");
+
 Op MakeOp(OpKind kind, std::string out, std::vector<std::string> in);
 
 Op Cast(std::string out, std::string in, ValueDType dtype);

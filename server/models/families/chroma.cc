@@ -23,7 +23,9 @@ FamilyDescription Chroma() {
   family.requirements = {{"approximator_num_channels", "64"},
                          {"approximator_layers", "5"}};
   family.inputs = {{"t", "", "", "the scheduler's timesteps (0..1000)"},
-                   ForwardTimestep("t_passed")};
+                   ForwardTimestep("t_passed"),
+                   // Runs before the approximator, the replaced embedder.
+                   EmbedderTimestep("time_text_embed.time_proj", "timesteps")};
   // One modulation vector per index: 3 per single block, 6 per stream per
   // double block, 2 for the output norm.
   const std::string indices = "3 * num_single_layers + 12 * num_layers + 2";

@@ -14,9 +14,13 @@ FamilyDescription CogVideoX() {
   family.width_fields = {"num_attention_heads", "attention_head_dim"};
   family.inputs = {
       {"t", "", "", "the scheduler's timesteps (0..1000)"},
-      {"ofs", "", "ofs_embed_dim",
-       "the ofs value (CogVideoX 1.5 I2V; its pipeline passes 2.0)"},
-      ForwardTimestep("t_model"),
+      // Embedded after the timestep: the forward's argument.
+      CapturedAt(
+          "", "ofs",
+          InModelDType({"ofs", "", "ofs_embed_dim",
+                        "the ofs value (CogVideoX 1.5 I2V; its pipeline passes "
+                        "2.0)"})),
+      CapturedAt("time_proj", "timesteps", ForwardTimestep("t_model")),
   };
   std::vector<Op>& ops = family.ops;
   // Pipeline: t.expand(B), the scheduler's t; time_proj = Timesteps(D,

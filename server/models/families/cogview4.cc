@@ -16,12 +16,19 @@ FamilyDescription CogView4() {
   const char* kSizes[] = {"original_size", "crop_coords", "target_size"};
   family.inputs = {
       {"t", "", "", "the scheduler's timesteps (0..1000)"},
-      {"original_size", "2", "",
-       "the pipeline's original_size (height, width)"},
-      {"crop_coords", "2", "",
-       "the pipeline's crops_coords_top_left (top, left)"},
-      {"target_size", "2", "", "the pipeline's target_size (height, width)"},
-      ForwardTimestep("t_model"),
+      CapturedAt(
+          "time_condition_embed", "original_size",
+          InModelDType({"original_size", "2", "",
+                        "the pipeline's original_size (height, width)"})),
+      CapturedAt(
+          "time_condition_embed", "crop_coords",
+          InModelDType({"crop_coords", "2", "",
+                        "the pipeline's crops_coords_top_left (top, left)"})),
+      CapturedAt("time_condition_embed", "target_size",
+                 InModelDType({"target_size", "2", "",
+                               "the pipeline's target_size (height, width)"})),
+      CapturedAt("time_condition_embed", "timestep",
+                 ForwardTimestep("t_model")),
   };
   std::vector<Op>& ops = family.ops;
   // Pipeline: t.expand(B), the scheduler's float32 t.

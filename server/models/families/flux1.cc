@@ -20,9 +20,20 @@ FamilyDescription Flux1Like(std::string class_name, std::string name,
   family.inputs = {
       {"t", "", "", "the scheduler's timesteps (0..1000)"},
       {"guidance", "", "guidance_embeds", "the guidance scale (dev)"},
-      {"pooled", "pooled_projection_dim", "", "the pooled CLIP text embedding"},
-      ForwardTimestep(forward_value),
+      CapturedAt("time_text_embed", "pooled_projection",
+                 {"pooled", "pooled_projection_dim", "",
+                  "the pooled CLIP text embedding"}),
+      EmbedderGuidance("time_text_embed", "guidance"),
   };
+  // The embedder's timestep: the forward's (HunyuanVideo), or FLUX.1's
+  // forward value times 1000 in the model's dtype.
+  if (forward_value == "t_model") {
+    family.inputs.push_back(CapturedAt("time_text_embed", "timestep",
+                                       ForwardTimestep(forward_value)));
+  } else {
+    family.inputs.push_back(ForwardTimestep(forward_value));
+    family.inputs.push_back(EmbedderTimestep("time_text_embed", "timestep"));
+  }
   std::vector<Op>& ops = family.ops;
   ops = std::move(time_ops);
   // CombinedTimestep(Guidance)TextProjEmbeddings: Timesteps(256, flip,

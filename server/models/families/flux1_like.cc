@@ -22,8 +22,10 @@ FamilyDescription FluxTimeOnly(std::string class_name, std::string name,
   family.class_name = std::move(class_name);
   family.name = std::move(name);
   family.width_fields = {"num_attention_heads", "attention_head_dim"};
-  family.inputs = {{"t", "", "", "the scheduler's timesteps (0..1000)"},
-                   ForwardTimestep("t_passed")};
+  family.inputs = {
+      {"t", "", "", "the scheduler's timesteps (0..1000)"},
+      ForwardTimestep("t_passed"),
+      EmbedderTimestep(embedder, mlp.empty() ? "timestep" : "timesteps")};
   std::vector<Op>& ops = family.ops;
   ops = FluxTime();
   // Timesteps(256, flip, shift 0) in float32, cast to hidden_states' dtype.

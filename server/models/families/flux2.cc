@@ -17,6 +17,9 @@ FamilyDescription Flux2() {
       {"t", "", "", "the scheduler's timesteps (0..1000)"},
       {"guidance", "", "guidance_embeds", "the guidance scale (dev)"},
       ForwardTimestep("t_passed"),
+      // Its KV-cache mode embeds the reference tokens' fixed timestep too.
+      EmbedderTimestep("time_guidance_embed", "timestep"),
+      EmbedderGuidance("time_guidance_embed", "guidance"),
   };
   std::vector<Op>& ops = family.ops;
   // Every Linear here is built with bias=False.

@@ -15,9 +15,12 @@ FamilyDescription HiDream() {
   family.width_fields = {"num_attention_heads", "attention_head_dim"};
   family.inputs = {
       {"t", "", "", "the scheduler's timesteps (0..1000)"},
-      {"pooled", "text_emb_dim", "",
-       "the pooled CLIP-L + CLIP-G text embedding"},
-      ForwardTimestep("t_model", "timesteps"),
+      // p_embedder runs after t_embedder: the forward's argument.
+      CapturedAt("", "pooled_embeds",
+                 {"pooled", "text_emb_dim", "",
+                  "the pooled CLIP-L + CLIP-G text embedding"}),
+      CapturedAt("t_embedder", "timesteps",
+                 ForwardTimestep("t_model", "timesteps")),
   };
   std::vector<Op>& ops = family.ops;
   // Pipeline: t.expand(B), the scheduler's float32 t; HiDreamImage-

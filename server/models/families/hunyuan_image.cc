@@ -17,9 +17,12 @@ FamilyDescription HunyuanImage() {
       {"t", "", "", "the scheduler's timesteps (0..1000)"},
       {"guidance", "", "guidance_embeds",
        "the distilled guidance scale (the pipeline passes it times 1000)"},
-      {"timestep_r", "", "use_meanflow",
-       "MeanFlow's next timestep (0 at the last step)"},
-      ForwardTimestep("t_model"),
+      CapturedAt(
+          "time_guidance_embed", "timestep_r",
+          InModelDType({"timestep_r", "", "use_meanflow",
+                        "MeanFlow's next timestep (0 at the last step)"})),
+      CapturedAt("time_guidance_embed", "timestep", ForwardTimestep("t_model")),
+      EmbedderGuidance("time_guidance_embed", "guidance"),
   };
   std::vector<Op>& ops = family.ops;
   // HunyuanImagePipeline: t.expand(B).to(latents.dtype), the model's dtype;

@@ -52,6 +52,15 @@ FamilyDescription HunyuanVideo() {
   family.outputs.push_back(
       {"tr_single_mod", "tr_single_mod",
        "[N, L_single, 3D]: single_mod of token_replace_emb", 0, replace});
+  for (OutputSpec& output : family.outputs) {
+    if (output.name == "tr_img_mod" || output.name == "tr_single_mod") {
+      output.embedding = "tr_temb";
+    }
+  }
+  // HunyuanVideoConditionEmbedding returns (temb, token_replace_emb), the
+  // second None without token_replace.
+  ReturnedBy(&family, "tr_temb", "time_text_embed", replace);
+  family.embedder_results = {"temb", "tr_temb"};
   return family;
 }
 

@@ -14,10 +14,11 @@ FamilyDescription HunyuanVideo15() {
   family.width_fields = {"num_attention_heads", "attention_head_dim"};
   family.inputs = {
       {"t", "", "", "the scheduler's timesteps (0..1000)"},
-      {"timestep_r", "", "use_meanflow",
-       "the next step's timestep, 0 at the last (the super-resolution "
-       "MeanFlow model)"},
-      ForwardTimestep("t_model"),
+      CapturedAt("time_embed", "timestep_r",
+                 InModelDType({"timestep_r", "", "use_meanflow",
+                               "the next step's timestep, 0 at the last (the "
+                               "super-resolution MeanFlow model)"})),
+      CapturedAt("time_embed", "timestep", ForwardTimestep("t_model")),
   };
   std::vector<Op>& ops = family.ops;
   // Pipeline: t.expand(B).to(latents.dtype) at the 0..1000 scale, passed to

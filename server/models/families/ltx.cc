@@ -12,8 +12,9 @@ FamilyDescription Ltx() {
   family.class_name = "LTXVideoTransformer3DModel";
   family.name = "ltx-video";
   family.width_fields = {"num_attention_heads", "attention_head_dim"};
-  family.inputs = {{"t", "", "", "the scheduler's timesteps (0..1000)"},
-                   ForwardTimestep("t_model")};
+  family.inputs = {
+      {"t", "", "", "the scheduler's timesteps (0..1000)"},
+      CapturedAt("time_embed.emb", "timestep", ForwardTimestep("t_model"))};
   std::vector<Op>& ops = family.ops;
   // Pipelines: t.expand(B) (image-to-video: per token, t * (1 - mask)),
   // float32 as the scheduler gives it; the model embeds timestep.flatten()

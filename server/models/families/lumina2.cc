@@ -13,7 +13,8 @@ FamilyDescription Lumina2() {
   family.name = "lumina2";
   family.width_fields = {"hidden_size"};
   family.inputs = {{"t", "", "", "the scheduler's timesteps (0..1000)"},
-                   ForwardTimestep("t_model")};
+                   CapturedAt("time_caption_embed.time_proj", "timesteps",
+                              ForwardTimestep("t_model"))};
   std::vector<Op>& ops = family.ops;
   // Pipeline: 1 - t / num_train_timesteps (1000), in float32: t = 0 is the
   // noise; Timesteps(256, flip, shift 0) of it, with no factor 1000, cast

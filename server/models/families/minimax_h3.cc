@@ -20,7 +20,7 @@ FamilyDescription MiniMaxH3() {
       {"t", "", "",
        "the forward's timestep: the distinct noise levels of the packed "
        "sequence, in [0, 1]"},
-      ForwardTimestep("t_model"),
+      CapturedAt("time_proj", "timesteps", ForwardTimestep("t_model")),
   };
   std::vector<Op>& ops = family.ops;
   // time_proj = Timesteps(freq_dim, flip, shift 0) in float32, cast to

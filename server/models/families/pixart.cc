@@ -17,11 +17,15 @@ FamilyDescription PixArt() {
   family.flag_defaults = {{"use_additional_conditions", "sample_size", 128}};
   family.inputs = {
       {"t", "", "", "the scheduler's timesteps (0..1000)"},
-      {"resolution", "2", "use_additional_conditions",
-       "the image's height and width in pixels (PixArt-alpha)"},
-      {"aspect_ratio", "", "use_additional_conditions",
-       "height / width (PixArt-alpha)"},
-      ForwardTimestep("t_model"),
+      CapturedAt(
+          "adaln_single.emb", "resolution",
+          InModelDType(
+              {"resolution", "2", "use_additional_conditions",
+               "the image's height and width in pixels (PixArt-alpha)"})),
+      CapturedAt("adaln_single.emb", "aspect_ratio",
+                 InModelDType({"aspect_ratio", "", "use_additional_conditions",
+                               "height / width (PixArt-alpha)"})),
+      CapturedAt("adaln_single.emb", "timestep", ForwardTimestep("t_model")),
   };
   std::vector<Op>& ops = family.ops;
   // Pipeline: current_timestep.expand(B), the scheduler's t with no cast;

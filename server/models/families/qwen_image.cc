@@ -20,13 +20,19 @@ FamilyDescription QwenImage() {
   // batch-invariant, so the row a caller asks for at timestep 0 is that
   // half, bit for bit.
   family.unsupported_flags = {"guidance_embeds"};
+  // Read, so that the model publishes it (a transformer offloaded with this
+  // model's rows must have the same): every value is computed alike.
+  family.requirements = {{"zero_cond_t", "false", -1, {"true", "null"}}};
   family.inputs = {
       {"t", "", "", "the scheduler's timesteps (0..1000)"},
-      {"addition_t_cond", "", "use_additional_t_cond",
-       "Qwen-Image-Layered's row of addition_t_embedding, 0 or 1 (its "
-       "pipeline passes 0)",
-       2},
-      ForwardTimestep("t_model"),
+      CapturedAt("time_text_embed", "addition_t_cond",
+                 {"addition_t_cond", "", "use_additional_t_cond",
+                  "Qwen-Image-Layered's row of addition_t_embedding, 0 or 1 "
+                  "(its pipeline passes 0)",
+                  2}),
+      // The embedder receives the forward's timestep, and Edit-2511's
+      // zero_cond_t rows of t * 0 after it: captured there.
+      CapturedAt("time_text_embed", "timestep", ForwardTimestep("t_model")),
   };
   std::vector<Op>& ops = family.ops;
   // Pipeline: t.expand(B).to(latents.dtype), then timestep / 1000 in that

@@ -18,7 +18,10 @@ FamilyDescription Sana() {
        "timestep, sin(t) / (cos(t) + sin(t)) of SCMScheduler's t"},
       {"guidance", "", "guidance_embeds",
        "the pipeline's guidance scale (Sana-Sprint)"},
-      ForwardTimestep("t_model"),
+      // time_embed receives the forward's timestep (and Sana-Sprint's
+      // guidance) before its embedder runs.
+      CapturedAt("time_embed", "timestep", ForwardTimestep("t_model")),
+      EmbedderGuidance("time_embed", "guidance"),
   };
   std::vector<Op>& ops = family.ops;
   // SanaPipeline: t.expand(B) * transformer.config.timestep_scale, in

@@ -24,9 +24,10 @@ FamilyDescription Sd3() {
   family.width_fields = {"num_attention_heads", "attention_head_dim"};
   family.inputs = {
       {"t", "", "", "the scheduler's timesteps (0..1000)"},
-      {"pooled", "pooled_projection_dim", "",
-       "the pooled CLIP-L and CLIP-G text embedding"},
-      ForwardTimestep("t_model"),
+      CapturedAt("time_text_embed", "pooled_projection",
+                 {"pooled", "pooled_projection_dim", "",
+                  "the pooled CLIP-L and CLIP-G text embedding"}),
+      CapturedAt("time_text_embed", "timestep", ForwardTimestep("t_model")),
   };
   std::vector<Op>& ops = family.ops;
   // Pipeline: timestep = t.expand(B), the scheduler's float32 t with no

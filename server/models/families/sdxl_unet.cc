@@ -52,13 +52,21 @@ FamilyDescription SdxlUnet() {
   };
   family.inputs = {
       {"t", "", "", "the scheduler's timesteps"},
-      {"pooled",
-       "projection_class_embeddings_input_dim - 6 * "
-       "addition_time_embed_dim",
-       "", "the pooled text embedding (added_cond_kwargs text_embeds)"},
-      {"time_ids", "6", "",
-       "the added time ids: original size, crop top-left, target size"},
-      ForwardTimestep("t_model"),
+      CapturedAt("", "added_cond_kwargs[text_embeds]",
+                 {"pooled",
+                  "projection_class_embeddings_input_dim - 6 * "
+                  "addition_time_embed_dim",
+                  "",
+                  "the pooled text embedding (added_cond_kwargs "
+                  "text_embeds)"}),
+      CapturedAt(
+          "", "added_cond_kwargs[time_ids]",
+          InModelDType(
+              {"time_ids", "6", "",
+               "the added time ids: original size, crop top-left, target "
+               "size"})),
+      // time_proj runs before add_embedding, the replaced embedder.
+      CapturedAt("time_proj", "timesteps", ForwardTimestep("t_model")),
   };
   std::vector<Op>& ops = family.ops;
   // The pipeline passes the scheduler's float32 t as it is;

@@ -13,7 +13,8 @@ FamilyDescription Wan() {
   family.name = "wan";
   family.width_fields = {"num_attention_heads", "attention_head_dim"};
   family.inputs = {{"t", "", "", "the scheduler's timesteps (0..1000)"},
-                   ForwardTimestep("t_model")};
+                   CapturedAt("condition_embedder.timesteps_proj", "timesteps",
+                              ForwardTimestep("t_model"))};
   std::vector<Op>& ops = family.ops;
   // Pipeline: timestep = t.expand(B), the scheduler's t with no cast;
   // WanTimeTextImageEmbedding: Timesteps(freq_dim, flip, shift 0) in

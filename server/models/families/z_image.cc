@@ -16,7 +16,9 @@ FamilyDescription ZImage() {
   family.requirements = {{"all_patch_size", "[2]"},
                          {"all_f_patch_size", "[1]"}};
   family.inputs = {{"t", "", "", "the scheduler's timesteps (0..1000)"},
-                   ForwardTimestep("t_pipeline", "t")};
+                   ForwardTimestep("t_pipeline", "t"),
+                   // Omni mode embeds the clean images' t as well.
+                   EmbedderTimestep("t_embedder", "t")};
   std::vector<Op>& ops = family.ops;
   // Pipeline: (1000 - t.expand(B)) / 1000 in float32; the model embeds
   // t * config.t_scale.

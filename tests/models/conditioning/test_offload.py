@@ -261,6 +261,17 @@ def scheduler_for(kind):
     return scheduler
 
 
+def served_schedule(kind):
+    """The schedule as the served model's timesteps input takes it: the
+    scheduler's, or for Sana-Sprint the transformer's timestep its
+    pipeline computes from SCMScheduler's (its input's help says so)."""
+    timesteps = scheduler_for(kind).timesteps
+    if kind == "sana-sprint":
+        return torch.sin(timesteps) / (torch.cos(timesteps)
+                                       + torch.sin(timesteps))
+    return timesteps
+
+
 def denoise(kind, model, dtype, latents=None, prompts=None):
     """4 steps as the pipeline runs them; the final latents."""
     if kind in TABLE_KINDS:
@@ -590,7 +601,7 @@ def test_a_schedule_costs_one_call_and_a_repeat_none(kind, client):
     calls = client.calls
     offload = temb.torch.offload_conditioning(
         patched, client=client, model=served_name(kind, dtype),
-        schedule=scheduler_for(kind).timesteps)
+        schedule=served_schedule(kind))
     if kind in ("qwen-image", "qwen-image-edit", "flux.2-klein", "z-image",
                 "z-image-omni", "lumina2", "chroma"):
         # t alone: the schedule is fetched in the background at once (the
@@ -656,10 +667,9 @@ def test_compiled_patched_transformer_denoises_to_the_same_latents(client):
 def test_small_caches_copies_and_casts_keep_one_call_per_schedule(client):
     """The cache and the schedule where they meet their edges: a cache of
     one row while a forward needs two (the edit model's rows of t and of
-    0), a schedule set again in an unpickled copy, a schedule fetched for
-    bf16 steps that then run in float32, and PixArt-Sigma (t alone,
-    though its embedder takes size arguments) fetched in the
-    background."""
+    0), a schedule set again in an unpickled copy, a bf16 model moved to
+    float32 (refused), and PixArt-Sigma (t alone, though its embedder
+    takes size arguments) fetched in the background."""
     kind, dtype = "qwen-image-edit", torch.bfloat16
     roomy = build(kind, dtype)
     offload = temb.torch.offload_conditioning(
@@ -686,15 +696,11 @@ def test_small_caches_copies_and_casts_keep_one_call_per_schedule(client):
     denoise(kind, restored, dtype)
     assert state.calls - calls == 1
 
-    state.clear_cache()
-    state.set_schedule(scheduler_for(kind).timesteps)
-    state.wait()
-    calls = state.calls
+    # Moved to float32, the transformer hands over values the bf16 model
+    # does not compute for: refused, not answered with bf16 rows.
     moved = restored.to(torch.float32)
-    denoise(kind, moved, torch.float32)
-    # The float32 embedder receives other bits than the bf16 schedule's:
-    # the schedule is fetched again, once.
-    assert state.calls - calls == 1
+    with pytest.raises(ValueError, match="moved to torch.float32"):
+        denoise(kind, moved, torch.float32)
 
     kind = "pixart-sigma"
     calls = client.calls
@@ -702,8 +708,10 @@ def test_small_caches_copies_and_casts_keep_one_call_per_schedule(client):
         build(kind, dtype), client=client, model=served_name(kind, dtype),
         schedule=scheduler_for(kind).timesteps)
     offload.wait()
+    # The schedule's rows and the row of t = 0, which some models embed
+    # beside t.
     assert client.calls - calls == 1 and offload.cache_info()["entries"] == \
-        STEPS
+        STEPS + 1
 
 
 def test_copies_pickles_moves_and_workers(client):
@@ -727,16 +735,12 @@ def test_copies_pickles_moves_and_workers(client):
     moved = copy.deepcopy(patched).to("cpu", torch.float32)
     assert moved.time_text_embed.dtype_marker.dtype == torch.float32
     latents, prompts = inputs(kind, torch.float32)
-    # Its embedder now sees an fp32 pipeline's values; the rows are the
-    # served bf16 ones, cast.
-    answer = moved.time_text_embed(
-        torch.full([BATCH], 500.0), prompts[0]["guidance"] * 1000,
-        prompts[0]["pooled_projections"])
-    assert answer.dtype == torch.float32
-    assert torch.equal(answer, patched.time_text_embed(
-        torch.full([BATCH], 500.0, dtype=dtype),
-        prompts[0]["guidance"].to(dtype) * 1000,
-        prompts[0]["pooled_projections"].to(dtype)).float())
+    # Its embedder now receives an fp32 model's values, which the bf16
+    # served model does not compute for: refused, naming the move.
+    with pytest.raises(ValueError, match="moved to torch.float32"):
+        moved.time_text_embed(
+            torch.full([BATCH], 500.0), prompts[0]["guidance"] * 1000,
+            prompts[0]["pooled_projections"])
 
     # Forked DataLoader workers reconnect and compute the same latents.
     class Steps(torch.utils.data.Dataset):
@@ -792,17 +796,18 @@ def test_a_model_that_does_not_match_is_refused(client):
     # is not served.
     message = refused(build("qwen-image-layered", torch.bfloat16),
                       "qwen-image-bf16")
-    assert "inputs: the served model takes [] besides the timesteps, the " \
-        "transformer ['addition_t_cond']" in message, message
+    assert "config: use_additional_t_cond false served, true" in message, \
+        message
     message = refused(build("qwen-image", torch.bfloat16),
                       "qwen-image-layered-bf16")
-    assert "takes ['addition_t_cond']" in message, message
+    assert "config: use_additional_t_cond true served, false" in message, \
+        message
     with torch.device("meta"):
         both = diffusers.QwenImageTransformer2DModel.from_config(
             build("qwen-image-layered", torch.float32).config,
             zero_cond_t=True)
     message = refused(both, "qwen-image-layered-fp32")
-    assert "use_additional_t_cond and zero_cond_t" in message
+    assert "config: zero_cond_t false served, true" in message, message
     # Weights: the same shapes and dtype, another checkpoint (the edit
     # model's weights in a plain Qwen-Image), or one tensor fine-tuned.
     other = qwen_model(torch.bfloat16, zero_cond_t=False)
@@ -874,30 +879,32 @@ def test_unserved_variants_and_inexact_time_ids_are_refused(client):
     with torch.device("meta"):
         lcm = diffusers.UNet2DConditionModel.from_config(
             sdxl_unet(torch.float32).config, time_cond_proj_dim=32)
-    assert "time_cond_proj_dim=32" in refused(lcm)
+    # The served model publishes the config fields it is computed for.
+    assert "config: time_cond_proj_dim null served, 32" in refused(lcm)
     # The MeanFlow HunyuanVideo-1.5 against the main model's rows, and the
     # other way: each takes an input the other does not.
     message = refused(build("hunyuanvideo-1.5-sr", torch.float32),
                       "hunyuanvideo-1.5-fp32")
-    assert "timestep_r" in message, message
+    assert "config: use_meanflow" in message, message
     message = refused(build("hunyuanvideo-1.5", torch.float32),
                       "hunyuanvideo-1.5-sr-fp32")
-    assert "timestep_r" in message, message
+    assert "config: use_meanflow" in message, message
     # HunyuanVideo-I2V's token_replace variant reads a second embedding's
     # rows, which the text-to-video model's server does not serve (and the
     # other way round).
     message = refused(build("hunyuanvideo-token-replace", torch.float32),
                       "hunyuanvideo-fp32")
-    assert "tr_img_mod" in message and "missing" in message, message
+    assert "config: image_condition_type" in message, message
     message = refused(build("hunyuanvideo", torch.float32),
                       "hunyuanvideo-token-replace-fp32")
-    assert "tr_img_mod" in message, message
+    assert "config: image_condition_type" in message, message
     # A Chroma approximator of another depth than the released 5 layers.
     with torch.device("meta"):
         deeper = diffusers.ChromaTransformer2DModel.from_config(
             FAMILIES["chroma"].build(torch.float32).config,
             approximator_layers=6)
-    assert "approximator_layers=6" in refused(deeper, "chroma-fp32")
+    assert "config: approximator_layers 5 served, 6" in refused(
+        deeper, "chroma-fp32")
     # Sana-Sprint embeds a guidance scale beside t: Sana's served rows
     # are not its, nor are Sana-Sprint's Sana's.
     # Each embeds t in its own module, which the other lacks.
@@ -1698,9 +1705,12 @@ class RecordingClient(CountingClient):
         super().__init__(target)
         self.rows = []
 
-    def condition(self, model, timesteps, *args, **kwargs):
-        self.rows.append(int(torch.as_tensor(timesteps).numel()))
-        return super().condition(model, timesteps, *args, **kwargs)
+    def condition(self, model, **inputs):
+        # The timestep as the transformer hands it, or a schedule's.
+        time = next(inputs[name] for name in (
+            "timesteps", "timestep", "embedder_timestep") if name in inputs)
+        self.rows.append(int(torch.as_tensor(time).numel()))
+        return super().condition(model, **inputs)
 
 
 def test_ltx_per_token_timesteps_ask_for_distinct_rows(server):
@@ -1801,7 +1811,8 @@ def test_cogvideox_ofs_and_pixart_sizes_are_read(client):
             model.adaln_single.emb(torch.tensor([500]), **sizes,
                                    batch_size=1, hidden_dtype=dtype)
     # A Sigma model is not an alpha one.
-    with pytest.raises(ValueError, match="resolution"):
+    with pytest.raises(ValueError,
+                       match="config: (use_additional_conditions|sample_size)"):
         temb.torch.offload_conditioning(
             build("pixart-sigma", dtype), client=client,
             model=served_name("pixart-alpha", dtype))

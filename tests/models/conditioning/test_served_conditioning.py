@@ -318,8 +318,21 @@ def test_metadata_config_and_readiness(server, grpc_client, http_client,
     parameters = {key: value["string_value"]
                   for key, value in config["parameters"].items()}
     # The forward's timestep, an alternative to timesteps, is named there,
-    # and what each output replaces in the transformer.
-    assert parameters.pop("stands_for:timestep") == "t_model"
+    # with where a patch captures it; the transformer class and the config
+    # fields the model is computed for; and what each output replaces in
+    # the transformer.
+    described = {key: parameters.pop(key) for key in list(parameters)
+                 if key.startswith(("config:", "class_name", "stands_for:",
+                                    "instead_of:", "module:", "argument:"))}
+    assert {key: value for key, value in described.items()
+            if not key.startswith("config:")} == {
+        "stands_for:timestep": "t_model",
+        "instead_of:timestep": "timesteps",
+        "module:timestep": "time_text_embed",
+        "argument:timestep": "timestep",
+        "class_name": "QwenImageTransformer2DModel"}
+    assert described["config:num_layers"] == "3"
+    assert described["config:guidance_embeds"] == "false"
     replaced = {key: parameters.pop(key) for key in list(parameters)
                 if not key.startswith("weight_fingerprint:")}
     assert replaced == {
@@ -344,7 +357,7 @@ def test_metadata_config_and_readiness(server, grpc_client, http_client,
     rest = http_client.get_model_config("qwen")
     assert {key: value["string_value"] for key, value in
             rest["parameters"].items()} == dict(
-                fingerprints, **replaced, **{"stands_for:timestep": "t_model"})
+                fingerprints, **replaced, **described)
     assert grpc_client.is_model_ready("qwen")
     assert grpc_client.is_model_ready("flux-dev")
     for name in cases:

@@ -40,6 +40,10 @@ inline constexpr absl::string_view kConditionTimesteps = "timesteps";
 // a caller that captured it (the description's input "timestep", which
 // stands for a value computed from t).
 inline constexpr absl::string_view kConditionForwardTimestep = "timestep";
+// The timestep the time embedder receives, given instead of "timesteps"
+// where that is not the forward's (families::EmbedderTimestep).
+inline constexpr absl::string_view kConditionEmbedderTimestep =
+    "embedder_timestep";
 inline constexpr absl::string_view kConditionGuidance = "guidance";
 inline constexpr absl::string_view kConditionPooled = "pooled_projections";
 // The output that maps each per-token timestep to its row (see
@@ -71,6 +75,9 @@ struct ConditioningModelInfo {
   std::vector<models::InputInfo> inputs;  // protocol names
   std::vector<models::OutputInfo> outputs;
   std::vector<models::FoldedModuleInfo> folded_modules;
+  std::string class_name;
+  std::map<std::string, std::string> config;  // field -> JSON text
+  std::vector<std::string> embedder_results;
 };
 
 // One input of a request: protocol name, where it sits in the caller's

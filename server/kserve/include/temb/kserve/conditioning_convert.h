@@ -78,6 +78,24 @@ inline constexpr char kReplacedKindKey[] = "replaced_kind:";
 inline constexpr char kBlocksKey[] = "blocks:";
 inline constexpr char kInputModuleKey[] = "input_module:";
 inline constexpr char kFoldedModuleKey[] = "folded_module:";
+// "embedding:<output>": the embedder's result a replaced module is handed,
+// where the embedder returns several ("embedder_results" = the outputs at
+// its positions joined by commas, an empty one standing for None).
+inline constexpr char kEmbeddingKey[] = "embedding:";
+inline constexpr char kEmbedderResultsKey[] = "embedder_results";
+// Where an offload patch captures each input (ConditioningInput's fields
+// in temb's own API): "module:<input>" and "argument:<input>" for a
+// captured one; "instead_of:<input>" beside "stands_for:<input>".
+inline constexpr char kModuleKey[] = "module:";
+inline constexpr char kArgumentKey[] = "argument:";
+inline constexpr char kInsteadOfKey[] = "instead_of:";
+// "in_model_dtype:<input>" = "true" where the pipeline hands the input in
+// the model's dtype.
+inline constexpr char kInModelDTypeKey[] = "in_model_dtype:";
+// The transformer class the model is computed for, and each config.json
+// field its description read: "config:<field>" = its JSON text.
+inline constexpr char kClassNameKey[] = "class_name";
+inline constexpr char kConfigKey[] = "config:";
 
 // max_batch_size: the rows one call may hold; dims leave the batch out;
 // parameters: the weight fingerprints, the inputs' stands_for and what the

@@ -13,6 +13,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -90,11 +91,19 @@ class ModelConfig {
                        const std::vector<std::string>& json_texts) const;
   // OK when the field is a list of `length` entries.
   absl::Status RequireLength(const std::string& field, int64_t length) const;
+  // The fields the getters above were asked for that config.json has, each
+  // as its JSON text.
+  std::map<std::string, std::string> ReadFields() const;
 
  private:
+  // The field's JSON text, or nullptr when absent; the name is recorded
+  // for ReadFields().
+  const std::string* Find(const std::string& field) const;
+
   std::string file_;
   std::string class_name_;
   std::map<std::string, std::string> fields_;  // key -> JSON text
+  mutable std::set<std::string> read_;
 };
 
 // A tensor read from the checkpoint: its checked description and bytes.

@@ -37,6 +37,10 @@ namespace temb::models {
 // Rows in one Compute() call: a FLUX.1 row is about 2 MiB of bf16 outputs.
 inline constexpr int64_t kMaxConditioningRows = 4096;
 
+// A config.json field's JSON text is published (config_fields()) up to this
+// size: the fields a description reads are flags, sizes and short lists.
+inline constexpr size_t kMaxPublishedConfigBytes = 1024;
+
 struct ConditioningOptions {
   int threads = 1;
   // Shared by every model that is given it; null: no cache (rows are still
@@ -81,9 +85,15 @@ struct InputInfo {
   std::string name;
   int64_t width = 0;  // 0: one value per row ([N]); else [N, width]
   std::string help;
-  // Set: this input is the transformer forward's timestep, given instead
-  // of "t" (InputSpec::stands_for); it sets N as "t" does.
+  // Set: this input stands for a value of the computation
+  // (InputSpec::stands_for) and is given instead of the input `instead_of`;
+  // one standing in for "t" sets N as "t" does.
   std::string stands_for;
+  std::string instead_of;
+  // Where an offload patch captures it (InputSpec::module, ::argument).
+  std::string module;
+  std::string argument;
+  bool in_model_dtype = false;  // InputSpec::in_model_dtype
 };
 
 struct OutputInfo {
@@ -104,6 +114,9 @@ struct OutputInfo {
   // A Linear's parameterless input module (Op::input_module), "{i}" as in
   // `replaces`.
   std::string input_module;
+  // The embedder's result the replaced module is handed
+  // (OutputSpec::embedding), where the embedder returns several.
+  std::string embedding;
 };
 
 // A module with weights that the outputs fold in (FoldedModule), as a
@@ -144,6 +157,16 @@ class ConditioningModel {
   // The modules with weights this model's outputs fold in besides their
   // own (FamilyDescription::folded, those present in this model).
   std::vector<FoldedModuleInfo> folded_modules() const;
+  // Where the replaced embedder returns a tuple: the output at each
+  // position, "" where it returns None (FamilyDescription::
+  // embedder_results); empty when it returns one tensor.
+  std::vector<std::string> embedder_results() const;
+  // The config.json fields this model's description read, each as its
+  // JSON text (those longer than kMaxPublishedConfigBytes left out): a
+  // client can tell a transformer built from another config.
+  const std::map<std::string, std::string>& config_fields() const {
+    return config_fields_;
+  }
   // An upper bound on the float32 values Compute() holds per row (every
   // value the description computes), not counting the outputs' encoding.
   int64_t working_bytes_per_row() const;
@@ -178,6 +201,7 @@ class ConditioningModel {
   int64_t width_ = 0;
   int64_t weight_bytes_ = 0;
   std::map<std::string, std::string> weight_fingerprints_;
+  std::map<std::string, std::string> config_fields_;
   std::string cache_key_;
   // The description resolved against this model (model_graph.h).
   std::unique_ptr<const ModelGraph> graph_;

@@ -182,6 +182,20 @@ struct InputSpec {
   // element must be one of the value's dtype), and the pipeline's
   // arithmetic before it does not run.
   std::string stands_for;
+  // Where an offload patch captures the input as the transformer hands it:
+  // the module's qualified name ("" for the transformer's own forward) and
+  // the argument's name in that module's forward ("name[key]" for an entry
+  // of a dict argument).  Empty `argument`: the patch does not capture it.
+  std::string module;
+  std::string argument;
+  // The pipeline hands it in the model's dtype, and the description rounds
+  // it so; a transformer handed a value that dtype does not hold computes
+  // otherwise (an offload patch refuses it).
+  bool in_model_dtype = false;
+  // Set by the loader for an input that stands for a value: the input that
+  // value is computed from ("t", "guidance"), which a call giving this one
+  // leaves out.
+  std::string instead_of;
 };
 
 // One output, laid out as the model consumes it: [N, W] or, for a stacked
@@ -202,6 +216,10 @@ struct OutputSpec {
   // add names that op's module by itself): the embedder that an offload
   // replaces, which returns this output.
   std::string replaces;
+  // Where the embedder returns more than one result
+  // (FamilyDescription::embedder_results): the result a replaced Linear or
+  // table is handed; empty for the first.
+  std::string embedding;
 };
 
 // What a transformer module with weights on the time path that is neither
@@ -247,6 +265,10 @@ struct FamilyDescription {
   std::vector<FoldedModule> folded;
   std::vector<FlagDefault> flag_defaults;
   std::vector<ConfigRequirement> requirements;
+  // Where the replaced embedder returns a tuple: the output at each
+  // position, an output this model lacks standing for None.  Empty: it
+  // returns its output alone.
+  std::vector<std::string> embedder_results;
 };
 
 // Every family temb knows.
