@@ -827,6 +827,61 @@ TEST(ConditioningModelTest, Flux2LinearsWithoutBiasAndSharedModulations) {
   }
 }
 
+TEST(ConditioningModelTest, EmbedderInputsStandInForTheirInputs) {
+  TempDir dir;
+  WriteFlux2Checkpoint(dir, /*guidance=*/true);
+  auto model = ConditioningModel::Load(dir.path(), {});
+  ASSERT_TRUE(model.ok()) << model.status();
+  // Where an offload patch captures each, and what each replaces.
+  std::vector<std::string> described;
+  for (const InputInfo& input : (*model)->inputs()) {
+    described.push_back(absl::StrCat(input.name, ":", input.stands_for, ":",
+                                     input.instead_of, ":", input.module, ":",
+                                     input.argument));
+  }
+  EXPECT_EQ(described, (std::vector<std::string>{
+                           "t::::", "guidance::::", "timestep:t_passed:t::",
+                           "embedder_timestep:t_model:t:time_guidance_embed:"
+                           "timestep",
+                           "embedder_guidance:g_model:guidance:time_guidance_"
+                           "embed:guidance"}));
+  EXPECT_EQ((*model)->config_fields().at("guidance_embeds"), "true");
+  // The values the embedder receives give the bits of t and the guidance
+  // scale.
+  ConditioningInputs by_scale;
+  by_scale.values["t"] = {999.0f, 1.5f};
+  by_scale.values["guidance"] = {3.5f};
+  auto values = (*model)->Compute(by_scale, {"t_model", "g_model"});
+  ASSERT_TRUE(values.ok()) << values.status();
+  auto floats = [](const ConditioningOutput& output) {
+    std::vector<float> out(output.data.size() / 4);
+    std::memcpy(out.data(), output.data.data(), output.data.size());
+    return out;
+  };
+  ConditioningInputs by_embedder;
+  by_embedder.values["embedder_timestep"] = floats((*values)[0]);
+  by_embedder.values["embedder_guidance"] = floats((*values)[1]);
+  auto want = (*model)->Compute(by_scale, {});
+  auto got = (*model)->Compute(by_embedder, {});
+  ASSERT_TRUE(want.ok() && got.ok()) << got.status();
+  ASSERT_EQ(want->size(), got->size());
+  for (size_t i = 0; i < want->size(); ++i) {
+    EXPECT_EQ((*want)[i].data, (*got)[i].data) << (*want)[i].name;
+  }
+  // An input and the one standing in for it, or two for t, are refused.
+  ConditioningInputs both = by_embedder;
+  both.values["guidance"] = {3.5f};
+  EXPECT_THAT(Message((*model)->Compute(both, {}).status()),
+              HasSubstr("embedder_guidance: given with guidance"));
+  both = by_embedder;
+  both.values["timestep"] = {0.5f};
+  EXPECT_THAT(Message((*model)->Compute(both, {}).status()),
+              HasSubstr("given with"));
+  // What comes before the embedder's value needs t.
+  EXPECT_THAT(Message((*model)->Compute(by_embedder, {"t_passed"}).status()),
+              HasSubstr("is computed from t"));
+}
+
 // A small SDXL-UNet-shaped float32 checkpoint: block_out_channels [4, 6, 8]
 // (time embedding 16 wide), one resnet per down block, added time ids
 // embedded 4 wide beside a pooled embedding of 3.  `config` replaces
