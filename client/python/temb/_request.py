@@ -13,8 +13,8 @@ import contextlib
 import inspect
 from typing import (TYPE_CHECKING, Any, AsyncIterable, AsyncIterator,
                     Callable, Deque, Dict, Generic, Iterable, Iterator,
-                    Mapping, NamedTuple, Optional, Sequence, Tuple, TypeVar,
-                    Union)
+                    Mapping, NamedTuple, Optional, Sequence, Tuple, TypedDict,
+                    TypeVar, Union)
 
 import grpc
 import numpy as np
@@ -25,7 +25,7 @@ from temb._proto.temb.v1 import temb_pb2_grpc as pb_grpc
 from temb.errors import TembError, error_from_code, error_from_rpc
 
 if TYPE_CHECKING:
-    from typing_extensions import Concatenate, ParamSpec
+    from typing_extensions import Concatenate, ParamSpec, Unpack
     _P = ParamSpec("_P")
 
 _R = TypeVar("_R")
@@ -184,50 +184,52 @@ class EmbedCall(NamedTuple):
     timeout: Optional[float]
 
 
-# The keyword arguments that fill an EmbeddingSpec (embed()'s and a part's).
-SPEC_KEYWORDS = ("dim", "max_period", "flip_sin_to_cos",
-                 "downscale_freq_shift", "scale", "time_factor",
-                 "repeat_only", "layout", "exponent_order", "precision",
-                 "timestep_dtype", "frequencies", "log_spaced_frequencies")
+class SpecOptions(TypedDict, total=False):
+    """The keyword arguments that fill an EmbeddingSpec besides `dim`
+    (embed()'s and a part's); None leaves a field unset."""
+    max_period: Optional[float]
+    flip_sin_to_cos: Optional[bool]
+    downscale_freq_shift: Optional[float]
+    scale: Optional[float]
+    time_factor: Optional[float]
+    repeat_only: Optional[bool]
+    layout: Optional[str]
+    exponent_order: Optional[str]
+    precision: Optional[str]
+    timestep_dtype: Any
+    frequencies: Optional[Sequence[float]]
+    log_spaced_frequencies: Optional[Tuple[float, float]]
+
+
+_SCALAR_FIELDS = ("max_period", "flip_sin_to_cos", "downscale_freq_shift",
+                  "scale", "time_factor", "repeat_only")
+_ENUM_FIELDS = ("layout", "exponent_order", "precision", "timestep_dtype")
+SPEC_KEYWORDS = ("dim",) + tuple(SpecOptions.__annotations__)
 # What a part given as a mapping may hold.
 PART_KEYWORDS = frozenset(("timesteps", "preset", "dtype") + SPEC_KEYWORDS)
 
 
-def fill_spec(spec: pb.EmbeddingSpec, *, dim: Optional[int] = None,
-              max_period: Optional[float] = None,
-              flip_sin_to_cos: Optional[bool] = None,
-              downscale_freq_shift: Optional[float] = None,
-              scale: Optional[float] = None,
-              time_factor: Optional[float] = None,
-              repeat_only: Optional[bool] = None,
-              layout: Optional[str] = None,
-              exponent_order: Optional[str] = None,
-              precision: Optional[str] = None,
-              timestep_dtype: Any = None,
-              frequencies: Optional[Sequence[float]] = None,
-              log_spaced_frequencies: Optional[Tuple[float, float]] = None
-              ) -> None:
+def fill_spec(spec: pb.EmbeddingSpec, dim: Optional[int] = None,
+              **options: Unpack[SpecOptions]) -> None:
     """Sets the fields of `spec` that are not None."""
+    unknown = sorted(set(options) - set(SPEC_KEYWORDS))
+    if unknown:
+        raise TypeError(f"unexpected keyword argument {unknown[0]!r}; the "
+                        f"convention's are {list(SPEC_KEYWORDS)}")
+    given: Dict[str, Any] = {name: value for name, value in options.items()
+                             if value is not None}
     if dim is not None:
         spec.dim = int(dim)
-    for name, value in (("max_period", max_period),
-                        ("flip_sin_to_cos", flip_sin_to_cos),
-                        ("downscale_freq_shift", downscale_freq_shift),
-                        ("scale", scale), ("time_factor", time_factor),
-                        ("repeat_only", repeat_only)):
-        if value is not None:
-            setattr(spec, name, value)
-    for name, option in (("layout", layout),
-                         ("exponent_order", exponent_order),
-                         ("precision", precision),
-                         ("timestep_dtype", timestep_dtype)):
-        if option is not None:
-            setattr(spec, name, _codec.enum_value(name, option))
-    if frequencies is not None:
-        values = _codec.frequencies_list(frequencies)
-        spec.frequencies.extend(values)
-    if log_spaced_frequencies is not None:
-        low, high = log_spaced_frequencies
+    for name in _SCALAR_FIELDS:
+        if name in given:
+            setattr(spec, name, given[name])
+    for name in _ENUM_FIELDS:
+        if name in given:
+            setattr(spec, name, _codec.enum_value(name, given[name]))
+    if "frequencies" in given:
+        spec.frequencies.extend(_codec.frequencies_list(given["frequencies"]))
+    if "log_spaced_frequencies" in given:
+        low, high = given["log_spaced_frequencies"]
         spec.log_spaced_frequencies.min_frequency = float(low)
         spec.log_spaced_frequencies.max_frequency = float(high)
 
@@ -254,39 +256,38 @@ def _encode_part(part: pb.EmbedPart, name: Any, value: Any) -> Tuple[int, ...]:
     return _codec.encode_timesteps(part, timesteps)
 
 
+def _spelled_out(function: Callable[..., _R]) -> Callable[..., _R]:
+    """`function`, whose signature shows its **spec (SpecOptions) as the
+    keyword-only parameters they are, default None: help(), IDEs and the
+    clients' methods made from it (with_parameters_of) list them."""
+    signature = inspect.signature(function)
+    parameters = [p for p in signature.parameters.values()
+                  if p.kind != inspect.Parameter.VAR_KEYWORD]
+    parameters += [inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY,
+                                     default=None, annotation=annotation)
+                   for name, annotation in SpecOptions.__annotations__.items()]
+    function.__signature__ = signature.replace(  # type: ignore[attr-defined]
+        parameters=parameters)
+    return function
+
+
+@_spelled_out
 def embed_call(timesteps: Any = None, dim: Optional[int] = None,
                preset: Optional[str] = None, dtype: Any = None, *,
-               max_period: Optional[float] = None,
-               flip_sin_to_cos: Optional[bool] = None,
-               downscale_freq_shift: Optional[float] = None,
-               scale: Optional[float] = None,
-               time_factor: Optional[float] = None,
-               repeat_only: Optional[bool] = None,
-               layout: Optional[str] = None,
-               exponent_order: Optional[str] = None,
-               precision: Optional[str] = None,
-               timestep_dtype: Any = None,
-               frequencies: Optional[Sequence[float]] = None,
-               log_spaced_frequencies: Optional[Tuple[float, float]] = None,
                parts: Optional[Mapping[str, Any]] = None,
                request_id: Optional[str] = None,
                timeout: Optional[float] = None,
                return_tensors: str = "np",
-               bf16_format: str = "auto") -> EmbedCall:
+               bf16_format: str = "auto",
+               **spec: Unpack[SpecOptions]) -> EmbedCall:
     """The arguments of :meth:`temb.Client.embed`, checked and encoded; None
-    leaves a field of the EmbedRequest unset."""
+    leaves a field of the EmbedRequest unset.  `spec`: the convention's
+    fields (SpecOptions)."""
     decoding = _codec.make_decoding(return_tensors, bf16_format)
     request = pb.EmbedRequest(request_id=request_id or "", preset=preset or "")
     if dtype is not None:
         request.dtype = _codec.enum_value("dtype", dtype)
-    fill_spec(request.spec, dim=dim, max_period=max_period,
-              flip_sin_to_cos=flip_sin_to_cos,
-              downscale_freq_shift=downscale_freq_shift, scale=scale,
-              time_factor=time_factor, repeat_only=repeat_only, layout=layout,
-              exponent_order=exponent_order,
-              precision=precision, timestep_dtype=timestep_dtype,
-              frequencies=frequencies,
-              log_spaced_frequencies=log_spaced_frequencies)
+    fill_spec(request.spec, dim, **spec)
     if parts is None:
         if timesteps is None:
             raise TypeError("embed() needs timesteps (or parts=)")
@@ -471,14 +472,41 @@ _Decoder = TypeVar("_Decoder")
 class _Stream(Generic[_Request, _Decoder]):
     """Book-keeping for a stream: each request's id and how to decode its
     answer, in request order, and an error raised while building a request
-    (re-raised after the stream)."""
+    (re-raised after the stream).  A subclass says how an item becomes a
+    request (call) and how an answer is decoded (decode)."""
+
+    method = ""  # the client's method the stream stands for
 
     def __init__(self) -> None:
         self.pending: Deque[Tuple[str, _Decoder]] = collections.deque()
         self.error: Optional[BaseException] = None
 
-    def request(self, item: Mapping[str, Any]) -> _Request:
+    def call(self, item: Mapping[str, Any]) -> Tuple[_Request, str, _Decoder]:
         raise NotImplementedError
+
+    def decode(self, decoder: _Decoder, answer: Any) -> Any:
+        raise NotImplementedError
+
+    def request(self, item: Mapping[str, Any]) -> _Request:
+        if "timeout" in item:
+            raise TypeError(f"{self.method}_stream items take no timeout: the "
+                            "stream's timeout bounds them all")
+        request, request_id, decoder = self.call(item)
+        self.pending.append((request_id, decoder))
+        return request
+
+    def result(self, response: Any, raise_errors: bool) -> Any:
+        """The next answer, decoded, or its TembError (raised when
+        `raise_errors`)."""
+        request_id, decoder = self.pending.popleft()
+        if response.WhichOneof("result") == "error":
+            error = error_from_code(response.error.code,
+                                    response.error.message,
+                                    response.request_id or request_id)
+            if raise_errors:
+                raise error
+            return error
+        return self.decode(decoder, response.response)
 
     def requests(self, items: Iterable[Mapping[str, Any]]
                  ) -> Iterator[_Request]:
@@ -500,25 +528,16 @@ class _Stream(Generic[_Request, _Decoder]):
 class StreamState(_Stream[pb.EmbedRequest, ResponseDecoder]):
     """_Stream for embed_stream: items are embed()'s keyword arguments."""
 
-    def request(self, item: Mapping[str, Any]) -> pb.EmbedRequest:
-        if "timeout" in item:
-            raise TypeError("embed_stream items take no timeout: the "
-                            "stream's timeout bounds them all")
-        call = embed_call(**item)
-        self.pending.append((call.request.request_id, call.decoder))
-        return call.request
+    method = "embed"
 
-    def result(self, response: pb.EmbedStreamResponse, raise_errors: bool
-               ) -> Union[Embedding, Dict[str, Embedding], TembError]:
-        request_id, decoder = self.pending.popleft()
-        if response.WhichOneof("result") == "error":
-            error = error_from_code(response.error.code,
-                                    response.error.message,
-                                    response.request_id or request_id)
-            if raise_errors:
-                raise error
-            return error
-        return decoder.decode(response.response)
+    def call(self, item: Mapping[str, Any]
+             ) -> Tuple[pb.EmbedRequest, str, ResponseDecoder]:
+        call = embed_call(**item)
+        return call.request, call.request.request_id, call.decoder
+
+    def decode(self, decoder: ResponseDecoder, answer: Any
+               ) -> Union[Embedding, Dict[str, Embedding]]:
+        return decoder.decode(answer)
 
 
 def condition_call(model: str, timesteps: Any = None, guidance: Any = None,
@@ -540,21 +559,12 @@ class ConditionStreamState(_Stream[pb.ConditionRequest, _codec.Decoding]):
     """_Stream for condition_stream: items are condition()'s keyword
     arguments, answers dicts of outputs."""
 
-    def request(self, item: Mapping[str, Any]) -> pb.ConditionRequest:
-        if "timeout" in item:
-            raise TypeError("condition_stream items take no timeout: the "
-                            "stream's timeout bounds them all")
-        request, decoding = condition_call(**item)
-        self.pending.append((request.request_id, decoding))
-        return request
+    method = "condition"
 
-    def result(self, response: Any, raise_errors: bool) -> Any:
-        request_id, decoding = self.pending.popleft()
-        if response.WhichOneof("result") == "error":
-            error = error_from_code(response.error.code,
-                                    response.error.message,
-                                    response.request_id or request_id)
-            if raise_errors:
-                raise error
-            return error
-        return _codec.condition_result(response.response, decoding)
+    def call(self, item: Mapping[str, Any]
+             ) -> Tuple[pb.ConditionRequest, str, _codec.Decoding]:
+        request, decoding = condition_call(**item)
+        return request, request.request_id, decoding
+
+    def decode(self, decoder: _codec.Decoding, answer: Any) -> Any:
+        return _codec.condition_result(answer, decoder)

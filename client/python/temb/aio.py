@@ -126,16 +126,25 @@ class Client(_request.ClientBase):
     ) -> AsyncIterator[Union[Embedding, Dict[str, Embedding], TembError]]:
         """See :meth:`temb.Client.embed_stream`; `requests` may also be an
         async iterable."""
-        state = _request.StreamState()
+        async for result in self._stream(
+                self._stub.EmbedStream, _request.StreamState(), requests,
+                timeout, raise_errors):
+            yield result
+
+    async def _stream(self, method: Any, state: Any,
+                      requests: Union[Iterable[Mapping[str, Any]],
+                                      AsyncIterable[Mapping[str, Any]]],
+                      timeout: Optional[float],
+                      raise_errors: bool) -> AsyncIterator[Any]:
+        """The results of a bidirectional stream `method`, its requests
+        encoded and its answers decoded by `state`."""
         # grpc.aio takes either kind of iterable.
-        request_iterator: Union[Iterator[pb.EmbedRequest],
-                                AsyncIterator[pb.EmbedRequest]]
+        request_iterator: Union[Iterator[Any], AsyncIterator[Any]]
         if isinstance(requests, collections.abc.AsyncIterable):
             request_iterator = state.async_requests(requests)
         else:
             request_iterator = state.requests(requests)
-        call = self._stub.EmbedStream(request_iterator,
-                                      **self._call_options(timeout))
+        call = method(request_iterator, **self._call_options(timeout))
         try:
             with _request.rpc_errors():
                 async for response in call:
@@ -175,22 +184,10 @@ class Client(_request.ClientBase):
     ) -> AsyncIterator[Union[Dict[str, Any], TembError]]:
         """See :meth:`temb.Client.condition_stream`; `requests` may also be
         an async iterable."""
-        state = _request.ConditionStreamState()
-        request_iterator: Union[Iterator[Any], AsyncIterator[Any]]
-        if isinstance(requests, collections.abc.AsyncIterable):
-            request_iterator = state.async_requests(requests)
-        else:
-            request_iterator = state.requests(requests)
-        call = self._stub.ConditionStream(request_iterator,
-                                          **self._call_options(timeout))
-        try:
-            with _request.rpc_errors():
-                async for response in call:
-                    yield state.result(response, raise_errors)
-        finally:
-            call.cancel()
-        if state.error is not None:
-            raise state.error
+        async for result in self._stream(
+                self._stub.ConditionStream, _request.ConditionStreamState(),
+                requests, timeout, raise_errors):
+            yield result
 
     async def models(self, *, timeout: Optional[float] = None
                      ) -> Tuple[ConditioningModel, ...]:

@@ -212,9 +212,16 @@ class Client(_request.ClientBase):
 
         `timeout` bounds the whole stream.
         """
-        state = _request.StreamState()
-        call = self._stub.EmbedStream(state.requests(requests),
-                                      **self._call_options(timeout))
+        yield from self._stream(self._stub.EmbedStream,
+                                _request.StreamState(), requests, timeout,
+                                raise_errors)
+
+    def _stream(self, method: Any, state: Any,
+                requests: Iterable[Mapping[str, Any]],
+                timeout: Optional[float], raise_errors: bool) -> Iterator[Any]:
+        """The results of a bidirectional stream `method`, its requests
+        encoded and its answers decoded by `state`."""
+        call = method(state.requests(requests), **self._call_options(timeout))
         try:
             with _request.rpc_errors():
                 for response in call:
@@ -301,17 +308,9 @@ class Client(_request.ClientBase):
         :meth:`embed_stream`: a refused request raises its TembError (or,
         with ``raise_errors=False``, is yielded in its place and the stream
         goes on); `timeout` bounds the whole stream."""
-        state = _request.ConditionStreamState()
-        call = self._stub.ConditionStream(state.requests(requests),
-                                          **self._call_options(timeout))
-        try:
-            with _request.rpc_errors():
-                for response in call:
-                    yield state.result(response, raise_errors)
-        finally:
-            call.cancel()  # no-op once finished; stops an abandoned stream
-        if state.error is not None:
-            raise state.error
+        yield from self._stream(self._stub.ConditionStream,
+                                _request.ConditionStreamState(), requests,
+                                timeout, raise_errors)
 
     def models(self, *, timeout: Optional[float] = None
                ) -> Tuple[ConditioningModel, ...]:

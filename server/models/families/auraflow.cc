@@ -8,10 +8,8 @@
 namespace temb::models::families {
 
 FamilyDescription AuraFlow() {
-  FamilyDescription family;
-  family.class_name = "AuraFlowTransformer2DModel";
-  family.name = "auraflow";
-  family.width_fields = {"num_attention_heads", "attention_head_dim"};
+  FamilyDescription family =
+      NewFamily("AuraFlowTransformer2DModel", "auraflow");
   family.inputs = {
       {"t", "", "", "the scheduler's timesteps (0..1000)"},
       CapturedAt("time_step_embed", "timesteps", ForwardTimestep("t_model"))};

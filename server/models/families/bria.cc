@@ -8,10 +8,7 @@
 namespace temb::models::families {
 
 FamilyDescription Bria() {
-  FamilyDescription family;
-  family.class_name = "BriaTransformer2DModel";
-  family.name = "bria";
-  family.width_fields = {"num_attention_heads", "attention_head_dim"};
+  FamilyDescription family = NewFamily("BriaTransformer2DModel", "bria");
   // With guidance_embeds the forward adds the guidance embedding only
   // under `if guidance:`, a tensor's truth value (one element): not served.
   family.unsupported_flags = {"guidance_embeds"};

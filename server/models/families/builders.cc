@@ -7,6 +7,15 @@
 
 namespace temb::models::families {
 
+FamilyDescription NewFamily(std::string class_name, std::string name,
+                            std::vector<std::string> width_fields) {
+  FamilyDescription family;
+  family.class_name = std::move(class_name);
+  family.name = std::move(name);
+  family.width_fields = std::move(width_fields);
+  return family;
+}
+
 Op NoBias(Op op) {
   op.has_bias = false;
   return op;

@@ -12,6 +12,12 @@
 
 namespace temb::models::families {
 
+// A family of the diffusers class `class_name`, called `name`, whose width
+// D is the product of the config fields `width_fields`.
+FamilyDescription NewFamily(std::string class_name, std::string name,
+                            std::vector<std::string> width_fields = {
+                                "num_attention_heads", "attention_head_dim"});
+
 // A Linear built with bias=False: only its weight is read.
 Op NoBias(Op op);
 

@@ -13,10 +13,7 @@ namespace temb::models::families {
 // (an MLP over 344 rows for the released config, one per modulation
 // vector) computes them all from t.
 FamilyDescription Chroma() {
-  FamilyDescription family;
-  family.class_name = "ChromaTransformer2DModel";
-  family.name = "chroma";
-  family.width_fields = {"num_attention_heads", "attention_head_dim"};
+  FamilyDescription family = NewFamily("ChromaTransformer2DModel", "chroma");
   // The released approximator: 64 input channels (a 16-wide sinusoid of t
   // and of guidance 0, beside each index's 32-wide one) and 5 layers,
   // which this description unrolls.

@@ -8,10 +8,8 @@
 namespace temb::models::families {
 
 FamilyDescription CogVideoX() {
-  FamilyDescription family;
-  family.class_name = "CogVideoXTransformer3DModel";
-  family.name = "cogvideox";
-  family.width_fields = {"num_attention_heads", "attention_head_dim"};
+  FamilyDescription family =
+      NewFamily("CogVideoXTransformer3DModel", "cogvideox");
   family.inputs = {
       {"t", "", "", "the scheduler's timesteps (0..1000)"},
       // Embedded after the timestep: the forward's argument.

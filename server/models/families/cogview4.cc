@@ -9,10 +9,8 @@
 namespace temb::models::families {
 
 FamilyDescription CogView4() {
-  FamilyDescription family;
-  family.class_name = "CogView4Transformer2DModel";
-  family.name = "cogview4";
-  family.width_fields = {"num_attention_heads", "attention_head_dim"};
+  FamilyDescription family =
+      NewFamily("CogView4Transformer2DModel", "cogview4");
   const char* kSizes[] = {"original_size", "crop_coords", "target_size"};
   family.inputs = {
       {"t", "", "", "the scheduler's timesteps (0..1000)"},

@@ -13,10 +13,7 @@ namespace temb::models::families {
 FamilyDescription Flux1Like(std::string class_name, std::string name,
                             std::vector<Op> time_ops,
                             const std::string& forward_value) {
-  FamilyDescription family;
-  family.class_name = std::move(class_name);
-  family.name = std::move(name);
-  family.width_fields = {"num_attention_heads", "attention_head_dim"};
+  FamilyDescription family = NewFamily(std::move(class_name), std::move(name));
   family.inputs = {
       {"t", "", "", "the scheduler's timesteps (0..1000)"},
       {"guidance", "", "guidance_embeds", "the guidance scale (dev)"},

@@ -18,10 +18,7 @@ namespace {
 FamilyDescription FluxTimeOnly(std::string class_name, std::string name,
                                const std::string& embedder,
                                const std::string& mlp) {
-  FamilyDescription family;
-  family.class_name = std::move(class_name);
-  family.name = std::move(name);
-  family.width_fields = {"num_attention_heads", "attention_head_dim"};
+  FamilyDescription family = NewFamily(std::move(class_name), std::move(name));
   family.inputs = {
       {"t", "", "", "the scheduler's timesteps (0..1000)"},
       ForwardTimestep("t_passed"),

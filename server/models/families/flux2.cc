@@ -9,10 +9,7 @@
 namespace temb::models::families {
 
 FamilyDescription Flux2() {
-  FamilyDescription family;
-  family.class_name = "Flux2Transformer2DModel";
-  family.name = "flux.2";
-  family.width_fields = {"num_attention_heads", "attention_head_dim"};
+  FamilyDescription family = NewFamily("Flux2Transformer2DModel", "flux.2");
   family.inputs = {
       {"t", "", "", "the scheduler's timesteps (0..1000)"},
       {"guidance", "", "guidance_embeds", "the guidance scale (dev)"},

@@ -9,10 +9,8 @@
 namespace temb::models::families {
 
 FamilyDescription HiDream() {
-  FamilyDescription family;
-  family.class_name = "HiDreamImageTransformer2DModel";
-  family.name = "hidream-i1";
-  family.width_fields = {"num_attention_heads", "attention_head_dim"};
+  FamilyDescription family =
+      NewFamily("HiDreamImageTransformer2DModel", "hidream-i1");
   family.inputs = {
       {"t", "", "", "the scheduler's timesteps (0..1000)"},
       // p_embedder runs after t_embedder: the forward's argument.

@@ -9,10 +9,8 @@
 namespace temb::models::families {
 
 FamilyDescription HunyuanImage() {
-  FamilyDescription family;
-  family.class_name = "HunyuanImageTransformer2DModel";
-  family.name = "hunyuanimage-2.1";
-  family.width_fields = {"num_attention_heads", "attention_head_dim"};
+  FamilyDescription family =
+      NewFamily("HunyuanImageTransformer2DModel", "hunyuanimage-2.1");
   family.inputs = {
       {"t", "", "", "the scheduler's timesteps (0..1000)"},
       {"guidance", "", "guidance_embeds",

@@ -8,10 +8,8 @@
 namespace temb::models::families {
 
 FamilyDescription HunyuanVideo15() {
-  FamilyDescription family;
-  family.class_name = "HunyuanVideo15Transformer3DModel";
-  family.name = "hunyuanvideo-1.5";
-  family.width_fields = {"num_attention_heads", "attention_head_dim"};
+  FamilyDescription family =
+      NewFamily("HunyuanVideo15Transformer3DModel", "hunyuanvideo-1.5");
   family.inputs = {
       {"t", "", "", "the scheduler's timesteps (0..1000)"},
       CapturedAt("time_embed", "timestep_r",

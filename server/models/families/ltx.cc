@@ -8,10 +8,8 @@
 namespace temb::models::families {
 
 FamilyDescription Ltx() {
-  FamilyDescription family;
-  family.class_name = "LTXVideoTransformer3DModel";
-  family.name = "ltx-video";
-  family.width_fields = {"num_attention_heads", "attention_head_dim"};
+  FamilyDescription family =
+      NewFamily("LTXVideoTransformer3DModel", "ltx-video");
   family.inputs = {
       {"t", "", "", "the scheduler's timesteps (0..1000)"},
       CapturedAt("time_embed.emb", "timestep", ForwardTimestep("t_model"))};

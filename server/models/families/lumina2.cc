@@ -8,10 +8,8 @@
 namespace temb::models::families {
 
 FamilyDescription Lumina2() {
-  FamilyDescription family;
-  family.class_name = "Lumina2Transformer2DModel";
-  family.name = "lumina2";
-  family.width_fields = {"hidden_size"};
+  FamilyDescription family =
+      NewFamily("Lumina2Transformer2DModel", "lumina2", {"hidden_size"});
   family.inputs = {{"t", "", "", "the scheduler's timesteps (0..1000)"},
                    CapturedAt("time_caption_embed.time_proj", "timesteps",
                               ForwardTimestep("t_model"))};

@@ -9,10 +9,8 @@
 namespace temb::models::families {
 
 FamilyDescription MiniMaxH3() {
-  FamilyDescription family;
-  family.class_name = "MiniMaxH3Transformer3DModel";
-  family.name = "minimax-h3";
-  family.width_fields = {"hidden_size"};
+  FamilyDescription family =
+      NewFamily("MiniMaxH3Transformer3DModel", "minimax-h3", {"hidden_size"});
   // diffusers 0.42.1 has no MiniMax-H3 pipeline: t is what the forward
   // takes, the distinct noise levels of the packed sequence in [0, 1],
   // unscaled (nothing multiplies by 1000).

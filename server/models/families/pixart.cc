@@ -8,10 +8,7 @@
 namespace temb::models::families {
 
 FamilyDescription PixArt() {
-  FamilyDescription family;
-  family.class_name = "PixArtTransformer2DModel";
-  family.name = "pixart";
-  family.width_fields = {"num_attention_heads", "attention_head_dim"};
+  FamilyDescription family = NewFamily("PixArtTransformer2DModel", "pixart");
   // diffusers derives a null use_additional_conditions from sample_size
   // (True exactly at 128, PixArt-alpha's 1024 px models).
   family.flag_defaults = {{"use_additional_conditions", "sample_size", 128}};

@@ -9,10 +9,8 @@
 namespace temb::models::families {
 
 FamilyDescription QwenImage() {
-  FamilyDescription family;
-  family.class_name = "QwenImageTransformer2DModel";
-  family.name = "qwen-image";
-  family.width_fields = {"num_attention_heads", "attention_head_dim"};
+  FamilyDescription family =
+      NewFamily("QwenImageTransformer2DModel", "qwen-image");
   // The guidance branch raises in diffusers 0.42.1 itself.  Edit-2511's
   // zero_cond_t needs nothing here: the model stacks the rows of t and of
   // t * 0 (0 after the bf16 rounding, as t >= 0) through the same ops, and

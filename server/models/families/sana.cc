@@ -8,10 +8,7 @@
 namespace temb::models::families {
 
 FamilyDescription Sana() {
-  FamilyDescription family;
-  family.class_name = "SanaTransformer2DModel";
-  family.name = "sana";
-  family.width_fields = {"num_attention_heads", "attention_head_dim"};
+  FamilyDescription family = NewFamily("SanaTransformer2DModel", "sana");
   family.inputs = {
       {"t", "", "",
        "the scheduler's timesteps (0..1000); Sana-Sprint: the transformer's "

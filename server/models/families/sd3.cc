@@ -18,10 +18,7 @@ Op Select(BlockSelect select, Op op, std::string block_list = "") {
 }  // namespace
 
 FamilyDescription Sd3() {
-  FamilyDescription family;
-  family.class_name = "SD3Transformer2DModel";
-  family.name = "sd3";
-  family.width_fields = {"num_attention_heads", "attention_head_dim"};
+  FamilyDescription family = NewFamily("SD3Transformer2DModel", "sd3");
   family.inputs = {
       {"t", "", "", "the scheduler's timesteps (0..1000)"},
       CapturedAt("time_text_embed", "pooled_projection",

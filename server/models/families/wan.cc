@@ -8,10 +8,7 @@
 namespace temb::models::families {
 
 FamilyDescription Wan() {
-  FamilyDescription family;
-  family.class_name = "WanTransformer3DModel";
-  family.name = "wan";
-  family.width_fields = {"num_attention_heads", "attention_head_dim"};
+  FamilyDescription family = NewFamily("WanTransformer3DModel", "wan");
   family.inputs = {{"t", "", "", "the scheduler's timesteps (0..1000)"},
                    CapturedAt("condition_embedder.timesteps_proj", "timesteps",
                               ForwardTimestep("t_model"))};

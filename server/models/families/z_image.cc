@@ -8,10 +8,8 @@
 namespace temb::models::families {
 
 FamilyDescription ZImage() {
-  FamilyDescription family;
-  family.class_name = "ZImageTransformer2DModel";
-  family.name = "z-image";
-  family.width_fields = {"dim"};
+  FamilyDescription family =
+      NewFamily("ZImageTransformer2DModel", "z-image", {"dim"});
   // One final layer, keyed "2-1": the released configs' only patch sizes.
   family.requirements = {{"all_patch_size", "[2]"},
                          {"all_f_patch_size", "[1]"}};
