@@ -83,6 +83,15 @@ ABSL_FLAG(int, model_load_threads, temb::AppOptions().model_load_threads,
 ABSL_FLAG(absl::Duration, model_load_timeout, absl::ZeroDuration(),
           "how long one model's load may take before it fails (it stops "
           "before its next tensor); 0s: no limit");
+ABSL_FLAG(std::string, model_control_mode, "none",
+          "who changes --model_repository's models while the server runs: "
+          "none (read at start), poll (every --repository_poll_secs a "
+          "folder added loads, a changed one reloads, a removed one leaves "
+          "service) or explicit (the KServe repository API's load and "
+          "unload)");
+ABSL_FLAG(int, repository_poll_secs, 15,
+          "seconds between two looks at --model_repository with "
+          "--model_control_mode=poll");
 ABSL_FLAG(std::string, conditioning_device, "cpu",
           "where the conditioning models' Linear layers run: cpu | cuda "
           "(cuBLASLt on the first GPU; rows differ from the CPU's by "
@@ -169,6 +178,13 @@ int main(int argc, char** argv) {
                      conditioning_device, "\"")));
   }
 
+  const absl::StatusOr<temb::ModelControlMode> control_mode =
+      temb::ParseModelControlMode(absl::GetFlag(FLAGS_model_control_mode));
+  if (!control_mode.ok()) {
+    return Fail(absl::InvalidArgumentError(absl::StrCat(
+        "--model_control_mode ", control_mode.status().message())));
+  }
+
   temb::AppOptions options;
   options.address = absl::GetFlag(FLAGS_address);
   options.backend = *backend;
@@ -187,6 +203,9 @@ int main(int argc, char** argv) {
   options.serve_ready_models = absl::GetFlag(FLAGS_serve_ready_models);
   options.model_load_threads = absl::GetFlag(FLAGS_model_load_threads);
   options.model_load_timeout = absl::GetFlag(FLAGS_model_load_timeout);
+  options.model_control_mode = *control_mode;
+  options.repository_poll =
+      absl::Seconds(absl::GetFlag(FLAGS_repository_poll_secs));
   options.conditioning_device = conditioning_device == "cuda"
                                     ? temb::BackendChoice::kCuda
                                     : temb::BackendChoice::kCpu;

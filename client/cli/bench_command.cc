@@ -5,6 +5,7 @@
 #include <condition_variable>
 #include <cstdio>
 #include <iostream>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -40,6 +41,11 @@ std::vector<FlagSpec> BenchFlags() {
        "NAME:TIMESTEPS: call with parts instead of --batch timesteps "
        "(repeatable), e.g. --preset=flux --part=timestep:0.5 "
        "--part=guidance:3.5"},
+      {"model", FlagType::kString,
+       "a conditioning model of the server: Condition calls of --batch "
+       "timesteps instead of Embed calls (unary mode)"},
+      {"guidance", FlagType::kDouble,
+       "with --model: the guidance scale each call gives"},
       {"json", FlagType::kBool, "print the report as JSON"},
       {"allow_errors", FlagType::kBool, "exit 0 even when calls failed"},
       {"help", FlagType::kBool, "show this help"},
@@ -188,6 +194,13 @@ int RunBench(const std::vector<std::string>& argv) {
   if (!parts->empty() && args->Has("batch")) {
     problem = "give --batch or --part, not both";
   }
+  const bool conditioning = args->Has("model");
+  if (conditioning && (mode == "stream" || !parts->empty() || batch < 1)) {
+    problem = "--model takes unary calls of --batch (>= 1) timesteps";
+  }
+  if (!conditioning && args->Has("guidance")) {
+    problem = "--guidance goes with --model";
+  }
   if (!problem.empty()) return PrintUsage("bench", problem, specs);
   load.mode =
       mode == "stream" ? LoadOptions::Mode::kStream : LoadOptions::Mode::kUnary;
@@ -211,11 +224,25 @@ int RunBench(const std::vector<std::string>& argv) {
       batch += static_cast<int64_t>(part.timesteps.size());
     }
   }
-  LoadGenerator generator(client->get(), request, load);
+  // A conditioning model's rows of the same timesteps (and guidance).
+  v1::ConditionRequest condition;
+  if (conditioning) {
+    condition.set_model(*args->String("model"));
+    *condition.add_inputs() = Float32Input(
+        "timesteps", timesteps, {static_cast<int64_t>(timesteps.size())});
+    if (args->Has("guidance")) {
+      *condition.add_inputs() = Float32Input(
+          "guidance", {static_cast<float>(*args->Double("guidance"))}, {1});
+    }
+  }
+  const std::unique_ptr<LoadGenerator> generator =
+      conditioning
+          ? std::make_unique<LoadGenerator>(client->get(), condition, load)
+          : std::make_unique<LoadGenerator>(client->get(), request, load);
   LoadResult result;
   {
-    ProgressLine progress(generator.progress());
-    result = generator.Run();
+    ProgressLine progress(generator->progress());
+    result = generator->Run();
   }
   std::cout << Report(result, load, batch, args->Bool("json").value_or(false))
             << std::flush;

@@ -119,6 +119,19 @@ std::vector<FlagSpec> SpecFlags() {
   };
 }
 
+v1::NamedTensor Float32Input(absl::string_view name,
+                             const std::vector<float>& values,
+                             const std::vector<int64_t>& shape) {
+  v1::NamedTensor input;
+  input.set_name(std::string(name));
+  v1::Tensor* tensor = input.mutable_tensor();
+  tensor->set_dtype(v1::DTYPE_FP32);
+  tensor->mutable_shape()->Add(shape.begin(), shape.end());
+  tensor->set_data(std::string(reinterpret_cast<const char*>(values.data()),
+                               values.size() * sizeof(float)));
+  return input;
+}
+
 absl::StatusOr<SpecRequest> SpecRequestFromArgs(const Args& args) {
   SpecRequest request;
   request.preset = args.String("preset").value_or("");

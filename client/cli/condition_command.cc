@@ -188,20 +188,6 @@ absl::Status ParseNamedInputs(const std::string& text,
   return absl::OkStatus();
 }
 
-// The float32 values `values` of `shape` as a temb.v1 input.
-v1::NamedTensor Float32Input(absl::string_view name,
-                             const std::vector<float>& values,
-                             const std::vector<int64_t>& shape) {
-  v1::NamedTensor input;
-  input.set_name(std::string(name));
-  v1::Tensor* tensor = input.mutable_tensor();
-  tensor->set_dtype(v1::DTYPE_FP32);
-  tensor->mutable_shape()->Add(shape.begin(), shape.end());
-  tensor->set_data(std::string(reinterpret_cast<const char*>(values.data()),
-                               values.size() * sizeof(float)));
-  return input;
-}
-
 // A server's answer as the tensors the in-process mode writes: the same
 // names, order, shapes and bytes.
 absl::StatusOr<std::vector<models::TensorToWrite>> TensorsFromResponse(

@@ -144,7 +144,19 @@ class LoadGenerator::StreamReactor
 
 LoadGenerator::LoadGenerator(Client* client, v1::EmbedRequest request,
                              LoadOptions options)
-    : client_(client), request_(std::move(request)), options_(options) {
+    : LoadGenerator(client, std::move(request), std::nullopt, options) {}
+
+LoadGenerator::LoadGenerator(Client* client, v1::ConditionRequest request,
+                             LoadOptions options)
+    : LoadGenerator(client, v1::EmbedRequest(), std::move(request), options) {}
+
+LoadGenerator::LoadGenerator(Client* client, v1::EmbedRequest request,
+                             std::optional<v1::ConditionRequest> condition,
+                             LoadOptions options)
+    : client_(client),
+      request_(std::move(request)),
+      condition_(std::move(condition)),
+      options_(options) {
   for (int i = 0; i < std::max(options_.concurrency, 1); ++i) {
     slots_.push_back(std::make_unique<StreamSlot>());
   }
@@ -174,6 +186,21 @@ void LoadGenerator::Issue(Clock::time_point intended, int slot) {
       s.reactor->Start(s.reactor);
       s.reactor->Send(intended);
     }
+    return;
+  }
+  if (condition_.has_value()) {
+    struct ConditionCall {
+      grpc::ClientContext context;
+      v1::ConditionResponse response;
+    };
+    auto* call = new ConditionCall;
+    client_->ConfigureContext(&call->context);
+    client_->NextStub()->async()->Condition(
+        &call->context, &*condition_, &call->response,
+        [this, call, intended, slot](grpc::Status status) {
+          delete call;
+          OnComplete(intended, slot, static_cast<int>(status.error_code()));
+        });
     return;
   }
   struct UnaryCall {

@@ -186,6 +186,11 @@ absl::Status ValidateAppOptions(const AppOptions& options) {
                                 absl::FormatDuration(kMaxDrainGrace), ", got ",
                                 absl::FormatDuration(options.drain_grace)));
   }
+  if (options.model_control_mode == ModelControlMode::kPoll &&
+      options.repository_poll <= absl::ZeroDuration()) {
+    return Invalid("repository_poll",
+                   "must be positive with --model_control_mode=poll");
+  }
   if (options.model_load_threads < 1 || options.model_load_threads > 64) {
     return Invalid(
         "model_load_threads",
@@ -303,6 +308,9 @@ absl::StatusOr<std::unique_ptr<App>> App::Start(
                                        const std::string& message) {
     if (state == ModelState::kReady) {
       LogEvent(LogLevel::kInfo, "conditioning_model_ready", {{"model", name}});
+    } else if (state == ModelState::kUnloaded) {
+      LogEvent(LogLevel::kInfo, "conditioning_model_unloaded",
+               {{"model", name}, {"reason", message}});
     } else {
       LogEvent(LogLevel::kError, "conditioning_model_failed",
                {{"model", name}, {"reason", message}});
@@ -342,6 +350,9 @@ absl::StatusOr<std::unique_ptr<App>> App::Start(
                   {"embed", "the preset's"}});
       }
     }
+    app->control_ = std::make_unique<ModelControl>(app->conditioning_.get(),
+                                                   options.model_control_mode,
+                                                   options.repository_poll);
   }
   if (app->metrics_ != nullptr) {
     app->metrics_->WatchConditioning(app->conditioning_.get());
@@ -362,7 +373,7 @@ absl::StatusOr<std::unique_ptr<App>> App::Start(
   app->kserve_ = std::make_unique<kserve::KServeService>(
       *app->service_, *app->gate_, app->observers_.get(),
       app->statistics_.get(), app->shared_memory_.get(),
-      app->conditioning_.get());
+      app->conditioning_.get(), app->control_.get());
 
   // KServe v2 over HTTP/REST: the same core, gate rules and statistics.
   // Started before gRPC, so that a port in use fails before anything serves.
@@ -370,7 +381,8 @@ absl::StatusOr<std::unique_ptr<App>> App::Start(
     app->rest_ = std::make_unique<rest::RestHandler>(
         *app->service_, app->admission_.get(), app->tokens_.get(),
         app->observers_.get(), app->statistics_.get(),
-        app->shared_memory_.get(), app->conditioning_.get());
+        app->shared_memory_.get(), app->conditioning_.get(),
+        app->control_.get());
     rest::HttpServerOptions http_options;
     http_options.address = options.http_address;
     http_options.tls_cert_file = options.tls.cert_file;

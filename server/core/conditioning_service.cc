@@ -24,11 +24,27 @@ namespace temb {
 struct ConditioningService::Entry {
   std::string name;
   std::string directory;
-  // Guarded by the service's mu_; `model` is set before state turns
-  // kReady and never changes after.
+  // Guarded by the service's mu_.  `model` is the weights served (set once
+  // a load succeeded; a reload replaces it once the new weights are
+  // ready); a call holds the pointer it started with.
   ModelState state = ModelState::kLoading;
   std::string message;
-  std::unique_ptr<models::ConditioningModel> model;
+  std::shared_ptr<const models::ConditioningModel> model;
+  // What the folder held at its last load (FolderStamp), for Rescan.
+  std::string stamp;
+  bool queued = false;   // a load is queued or running
+  bool running = false;  // ... and it has begun reading the folder
+  bool again = false;    // load once more when the running load ends
+  // Loads settled, for Reload's wait; unloads, so that a load that ends
+  // after one does not bring the model back.
+  int64_t settled = 0;
+  int64_t unloads = 0;
+};
+
+// What a call computes with: the model as it was when the call began.
+struct ConditioningService::Served {
+  std::string name;
+  std::shared_ptr<const models::ConditioningModel> model;
 };
 
 namespace {
@@ -107,6 +123,71 @@ std::string ShapeString(absl::Span<const int64_t> shape) {
   return absl::StrCat("[", absl::StrJoin(shape, ", "), "]");
 }
 
+// What a model folder holds, as a poll compares it: each file's name, size
+// and modification time (links followed), in name order.  A changed
+// config, index or weights file changes it.  At most kMaxStampedFiles
+// files are read: a folder is a model, not an archive.
+std::string FolderStamp(const std::string& directory) {
+  namespace fs = std::filesystem;
+  constexpr size_t kMaxStampedFiles = 4096;
+  std::vector<std::string> files;
+  std::error_code error;
+  for (fs::directory_iterator it(directory, error), end;
+       !error && it != end && files.size() < kMaxStampedFiles;
+       it.increment(error)) {
+    std::error_code stat_error;
+    const fs::file_status status = it->status(stat_error);
+    if (stat_error || !fs::is_regular_file(status)) continue;
+    const auto size = fs::file_size(it->path(), stat_error);
+    const auto time = fs::last_write_time(it->path(), stat_error);
+    if (stat_error) continue;
+    files.push_back(absl::StrCat(it->path().filename().string(), ":", size, ":",
+                                 time.time_since_epoch().count()));
+  }
+  if (error) return absl::StrCat("unreadable: ", error.message());
+  std::sort(files.begin(), files.end());
+  return absl::StrJoin(files, "|");
+}
+
+// The repository's subfolders (not hidden), in name order, and its other
+// entries with why they are no model.
+struct Listing {
+  std::vector<std::string> folders;
+  std::vector<std::pair<std::string, std::string>> skipped;
+};
+
+absl::StatusOr<Listing> ListRepository(const std::string& repository) {
+  namespace fs = std::filesystem;
+  Listing listing;
+  std::error_code error;
+  for (fs::directory_iterator it(repository, error), end; !error && it != end;
+       it.increment(error)) {
+    const std::string name = it->path().filename().string();
+    // Hidden entries (.git, editors' and mounts' ..data) are not models.
+    if (name.empty() || name[0] == '.') continue;
+    std::error_code type_error;
+    if (it->is_directory(type_error)) {
+      listing.folders.push_back(name);
+    } else {
+      // A plain file, a link to nothing or a loop of links is no model;
+      // each is reported, not failed, so that a README beside the models
+      // keeps readiness.
+      listing.skipped.emplace_back(
+          name, type_error ? absl::StrCat("it cannot be followed (",
+                                          type_error.message(), ")")
+                           : std::string("it is not a folder"));
+    }
+  }
+  if (error) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("model_repository: ", Quoted(repository),
+                     " cannot be listed: ", error.message()));
+  }
+  std::sort(listing.folders.begin(), listing.folders.end());
+  std::sort(listing.skipped.begin(), listing.skipped.end());
+  return listing;
+}
+
 }  // namespace
 
 absl::string_view ModelStateName(ModelState state) {
@@ -117,6 +198,8 @@ absl::string_view ModelStateName(ModelState state) {
       return "ready";
     case ModelState::kFailed:
       return "failed";
+    case ModelState::kUnloaded:
+      return "unloaded";
   }
   return "unknown";
 }
@@ -138,113 +221,123 @@ void ConditioningService::StopLoading() {
   // The model being loaded stops before its next tensor: a shutdown waits
   // for one tensor's read at most, not a whole model's.
   cancel_loads_.store(true, std::memory_order_relaxed);
-  if (loader_.joinable()) loader_.join();
+  for (std::thread& loader : loaders_) {
+    if (loader.joinable()) loader.join();
+  }
+}
+
+std::shared_ptr<ConditioningService::Entry> ConditioningService::NewEntry(
+    const std::string& name,
+    std::vector<std::pair<std::string, std::string>>* refused) {
+  auto entry = std::make_shared<Entry>();
+  entry->name = name;
+  entry->directory = (std::filesystem::path(repository_) / name).string();
+  const absl::Status name_status = CheckModelName(name);
+  if (!name_status.ok()) {
+    entry->state = ModelState::kFailed;
+    entry->message =
+        absl::StrCat(entry->directory, ": ", name_status.message());
+    refused->emplace_back(entry->name, entry->message);
+  } else {
+    QueueLoad(entry);
+  }
+  entries_[name] = entry;
+  return entry;
+}
+
+void ConditioningService::QueueLoad(const std::shared_ptr<Entry>& entry) {
+  if (entry->queued || stopping_) return;
+  entry->queued = true;
+  ++loading_;
+  queue_.push_back(entry);
+}
+
+void ConditioningService::ReportRefused(
+    const std::vector<std::pair<std::string, std::string>>& refused) const {
+  if (!options_.on_settled) return;
+  for (const auto& [name, message] : refused) {
+    options_.on_settled(name, ModelState::kFailed, message);
+  }
 }
 
 absl::Status ConditioningService::OpenRepository(
     const std::string& repository) {
-  if (!entries_.empty() || loader_.joinable()) {
+  if (!repository_.empty()) {
     return absl::FailedPreconditionError("a repository is already open");
   }
-  namespace fs = std::filesystem;
   std::error_code error;
-  if (!fs::is_directory(repository, error)) {
+  if (!std::filesystem::is_directory(repository, error)) {
     return absl::NotFoundError(absl::StrCat(
         "model_repository: ", Quoted(repository), " is not a directory"));
   }
-  std::vector<std::string> names;
-  // Entries that are not folders (a plain file, a link to nothing or a
-  // loop of links) are not models; each is reported, not failed, so that a
-  // README beside the models keeps readiness.
-  std::vector<std::pair<std::string, std::string>> skipped;
-  for (fs::directory_iterator it(repository, error), end; !error && it != end;
-       it.increment(error)) {
-    const std::string name = it->path().filename().string();
-    std::error_code type_error;
-    if (it->is_directory(type_error)) {
-      names.push_back(name);
-    } else if (!name.empty() && name[0] != '.') {
-      skipped.emplace_back(name, type_error
-                                     ? absl::StrCat("it cannot be followed (",
-                                                    type_error.message(), ")")
-                                     : std::string("it is not a folder"));
-    }
-  }
-  if (error) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("model_repository: ", Quoted(repository),
-                     " cannot be listed: ", error.message()));
-  }
-  std::sort(names.begin(), names.end());
+  ASSIGN_OR_RETURN(const Listing listing, ListRepository(repository));
+  repository_ = repository;
   std::vector<std::pair<std::string, std::string>> refused;
-  absl::ReleasableMutexLock lock(&mu_);
-  for (const std::string& name : names) {
-    // Hidden folders (.git, editors' and mounts' ..data) are not models.
-    if (name.empty() || name[0] == '.') continue;
-    auto entry = std::make_unique<Entry>();
-    entry->name = name;
-    entry->directory = (fs::path(repository) / name).string();
-    const absl::Status name_status = CheckModelName(name);
-    if (!name_status.ok()) {
-      entry->state = ModelState::kFailed;
-      entry->message =
-          absl::StrCat(entry->directory, ": ", name_status.message());
-      refused.emplace_back(entry->name, entry->message);
-    } else {
-      ++loading_;
-    }
-    entries_.push_back(std::move(entry));
+  {
+    absl::MutexLock lock(&mu_);
+    for (const std::string& name : listing.folders) NewEntry(name, &refused);
   }
-  loader_ = std::thread([this] { LoadAll(); });
-  lock.Release();
-  if (options_.on_settled) {
-    for (const auto& [name, message] : refused) {
-      options_.on_settled(name, ModelState::kFailed, message);
-    }
+  const size_t threads =
+      static_cast<size_t>(std::max(options_.load_threads, 1));
+  for (size_t i = 0; i < threads; ++i) {
+    loaders_.emplace_back([this] { LoadLoop(); });
   }
+  ReportRefused(refused);
   if (options_.on_skipped) {
-    std::sort(skipped.begin(), skipped.end());
-    for (const auto& [name, why] : skipped) options_.on_skipped(name, why);
+    for (const auto& [name, why] : listing.skipped) {
+      options_.on_skipped(name, why);
+    }
   }
   return absl::OkStatus();
 }
 
-void ConditioningService::LoadAll() {
-  // Workers take the next model in name order until none is left.
-  std::atomic<size_t> next{0};
-  auto work = [&] {
-    for (size_t i = next.fetch_add(1); i < entries_.size();
-         i = next.fetch_add(1)) {
-      LoadOne(*entries_[i]);
+void ConditioningService::LoadLoop() {
+  while (true) {
+    std::shared_ptr<Entry> entry;
+    {
+      absl::MutexLock lock(&mu_);
+      auto ready = [this]() ABSL_SHARED_LOCKS_REQUIRED(mu_) {
+        return stopping_ || !queue_.empty();
+      };
+      mu_.Await(absl::Condition(&ready));
+      if (stopping_) {
+        // What is still queued will not load.
+        for (const auto& queued : queue_) {
+          queued->queued = false;
+          queued->again = false;
+          if (queued->model == nullptr) {
+            queued->state = ModelState::kFailed;
+            queued->message = "the server stopped before the model loaded";
+          }
+          ++queued->settled;
+          --loading_;
+        }
+        queue_.clear();
+        return;
+      }
+      entry = queue_.front();
+      queue_.pop_front();
+      entry->running = true;
     }
-  };
-  const size_t workers = std::clamp<size_t>(
-      static_cast<size_t>(std::max(options_.load_threads, 1)), 1,
-      std::max<size_t>(entries_.size(), 1));
-  std::vector<std::thread> helpers;
-  for (size_t i = 1; i < workers; ++i) helpers.emplace_back(work);
-  work();
-  for (std::thread& helper : helpers) helper.join();
-  std::vector<std::function<void()>> callbacks;
-  {
-    absl::MutexLock lock(&mu_);
-    callbacks.swap(when_loaded_);
-    if (stopping_) return;  // what they would tell is going away
+    LoadOne(entry);
+    std::vector<std::function<void()>> callbacks;
+    {
+      absl::MutexLock lock(&mu_);
+      if (loading_ == 0 && !stopping_) callbacks.swap(when_loaded_);
+    }
+    for (const auto& callback : callbacks) callback();
   }
-  for (const auto& callback : callbacks) callback();
 }
 
-void ConditioningService::LoadOne(Entry& entry) {
+void ConditioningService::LoadOne(const std::shared_ptr<Entry>& entry) {
+  int64_t unloads = 0;
   {
     absl::MutexLock lock(&mu_);
-    if (entry.state != ModelState::kLoading) return;
-    if (stopping_) {
-      entry.state = ModelState::kFailed;
-      entry.message = "the server stopped before the model loaded";
-      --loading_;
-      return;
-    }
+    unloads = entry->unloads;
   }
+  // What the folder holds now, before its files are read: a change made
+  // while it loads is seen by the next rescan.
+  std::string stamp = FolderStamp(entry->directory);
   models::ConditioningOptions options;
   options.threads = options_.threads;
   options.cache = cache_;
@@ -253,23 +346,187 @@ void ConditioningService::LoadOne(Entry& entry) {
   if (options_.load_timeout != absl::InfiniteDuration()) {
     options.deadline = absl::Now() + options_.load_timeout;
   }
-  auto model = models::ConditioningModel::Load(entry.directory, options);
-  const ModelState state =
-      model.ok() ? ModelState::kReady : ModelState::kFailed;
+  auto model = models::ConditioningModel::Load(entry->directory, options);
   std::string message =
       model.ok() ? std::string() : std::string(model.status().message());
   if (absl::IsDeadlineExceeded(model.status())) {
     absl::StrAppend(&message, " (the load limit is ",
                     absl::FormatDuration(options_.load_timeout), ")");
   }
+  ModelState reported = model.ok() ? ModelState::kReady : ModelState::kFailed;
   {
     absl::MutexLock lock(&mu_);
-    if (model.ok()) entry.model = *std::move(model);
-    entry.state = state;
-    entry.message = message;
+    entry->queued = false;
+    entry->running = false;
+    entry->stamp = std::move(stamp);
     --loading_;
+    ++entry->settled;
+    if (entry->again) {
+      entry->again = false;
+      QueueLoad(entry);
+    }
+    if (entry->unloads != unloads) {
+      // Unloaded while it loaded: the new weights are dropped.
+      reported = ModelState::kUnloaded;
+    } else if (model.ok()) {
+      entry->model = *std::move(model);
+      entry->state = ModelState::kReady;
+      entry->message.clear();
+    } else if (entry->model != nullptr) {
+      // A failed reload: the weights that served still serve.
+      entry->message = absl::StrCat("the reload failed: ", message);
+      message = entry->message;
+    } else {
+      entry->state = ModelState::kFailed;
+      entry->message = message;
+    }
   }
-  if (options_.on_settled) options_.on_settled(entry.name, state, message);
+  if (options_.on_settled && reported != ModelState::kUnloaded) {
+    options_.on_settled(entry->name, reported, message);
+  }
+}
+
+void ConditioningService::Rescan() {
+  if (repository_.empty()) return;
+  absl::StatusOr<Listing> listing = ListRepository(repository_);
+  if (!listing.ok()) return;  // the next rescan looks again
+  // Each present folder's contents, read outside the lock.
+  std::map<std::string, std::string> stamps;
+  for (const std::string& name : listing->folders) {
+    stamps[name] =
+        FolderStamp((std::filesystem::path(repository_) / name).string());
+  }
+  std::vector<std::pair<std::string, std::string>> refused;
+  std::vector<std::string> removed;
+  {
+    absl::MutexLock lock(&mu_);
+    if (stopping_) return;
+    for (auto it = entries_.begin(); it != entries_.end();) {
+      if (stamps.count(it->first) > 0) {
+        ++it;
+        continue;
+      }
+      // Its folder is gone: out of service; calls in flight finish.
+      ++it->second->unloads;
+      removed.push_back(it->first);
+      it = entries_.erase(it);
+    }
+    for (const auto& [name, stamp] : stamps) {
+      const auto found = entries_.find(name);
+      if (found == entries_.end()) {
+        NewEntry(name, &refused);
+      } else if (found->second->state != ModelState::kUnloaded &&
+                 !found->second->queued && found->second->stamp != stamp &&
+                 CheckModelName(name).ok()) {
+        QueueLoad(found->second);
+      }
+    }
+  }
+  ReportRefused(refused);
+  if (options_.on_settled) {
+    for (const std::string& name : removed) {
+      options_.on_settled(name, ModelState::kUnloaded,
+                          "its folder left the repository");
+    }
+  }
+}
+
+absl::Status ConditioningService::Reload(absl::string_view name) {
+  if (repository_.empty()) {
+    return absl::FailedPreconditionError("the server has no model_repository");
+  }
+  RETURN_IF_ERROR(CheckModelName(name));
+  const std::string directory =
+      (std::filesystem::path(repository_) / std::string(name)).string();
+  std::error_code error;
+  if (!std::filesystem::is_directory(directory, error)) {
+    return absl::NotFoundError(absl::StrCat("model ", Quoted(name),
+                                            ": no such folder in the "
+                                            "model repository"));
+  }
+  std::vector<std::pair<std::string, std::string>> refused;
+  std::shared_ptr<Entry> entry;
+  int64_t target = 0;
+  {
+    absl::MutexLock lock(&mu_);
+    if (stopping_) return absl::UnavailableError("the server is stopping");
+    const auto found = entries_.find(std::string(name));
+    if (found == entries_.end()) {
+      entry = NewEntry(std::string(name), &refused);
+    } else {
+      entry = found->second;
+      if (entry->state == ModelState::kUnloaded) {
+        entry->state = ModelState::kLoading;
+        entry->message.clear();
+      }
+    }
+    // The load that answers this call reads the folder after it: a queued
+    // one that has not begun, or one more after the one running.
+    target = entry->settled + 1;
+    if (entry->running) {
+      entry->again = true;
+      ++target;
+    } else {
+      QueueLoad(entry);
+    }
+  }
+  ReportRefused(refused);
+  absl::MutexLock lock(&mu_);
+  auto done = [&]() ABSL_SHARED_LOCKS_REQUIRED(mu_) {
+    return stopping_ || entry->settled >= target;
+  };
+  mu_.Await(absl::Condition(&done));
+  if (entry->settled < target) {
+    return absl::UnavailableError("the server is stopping");
+  }
+  if (entry->state == ModelState::kReady && entry->message.empty()) {
+    return absl::OkStatus();
+  }
+  return absl::FailedPreconditionError(absl::StrCat(
+      "model ", Quoted(name), ": ",
+      entry->message.empty() ? std::string("did not load") : entry->message));
+}
+
+absl::Status ConditioningService::Unload(absl::string_view name) {
+  {
+    absl::MutexLock lock(&mu_);
+    const auto found = entries_.find(std::string(name));
+    if (found == entries_.end()) {
+      return absl::NotFoundError(
+          absl::StrCat("model ", Quoted(name),
+                       " is not a conditioning model of this "
+                       "server"));
+    }
+    Entry& entry = *found->second;
+    ++entry.unloads;
+    entry.model.reset();  // calls in flight hold their own pointer
+    entry.state = ModelState::kUnloaded;
+    entry.message = "unloaded";
+  }
+  if (options_.on_settled) {
+    options_.on_settled(std::string(name), ModelState::kUnloaded, "unloaded");
+  }
+  return absl::OkStatus();
+}
+
+std::vector<ConditioningService::IndexEntry> ConditioningService::Index()
+    const {
+  std::map<std::string, IndexEntry> index;
+  if (!repository_.empty()) {
+    absl::StatusOr<Listing> listing = ListRepository(repository_);
+    if (listing.ok()) {
+      for (const std::string& name : listing->folders) {
+        index[name] = {name, ModelState::kUnloaded, "not loaded"};
+      }
+    }
+  }
+  absl::MutexLock lock(&mu_);
+  for (const auto& [name, entry] : entries_) {
+    index[name] = {name, entry->state, entry->message};
+  }
+  std::vector<IndexEntry> entries;
+  for (auto& [name, entry] : index) entries.push_back(std::move(entry));
+  return entries;
 }
 
 bool ConditioningService::WaitUntilLoaded(absl::Duration timeout) const {
@@ -299,18 +556,17 @@ bool ConditioningService::RepositoryReady() const {
   absl::MutexLock lock(&mu_);
   if (loading_ > 0) return false;
   if (options_.serve_ready_models) return true;
-  for (const auto& entry : entries_) {
+  for (const auto& [name, entry] : entries_) {
     if (entry->state == ModelState::kFailed) return false;
   }
   return true;
 }
 
-const ConditioningService::Entry* ConditioningService::Find(
+std::shared_ptr<const ConditioningService::Entry> ConditioningService::Find(
     absl::string_view name) const {
-  for (const auto& entry : entries_) {
-    if (entry->name == name) return entry.get();
-  }
-  return nullptr;
+  absl::MutexLock lock(&mu_);
+  const auto found = entries_.find(std::string(name));
+  return found == entries_.end() ? nullptr : found->second;
 }
 
 bool ConditioningService::has_model(absl::string_view name) const {
@@ -318,14 +574,22 @@ bool ConditioningService::has_model(absl::string_view name) const {
 }
 
 std::vector<ConditioningModelInfo> ConditioningService::Models() const {
+  std::vector<std::string> names;
+  {
+    absl::MutexLock lock(&mu_);
+    for (const auto& [name, entry] : entries_) names.push_back(name);
+  }
   std::vector<ConditioningModelInfo> infos;
-  for (const auto& entry : entries_) infos.push_back(*Model(entry->name));
+  for (const std::string& name : names) {
+    absl::StatusOr<ConditioningModelInfo> info = Model(name);
+    if (info.ok()) infos.push_back(*std::move(info));  // not removed since
+  }
   return infos;
 }
 
 absl::StatusOr<ConditioningModelInfo> ConditioningService::Model(
     absl::string_view name) const {
-  const Entry* entry = Find(name);
+  const std::shared_ptr<const Entry> entry = Find(name);
   if (entry == nullptr) {
     return absl::NotFoundError(absl::StrCat(
         "model ", Quoted(name), " is not a conditioning model of this server"));
@@ -333,13 +597,15 @@ absl::StatusOr<ConditioningModelInfo> ConditioningService::Model(
   ConditioningModelInfo info;
   info.name = entry->name;
   info.directory = entry->directory;
+  std::shared_ptr<const models::ConditioningModel> served;
   {
     absl::MutexLock lock(&mu_);
     info.state = entry->state;
     info.message = entry->message;
+    served = entry->model;
   }
-  if (info.state != ModelState::kReady) return info;
-  const models::ConditioningModel& model = *entry->model;
+  if (info.state != ModelState::kReady || served == nullptr) return info;
+  const models::ConditioningModel& model = *served;
   info.family = model.family().name;
   info.dtype = model.dtype();
   info.width = model.width();
@@ -389,31 +655,43 @@ absl::StatusOr<std::vector<models::ConditioningOutput>> ComputeOrStatus(
 
 }  // namespace
 
-absl::StatusOr<ConditionResponse> ConditioningService::Serve(
-    const ConditionRequest& request, AdmissionTicket* ticket) const {
-  const Entry* entry = Find(request.model);
-  if (entry == nullptr) {
+absl::StatusOr<ConditioningService::Served> ConditioningService::Serving(
+    const ConditionRequest& request) const {
+  absl::MutexLock lock(&mu_);
+  const auto found = entries_.find(std::string(request.model));
+  if (found == entries_.end()) {
     std::vector<std::string> known;
-    for (const auto& e : entries_) known.push_back(e->name);
+    for (const auto& [name, entry] : entries_) known.push_back(name);
     return absl::NotFoundError(
         absl::StrCat(request.model_field, ": ", Quoted(request.model),
                      " is not a conditioning model of this server (",
                      ClosestNames(request.model, known), ")"));
   }
-  {
-    absl::MutexLock lock(&mu_);
-    if (entry->state == ModelState::kLoading) {
+  const Entry& entry = *found->second;
+  switch (entry.state) {
+    case ModelState::kReady:
+      return Served{entry.name, entry.model};
+    case ModelState::kLoading:
       return absl::FailedPreconditionError(
-          absl::StrCat(request.model_field, ": model ", Quoted(entry->name),
+          absl::StrCat(request.model_field, ": model ", Quoted(entry.name),
                        " is still loading"));
-    }
-    if (entry->state == ModelState::kFailed) {
-      return absl::FailedPreconditionError(
-          absl::StrCat(request.model_field, ": model ", Quoted(entry->name),
-                       " failed to load: ", entry->message));
-    }
+    case ModelState::kUnloaded:
+      return absl::FailedPreconditionError(absl::StrCat(
+          request.model_field, ": model ", Quoted(entry.name), " is unloaded"));
+    case ModelState::kFailed:
+      break;
   }
-  const models::ConditioningModel& model = *entry->model;
+  return absl::FailedPreconditionError(
+      absl::StrCat(request.model_field, ": model ", Quoted(entry.name),
+                   " failed to load: ", entry.message));
+}
+
+absl::StatusOr<ConditionResponse> ConditioningService::Serve(
+    const ConditionRequest& request, AdmissionTicket* ticket) const {
+  // The weights as they are now: a reload or an unload meanwhile does not
+  // touch this call's.
+  ASSIGN_OR_RETURN(const Served served, Serving(request));
+  const models::ConditioningModel& model = *served.model;
   const std::vector<models::InputInfo> takes = model.inputs();
 
   // The inputs, each checked against what the model takes.
@@ -431,7 +709,7 @@ absl::StatusOr<ConditionResponse> ConditioningService::Serve(
       }
       return absl::InvalidArgumentError(absl::StrCat(
           input.field, ": ", Quoted(input.name), " is not an input of model ",
-          Quoted(entry->name), " (inputs: ", absl::StrJoin(known, ", "), ")"));
+          Quoted(served.name), " (inputs: ", absl::StrJoin(known, ", "), ")"));
     }
     if (!given.emplace(model_name, &input).second) {
       return absl::InvalidArgumentError(absl::StrCat(
@@ -468,7 +746,7 @@ absl::StatusOr<ConditionResponse> ConditioningService::Serve(
         return absl::InvalidArgumentError(
             absl::StrCat(input.field, ": ", Quoted(input.name),
                          " is given with ", Quoted(timesteps->name), "; model ",
-                         Quoted(entry->name), " takes one of them"));
+                         Quoted(served.name), " takes one of them"));
       }
       timesteps = &input;
     }
@@ -476,7 +754,7 @@ absl::StatusOr<ConditionResponse> ConditioningService::Serve(
   if (timesteps == nullptr) {
     return absl::InvalidArgumentError(
         absl::StrCat(kConditionTimesteps, ": required by model ",
-                     Quoted(entry->name), ", not given"));
+                     Quoted(served.name), ", not given"));
   }
   if (timesteps->shape.empty() || timesteps->values.empty()) {
     return absl::InvalidArgumentError(
@@ -579,7 +857,7 @@ absl::StatusOr<ConditionResponse> ConditioningService::Serve(
       for (const models::OutputInfo& o : all_outputs) known.push_back(o.name);
       return absl::InvalidArgumentError(
           absl::StrCat(request.outputs_field, "[", i, "]: ", Quoted(name),
-                       " is not an output of model ", Quoted(entry->name),
+                       " is not an output of model ", Quoted(served.name),
                        " (outputs: ", absl::StrJoin(known, ", "), ")"));
     }
     if (std::any_of(
@@ -601,7 +879,7 @@ absl::StatusOr<ConditionResponse> ConditioningService::Serve(
   if (output_bytes > options_.limits.max_output_bytes) {
     return absl::ResourceExhaustedError(absl::StrCat(
         "the answer's ", output_bytes, " bytes (", rows, " rows of model ",
-        Quoted(entry->name), ") are above the limit of max_output_bytes=",
+        Quoted(served.name), ") are above the limit of max_output_bytes=",
         options_.limits.max_output_bytes,
         ": ask for fewer timesteps or fewer outputs"));
   }
@@ -615,9 +893,9 @@ absl::StatusOr<ConditionResponse> ConditioningService::Serve(
   std::vector<std::string> names;
   for (const models::OutputInfo* output : wanted) names.push_back(output->name);
   ASSIGN_OR_RETURN(std::vector<models::ConditioningOutput> computed,
-                   ComputeOrStatus(model, entry->name, inputs, names));
+                   ComputeOrStatus(model, served.name, inputs, names));
   ConditionResponse response;
-  response.model = entry->name;
+  response.model = served.name;
   response.rows = rows;
   response.output_bytes = output_bytes;
   for (models::ConditioningOutput& output : computed) {

@@ -93,6 +93,10 @@ absl::StatusOr<ConditioningModelInfo> FindConditioningModel(
     return absl::FailedPreconditionError(absl::StrCat(
         "model ", Quoted(name), " failed to load: ", model.message));
   }
+  if (model.state == ModelState::kUnloaded) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("model ", Quoted(name), " is unloaded"));
+  }
   return model;
 }
 
@@ -184,6 +188,25 @@ absl::Status InferConditioning(const ConditioningService& service,
     response->add_raw_output_contents(std::move(output.data));
   }
   return absl::OkStatus();
+}
+
+void FillModelIndex(const ConditioningService::IndexEntry& entry,
+                    inference::RepositoryIndexResponse::ModelIndex* index) {
+  index->set_name(entry.name);
+  index->set_version(std::string(kModelVersion));
+  switch (entry.state) {
+    case ModelState::kReady:
+      index->set_state("READY");
+      break;
+    case ModelState::kLoading:
+      index->set_state("LOADING");
+      break;
+    case ModelState::kFailed:
+    case ModelState::kUnloaded:
+      index->set_state("UNAVAILABLE");
+      break;
+  }
+  index->set_reason(entry.reason);
 }
 
 void FillConditioningMetadata(const ConditioningModelInfo& model,

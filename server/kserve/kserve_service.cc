@@ -9,6 +9,7 @@
 #include "temb/grpc/ordered_stream.h"
 #include "temb/grpc/raw_messages.h"
 #include "temb/grpc/status.h"
+#include "temb/kserve/conditioning_convert.h"
 #include "temb/kserve/inference.h"
 #include "temb/kserve/kserve_convert.h"
 
@@ -52,7 +53,8 @@ KServeService::KServeService(const EmbedService& core, const CallGate& gate,
                              RequestObserver* observer,
                              InferenceStatistics* statistics,
                              SharedMemoryRegistry* shared_memory,
-                             const ConditioningService* conditioning)
+                             const ConditioningService* conditioning,
+                             ModelControl* control)
     : models_{core, conditioning},
       gate_(gate),
       observer_(observer),
@@ -65,7 +67,8 @@ KServeService::KServeService(const EmbedService& core, const CallGate& gate,
                              ? std::make_unique<SharedMemoryRegistry>()
                              : nullptr),
       shared_memory_(shared_memory == nullptr ? own_shared_memory_.get()
-                                              : shared_memory) {}
+                                              : shared_memory),
+      control_(control) {}
 
 absl::Status KServeService::Compute(const grpc::CallbackServerContext& context,
                                     const inference::ModelInferRequest& request,
@@ -225,6 +228,83 @@ grpc::ServerUnaryReactor* KServeService::CudaSharedMemoryUnregister(
     const inference::CudaSharedMemoryUnregisterRequest* request,
     inference::CudaSharedMemoryUnregisterResponse* /*response*/) {
   return FinishWith(context, NoCudaRegion(*context, request->name()));
+}
+
+namespace {
+
+// The repository calls' common checks: a repository, this server's one
+// (its name is not kept: any name but "" is another), and no parameters
+// but Triton's unload_dependents, which has nothing to act on here.
+constexpr absl::string_view kUnloadDependents = "unload_dependents";
+
+absl::Status CheckRepositoryCall(
+    const ModelControl* control, absl::string_view repository_name,
+    const google::protobuf::Map<
+        std::string, inference::ModelRepositoryParameter>& parameters) {
+  if (control == nullptr) {
+    return absl::FailedPreconditionError(
+        "the server has no model repository (--model_repository)");
+  }
+  if (!repository_name.empty()) {
+    return absl::NotFoundError(
+        absl::StrCat("repository_name: \"", repository_name.substr(0, 128),
+                     "\" is not known; leave it empty for the server's one"));
+  }
+  for (const auto& [key, value] : parameters) {
+    // tritonclient's unload_model always sends it; a conditioning model
+    // has no dependents (no ensembles).
+    if (key == kUnloadDependents) continue;
+    return absl::InvalidArgumentError(
+        absl::StrCat("parameters: none are taken but ", kUnloadDependents,
+                     " (got \"", key.substr(0, 128), "\")"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+grpc::ServerUnaryReactor* KServeService::RepositoryIndex(
+    grpc::CallbackServerContext* context,
+    const inference::RepositoryIndexRequest* request,
+    inference::RepositoryIndexResponse* response) {
+  absl::Status status = gate_.Enter(*context);
+  if (status.ok()) {
+    status = CheckRepositoryCall(control_, request->repository_name(), {});
+  }
+  if (status.ok()) {
+    for (const auto& entry : control_->Index(request->ready())) {
+      FillModelIndex(entry, response->add_models());
+    }
+  }
+  return FinishWith(context, status);
+}
+
+grpc::ServerUnaryReactor* KServeService::RepositoryModelLoad(
+    grpc::CallbackServerContext* context,
+    const inference::RepositoryModelLoadRequest* request,
+    inference::RepositoryModelLoadResponse* /*response*/) {
+  absl::Status status = gate_.Enter(*context);
+  if (status.ok()) {
+    status = CheckRepositoryCall(control_, request->repository_name(),
+                                 request->parameters());
+  }
+  // Returns once the folder has loaded: an operator's rare call, which
+  // holds one of gRPC's callback threads for that long.
+  if (status.ok()) status = control_->Load(request->model_name());
+  return FinishWith(context, status);
+}
+
+grpc::ServerUnaryReactor* KServeService::RepositoryModelUnload(
+    grpc::CallbackServerContext* context,
+    const inference::RepositoryModelUnloadRequest* request,
+    inference::RepositoryModelUnloadResponse* /*response*/) {
+  absl::Status status = gate_.Enter(*context);
+  if (status.ok()) {
+    status = CheckRepositoryCall(control_, request->repository_name(),
+                                 request->parameters());
+  }
+  if (status.ok()) status = control_->Unload(request->model_name());
+  return FinishWith(context, status);
 }
 
 absl::Status KServeService::NoCudaRegion(

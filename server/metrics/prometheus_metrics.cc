@@ -48,7 +48,8 @@ class ConditioningCollectable final : public prometheus::Collectable {
     std::vector<prometheus::MetricFamily> families;
     prometheus::MetricFamily state =
         Family("temb_conditioning_model_state",
-               "1 for each conditioning model's state (loading, ready, failed)",
+               "1 for each conditioning model's state (loading, ready, failed, "
+               "unloaded)",
                prometheus::MetricType::Gauge);
     prometheus::MetricFamily weights =
         Family("temb_conditioning_model_weight_bytes",
@@ -56,7 +57,8 @@ class ConditioningCollectable final : public prometheus::Collectable {
                prometheus::MetricType::Gauge);
     for (const ConditioningModelInfo& model : service_->Models()) {
       for (const ModelState each :
-           {ModelState::kLoading, ModelState::kReady, ModelState::kFailed}) {
+           {ModelState::kLoading, ModelState::kReady, ModelState::kFailed,
+            ModelState::kUnloaded}) {
         prometheus::ClientMetric metric;
         metric.label = {{"model", model.name},
                         {"state", std::string(ModelStateName(each))}};

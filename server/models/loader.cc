@@ -8,6 +8,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/hash/hash.h"
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -274,7 +275,12 @@ absl::StatusOr<std::unique_ptr<ConditioningModel>> ConditioningModel::Load(
       family->name, "|", DTypeName(model->dtype_), "|torch_dtype:",
       model->torch_dtype_.has_value() ? DTypeName(*model->torch_dtype_)
                                       : "stored",
-      "|", checkpoint->weights_identity(), "|", model->linear_engine_->name());
+      "|", checkpoint->weights_identity(), "|",
+      // The bytes themselves, sampled: a folder replaced by files of the
+      // same names, sizes and times is still other weights.
+      absl::Hash<std::map<std::string, std::string>>{}(
+          model->weight_fingerprints_),
+      "|", model->linear_engine_->name());
   return model;
 }
 

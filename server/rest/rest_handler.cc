@@ -10,6 +10,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
@@ -17,6 +18,7 @@
 #include "nlohmann/json.hpp"
 #include "temb/base/status_macros.h"
 #include "temb/core/version.h"
+#include "temb/kserve/conditioning_convert.h"
 #include "temb/kserve/inference.h"
 #include "temb/kserve/kserve_convert.h"
 #include "temb/rest/rest_json.h"
@@ -168,14 +170,16 @@ RestHandler::RestHandler(const EmbedService& core,
                          const TokenVerifier* tokens, RequestObserver* observer,
                          kserve::InferenceStatistics* statistics,
                          kserve::SharedMemoryRegistry* shared_memory,
-                         const ConditioningService* conditioning)
+                         const ConditioningService* conditioning,
+                         ModelControl* control)
     : core_(core),
       models_{core, conditioning},
       admission_(admission),
       tokens_(tokens),
       observer_(observer),
       statistics_(statistics),
-      shared_memory_(shared_memory) {}
+      shared_memory_(shared_memory),
+      control_(control) {}
 
 absl::Status RestHandler::Authenticate(const HttpRequest& request) const {
   if (tokens_ == nullptr) return absl::OkStatus();
@@ -262,6 +266,7 @@ void RestHandler::Handle(const HttpRequest& request, BodyPermit permit,
     return SetJson(200, MessageToJson(metadata), response);
   }
   if (SharedMemoryEndpoint(request, response)) return;
+  if (RepositoryEndpoint(request, response)) return;
   if (path == "/v2/models/stats") {
     if (!get) return SetMethodNotAllowed("GET", response);
     return Statistics("", "", response);
@@ -490,6 +495,97 @@ std::string RegionsJson(
 }
 
 }  // namespace
+
+namespace {
+
+// A repository call's body: empty, or a JSON object with at most the
+// member `allowed` ("ready": a boolean; "parameters": an empty object).
+absl::StatusOr<bool> RepositoryBody(absl::string_view text,
+                                    absl::string_view allowed) {
+  if (absl::StripAsciiWhitespace(text).empty()) return false;
+  const std::string shape =
+      allowed == "ready"
+          ? std::string("the body must be {} or {\"ready\": true|false}")
+          : std::string(
+                "the body must be {} (no parameters are taken but "
+                "unload_dependents)");
+  try {
+    const nlohmann::json body = nlohmann::json::parse(text);
+    if (!body.is_object()) return absl::InvalidArgumentError(shape);
+    bool ready = false;
+    for (const auto& [key, value] : body.items()) {
+      if (key == "ready" && allowed == "ready" && value.is_boolean()) {
+        ready = value.get<bool>();
+      } else if (key == "parameters" && allowed == "parameters" &&
+                 value.is_object() &&
+                 (value.empty() ||
+                  (value.size() == 1 && value.contains("unload_dependents")))) {
+        // tritonclient's unload_model sends unload_dependents; a
+        // conditioning model has no dependents.
+        continue;
+      } else {
+        return absl::InvalidArgumentError(shape);
+      }
+    }
+    return ready;
+  } catch (const nlohmann::json::exception& e) {
+    return absl::InvalidArgumentError(absl::StrCat(shape, ": ", e.what()));
+  }
+}
+
+}  // namespace
+
+bool RestHandler::RepositoryEndpoint(const HttpRequest& request,
+                                     HttpResponse* response) const {
+  if (!absl::StartsWith(request.path, "/v2/repository/")) return false;
+  if (request.method != "POST") {
+    SetMethodNotAllowed("POST", response);
+    return true;
+  }
+  absl::StatusOr<std::string> answer = RepositoryAnswer(request);
+  if (answer.ok()) {
+    SetJson(200, *std::move(answer), response);
+  } else {
+    SetError(answer.status(), response);
+  }
+  return true;
+}
+
+absl::StatusOr<std::string> RestHandler::RepositoryAnswer(
+    const HttpRequest& request) const {
+  RETURN_IF_ERROR(Enter());
+  if (control_ == nullptr) {
+    return absl::FailedPreconditionError(
+        "the server has no model repository (--model_repository)");
+  }
+  absl::string_view path = request.path;
+  if (path == "/v2/repository/index") {
+    ASSIGN_OR_RETURN(const bool ready, RepositoryBody(request.body, "ready"));
+    nlohmann::json list = nlohmann::json::array();
+    for (const auto& entry : control_->Index(ready)) {
+      inference::RepositoryIndexResponse::ModelIndex index;
+      kserve::FillModelIndex(entry, &index);
+      list.push_back({{"name", index.name()},
+                      {"version", index.version()},
+                      {"state", index.state()},
+                      {"reason", index.reason()}});
+    }
+    return list.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  }
+  if (absl::ConsumePrefix(&path, "/v2/repository/models/")) {
+    const std::vector<std::string> parts = absl::StrSplit(path, '/');
+    if (parts.size() == 2 && (parts[1] == "load" || parts[1] == "unload")) {
+      RETURN_IF_ERROR(RepositoryBody(request.body, "parameters").status());
+      RETURN_IF_ERROR(parts[1] == "load" ? control_->Load(parts[0])
+                                         : control_->Unload(parts[0]));
+      return std::string("{}");
+    }
+  }
+  return absl::NotFoundError(
+      absl::StrCat("no endpoint POST ", request.path.substr(0, 256),
+                   " (the repository's: /v2/repository/index, "
+                   "/v2/repository/models/{model}/load and .../unload)"));
+}
 
 bool RestHandler::SharedMemoryEndpoint(const HttpRequest& request,
                                        HttpResponse* response) const {

@@ -165,6 +165,9 @@ void ConditioningModelToProto(const ConditioningModelInfo& model,
     case ModelState::kFailed:
       out->set_state(v1::MODEL_STATE_FAILED);
       break;
+    case ModelState::kUnloaded:
+      out->set_state(v1::MODEL_STATE_UNLOADED);
+      break;
   }
   out->set_message(model.message);
   if (model.state != ModelState::kReady) return;

@@ -7,6 +7,7 @@
 #include <sys/stat.h>
 
 #include <atomic>
+#include <cstdlib>
 #include <cstring>
 #include <new>
 #include <stdexcept>
@@ -20,6 +21,7 @@
 #include "absl/time/time.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "temb/core/model_control.h"
 #include "temb/kernels/linear_engine.h"
 #include "test_checkpoints.h"
 
@@ -417,6 +419,109 @@ TEST_F(ConditioningServiceTest, CallbacksRunOnceEveryModelSettled) {
 
 // Each model folder's temb.json sets the dtype that model computes in; a
 // bad one fails that model alone, naming the file and the field.
+// The bytes of output "temb" for t = 500 of `model`, or the status.
+absl::StatusOr<std::string> TembBytes(const ConditioningService& service,
+                                      const std::string& model) {
+  static const std::vector<float> kT = {500.0f};
+  ConditionRequest request;
+  request.model = model;
+  request.inputs = {Timesteps(kT)};
+  request.outputs = {"temb"};
+  auto answer = service.Serve(request, nullptr);
+  if (!answer.ok()) return answer.status();
+  return answer->outputs[0].data;
+}
+
+TEST_F(ConditioningServiceTest, FoldersAddedChangedAndRemovedAreFollowed) {
+  auto service = Open();
+  const auto before = TembBytes(*service, "qwen");
+  ASSERT_TRUE(before.ok()) << before.status();
+  // Changed: the folder now asks for bf16; a rescan reloads it.
+  models::WriteText(repository_.File("qwen/temb.json"),
+                    R"({"torch_dtype": "bfloat16"})");
+  // Added, and removed.
+  ASSERT_EQ(mkdir(repository_.File("added").c_str(), 0755), 0);
+  models::WriteQwenCheckpoint(repository_.File("added"));
+  ASSERT_EQ(std::system(("rm -r " + repository_.File("flux")).c_str()), 0);
+  service->Rescan();
+  ASSERT_TRUE(service->WaitUntilLoaded(absl::Seconds(30)));
+  const auto after = TembBytes(*service, "qwen");
+  ASSERT_TRUE(after.ok()) << after.status();
+  EXPECT_EQ(after->size() * 2, before->size());  // bf16 rows now
+  EXPECT_TRUE(TembBytes(*service, "added").ok());
+  EXPECT_EQ(TembBytes(*service, "flux").status().code(),
+            absl::StatusCode::kNotFound);
+  // Nothing changed since: a rescan loads nothing again.
+  service->Rescan();
+  EXPECT_FALSE(service->loading());
+  std::vector<std::string> index;
+  for (const auto& entry : service->Index()) {
+    index.push_back(absl::StrCat(entry.name, ":", ModelStateName(entry.state)));
+  }
+  EXPECT_EQ(index, (std::vector<std::string>{"added:ready", "broken:failed",
+                                             "qwen:ready"}));
+}
+
+TEST_F(ConditioningServiceTest, ModelsLoadAndUnloadOnRequest) {
+  auto service = Open();
+  ASSERT_TRUE(TembBytes(*service, "qwen").ok());
+  ASSERT_TRUE(service->Unload("qwen").ok());
+  EXPECT_THAT(Message(TembBytes(*service, "qwen").status()),
+              HasSubstr("is unloaded"));
+  EXPECT_EQ(service->Index().back().reason, "unloaded");
+  // A reload answers once the folder's weights serve.
+  ASSERT_TRUE(service->Reload("qwen").ok());
+  EXPECT_TRUE(TembBytes(*service, "qwen").ok());
+  // A folder that does not load says why; the previous weights still serve.
+  models::WriteQwenCheckpoint(repository_.File("qwen"), /*bad=*/2);
+  const absl::Status failed = service->Reload("qwen");
+  EXPECT_EQ(failed.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(Message(failed),
+              AllOf(HasSubstr("the reload failed"), HasSubstr("txt_mod")));
+  EXPECT_TRUE(TembBytes(*service, "qwen").ok());
+  // A new folder loads by name; a name with no folder is NOT_FOUND.
+  ASSERT_EQ(mkdir(repository_.File("late").c_str(), 0755), 0);
+  models::WriteQwenCheckpoint(repository_.File("late"));
+  EXPECT_TRUE(service->Reload("late").ok());
+  EXPECT_TRUE(TembBytes(*service, "late").ok());
+  EXPECT_EQ(service->Reload("nowhere").code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(service->Reload("../qwen").code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(service->Unload("nowhere").code(), absl::StatusCode::kNotFound);
+}
+
+TEST_F(ConditioningServiceTest, ModelControlFollowsItsMode) {
+  auto service = Open();
+  {
+    ModelControl none(service.get(), ModelControlMode::kNone, absl::Seconds(1));
+    EXPECT_THAT(Message(none.Load("qwen")),
+                HasSubstr("needs --model_control_mode=explicit"));
+    EXPECT_EQ(none.Unload("qwen").code(),
+              absl::StatusCode::kFailedPrecondition);
+    EXPECT_EQ(none.Index(/*ready_only=*/true).size(), 2u);
+    EXPECT_EQ(none.Index(/*ready_only=*/false).size(), 3u);
+  }
+  {
+    // Poll mode finds a new folder by itself.
+    ModelControl poll(service.get(), ModelControlMode::kPoll,
+                      absl::Milliseconds(20));
+    ASSERT_EQ(mkdir(repository_.File("polled").c_str(), 0755), 0);
+    models::WriteQwenCheckpoint(repository_.File("polled"));
+    const absl::Time deadline = absl::Now() + absl::Seconds(30);
+    while (!TembBytes(*service, "polled").ok() && absl::Now() < deadline) {
+      absl::SleepFor(absl::Milliseconds(20));
+    }
+    EXPECT_TRUE(TembBytes(*service, "polled").ok());
+    EXPECT_EQ(poll.Load("qwen").code(), absl::StatusCode::kFailedPrecondition);
+  }
+  ModelControl explicit_control(service.get(), ModelControlMode::kExplicit,
+                                absl::Seconds(1));
+  EXPECT_TRUE(explicit_control.Unload("qwen").ok());
+  EXPECT_TRUE(explicit_control.Load("qwen").ok());
+  EXPECT_EQ(ParseModelControlMode("sometimes").status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
 TEST(ConditioningServiceRepositoryTest, EachFolderSetsItsOwnTorchDType) {
   TempDir repository;
   for (const char* name : {"as_stored", "in_bf16", "misspelt"}) {

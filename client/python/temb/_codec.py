@@ -283,7 +283,8 @@ def _spec_from_proto(spec: pb.EmbeddingSpec) -> Spec:
 
 _MODEL_STATES = {pb.MODEL_STATE_LOADING: "loading",
                  pb.MODEL_STATE_READY: "ready",
-                 pb.MODEL_STATE_FAILED: "failed"}
+                 pb.MODEL_STATE_FAILED: "failed",
+                 pb.MODEL_STATE_UNLOADED: "unloaded"}
 
 
 def _conditioning_model_from_proto(model: pb.ConditioningModel

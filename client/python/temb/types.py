@@ -162,7 +162,7 @@ class ConditioningModel:
     outputs; a "failed" one has its cause in ``message``."""
 
     name: str
-    state: str  # "loading" | "ready" | "failed"
+    state: str  # "loading" | "ready" | "failed" | "unloaded"
     message: str = ""
     family: str = ""
     dtype: Optional[str] = None

@@ -38,6 +38,11 @@ std::vector<FlagSpec> SpecFlags();
 // --dtype or --timestep_dtype.
 absl::StatusOr<SpecRequest> SpecRequestFromArgs(const Args& args);
 
+// The float32 values `values` of `shape` as a temb.v1 input (Condition).
+v1::NamedTensor Float32Input(absl::string_view name,
+                             const std::vector<float>& values,
+                             const std::vector<int64_t>& shape);
+
 // The same request in temb.v1 form, with the given timesteps.
 v1::EmbedRequest EmbedRequestFor(const SpecRequest& spec,
                                  const std::vector<float>& timesteps);

@@ -25,6 +25,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <vector>
 
 #include "absl/time/time.h"
@@ -67,6 +68,10 @@ struct LoadProgress {
 class LoadGenerator {
  public:
   LoadGenerator(Client* client, v1::EmbedRequest request, LoadOptions options);
+  // Condition calls of a conditioning model instead of Embed calls (unary
+  // mode only).
+  LoadGenerator(Client* client, v1::ConditionRequest request,
+                LoadOptions options);
   ~LoadGenerator();
 
   LoadGenerator(const LoadGenerator&) = delete;
@@ -79,6 +84,9 @@ class LoadGenerator {
 
  private:
   using Clock = std::chrono::steady_clock;
+  LoadGenerator(Client* client, v1::EmbedRequest request,
+                std::optional<v1::ConditionRequest> condition,
+                LoadOptions options);
   class StreamReactor;
   struct StreamSlot;
 
@@ -93,6 +101,7 @@ class LoadGenerator {
 
   Client* client_;
   const v1::EmbedRequest request_;
+  const std::optional<v1::ConditionRequest> condition_;
   const LoadOptions options_;
   Clock::time_point measure_start_;
   Clock::time_point end_;  // only without options_.requests

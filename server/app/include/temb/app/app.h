@@ -15,6 +15,7 @@
 #include "temb/core/admission.h"
 #include "temb/core/conditioning_service.h"
 #include "temb/core/embed_service.h"
+#include "temb/core/model_control.h"
 #include "temb/grpc/grpc_server.h"
 #include "temb/kernels/backend.h"
 #include "temb/kernels/embedding_spec.h"
@@ -95,6 +96,10 @@ struct AppOptions {
   // (zero: no limit): ConditioningService::Options.
   int model_load_threads = 4;
   absl::Duration model_load_timeout = absl::ZeroDuration();
+  // Who changes the repository's models while the server runs
+  // (temb/core/model_control.h), and how often poll mode looks.
+  ModelControlMode model_control_mode = ModelControlMode::kNone;
+  absl::Duration repository_poll = absl::Seconds(15);
   // Where the conditioning models' Linear layers run: kCpu, or kCuda
   // (cuBLASLt on backend_options.cuda_device); kAuto is the CPU.
   BackendChoice conditioning_device = BackendChoice::kCpu;
@@ -146,6 +151,7 @@ class App {
   std::unique_ptr<CallGate> gate_;
   std::unique_ptr<EmbedService> service_;
   std::unique_ptr<ConditioningService> conditioning_;
+  std::unique_ptr<ModelControl> control_;  // with a repository
   std::unique_ptr<NativeService> native_;
   std::unique_ptr<kserve::KServeService> kserve_;
   std::unique_ptr<kserve::InferenceStatistics> statistics_;

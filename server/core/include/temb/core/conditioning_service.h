@@ -12,6 +12,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <map>
 #include <memory>
@@ -56,7 +57,9 @@ inline constexpr size_t kMaxConditionInputRank = 5;
 // labels.
 inline constexpr size_t kMaxModelNameBytes = 128;
 
-enum class ModelState { kLoading, kReady, kFailed };
+// kUnloaded: taken out of service (RepositoryModelUnload); its folder
+// stays in the repository.
+enum class ModelState { kLoading, kReady, kFailed, kUnloaded };
 absl::string_view ModelStateName(ModelState state);  // "loading" | ...
 
 // What a model's description says it takes and gives, with protocol names.
@@ -64,7 +67,7 @@ struct ConditioningModelInfo {
   std::string name;
   std::string directory;
   ModelState state = ModelState::kLoading;
-  std::string message;  // why it failed
+  std::string message;  // why it failed (or why its last reload did)
   // Set once ready:
   std::string family;
   DType dtype = DType::kFloat32;
@@ -140,9 +143,11 @@ class ConditioningService {
     // its next tensor and the model fails, naming the limit.  Infinite: no
     // limit.
     absl::Duration load_timeout = absl::InfiniteDuration();
-    // Called once per model of the repository as it becomes ready or
-    // failed (`message`: why), on the thread that settled it and outside
-    // the service's lock: the app logs it.
+    // Called each time a model's load settles (ready, or failed with why;
+    // a failed reload is kFailed with "the reload failed: ..." while the
+    // previous weights still serve) and when one leaves service (kUnloaded:
+    // unloaded, or its folder removed), outside the service's lock: the app
+    // logs it.
     std::function<void(const std::string& name, ModelState state,
                        const std::string& message)>
         on_settled;
@@ -157,6 +162,13 @@ class ConditioningService {
   explicit ConditioningService(Options options);
   // StopLoading().
   ~ConditioningService();
+
+  // One model of the repository as its index lists it (RepositoryIndex).
+  struct IndexEntry {
+    std::string name;
+    ModelState state = ModelState::kUnloaded;
+    std::string reason;
+  };
 
   // Lists `repository`'s subfolders and starts loading them in the
   // background, in name order, Options::load_threads at a time.  NOT_FOUND or
@@ -184,6 +196,19 @@ class ConditioningService {
   // Idempotent.
   void StopLoading();
 
+  // Live control of the repository (model_control.h calls these):
+  // Rescan() picks up the folders added (loaded), removed (out of service)
+  // and changed (reloaded: config, index or weights files of another size
+  // or modification time) since the last look.  Reload() (re)loads one
+  // folder and returns when it settled: OK once its new weights serve, else
+  // why not (the previous weights, if any, still serve).  Unload() takes a
+  // model out of service; calls in flight finish.  Index() lists every
+  // folder of the repository with its state.
+  void Rescan();
+  absl::Status Reload(absl::string_view name);
+  absl::Status Unload(absl::string_view name);
+  std::vector<IndexEntry> Index() const;
+
   std::vector<ConditioningModelInfo> Models() const;
   // NOT_FOUND for a name that is not a model of the repository.
   absl::StatusOr<ConditioningModelInfo> Model(absl::string_view name) const;
@@ -203,21 +228,39 @@ class ConditioningService {
 
  private:
   struct Entry;
-  void LoadAll();
-  void LoadOne(Entry& entry);
-  const Entry* Find(absl::string_view name) const;
+  struct Served;
+  // The loading threads: each takes the next queued entry until stopping.
+  void LoadLoop();
+  void LoadOne(const std::shared_ptr<Entry>& entry);
+  // Queues a load of `entry` unless one is queued or running.
+  void QueueLoad(const std::shared_ptr<Entry>& entry)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A new entry for folder `name`, failed where the name is not a model
+  // name (then reported in `refused`).
+  std::shared_ptr<Entry> NewEntry(
+      const std::string& name,
+      std::vector<std::pair<std::string, std::string>>* refused)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  std::shared_ptr<const Entry> Find(absl::string_view name) const;
+  // The model `name` serves now, or why it serves none.
+  absl::StatusOr<Served> Serving(const ConditionRequest& request) const;
+  void ReportRefused(
+      const std::vector<std::pair<std::string, std::string>>& refused) const;
 
   Options options_;
   std::shared_ptr<models::RowCache> cache_;
+  std::string repository_;  // set once by OpenRepository
   mutable absl::Mutex mu_;
-  // Set once by OpenRepository; entries' state changes under mu_.
-  std::vector<std::unique_ptr<Entry>> entries_;
+  // The repository's folders by name.
+  std::map<std::string, std::shared_ptr<Entry>> entries_ ABSL_GUARDED_BY(mu_);
+  std::deque<std::shared_ptr<Entry>> queue_ ABSL_GUARDED_BY(mu_);
+  // Loads queued or running.
   int loading_ ABSL_GUARDED_BY(mu_) = 0;
   std::vector<std::function<void()>> when_loaded_ ABSL_GUARDED_BY(mu_);
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   // Read by a load between tensors: set, it stops (ConditioningOptions).
   std::atomic<bool> cancel_loads_{false};
-  std::thread loader_;
+  std::vector<std::thread> loaders_;
 };
 
 }  // namespace temb

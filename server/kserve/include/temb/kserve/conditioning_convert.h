@@ -97,6 +97,12 @@ inline constexpr char kInModelDTypeKey[] = "in_model_dtype:";
 inline constexpr char kClassNameKey[] = "class_name";
 inline constexpr char kConfigKey[] = "config:";
 
+// A repository index entry as Triton writes it: state "READY", "LOADING"
+// or "UNAVAILABLE" (failed, unloaded or not loaded, the reason says which),
+// version "1".
+void FillModelIndex(const ConditioningService::IndexEntry& entry,
+                    inference::RepositoryIndexResponse::ModelIndex* index);
+
 // max_batch_size: the rows one call may hold; dims leave the batch out;
 // parameters: the weight fingerprints, the inputs' stands_for and what the
 // outputs replace.

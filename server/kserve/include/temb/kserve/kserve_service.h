@@ -14,6 +14,7 @@
 #include "absl/strings/string_view.h"
 #include "inference/grpc_service.grpc.pb.h"
 #include "temb/core/embed_service.h"
+#include "temb/core/model_control.h"
 #include "temb/core/request_observer.h"
 #include "temb/grpc/call_gate.h"
 #include "temb/kserve/inference.h"
@@ -28,9 +29,12 @@ namespace internal {
 // its typed link (the two differ only in return type).  Built from the last
 // link up.
 using Grpc = inference::GRPCInferenceService;
+using RepositoryLinks = Grpc::WithCallbackMethod_RepositoryIndex<
+    Grpc::WithCallbackMethod_RepositoryModelLoad<
+        Grpc::WithCallbackMethod_RepositoryModelUnload<Grpc::Service>>>;
 using CudaSharedMemoryLinks = Grpc::WithCallbackMethod_CudaSharedMemoryStatus<
     Grpc::WithCallbackMethod_CudaSharedMemoryRegister<
-        Grpc::WithCallbackMethod_CudaSharedMemoryUnregister<Grpc::Service>>>;
+        Grpc::WithCallbackMethod_CudaSharedMemoryUnregister<RepositoryLinks>>>;
 using SystemSharedMemoryLinks =
     Grpc::WithCallbackMethod_SystemSharedMemoryStatus<
         Grpc::WithCallbackMethod_SystemSharedMemoryRegister<
@@ -63,7 +67,8 @@ class KServeService final : public internal::KServeServiceBase {
                 RequestObserver* observer,
                 InferenceStatistics* statistics = nullptr,
                 SharedMemoryRegistry* shared_memory = nullptr,
-                const ConditioningService* conditioning = nullptr);
+                const ConditioningService* conditioning = nullptr,
+                ModelControl* control = nullptr);
 
   grpc::ServerUnaryReactor* ServerLive(
       grpc::CallbackServerContext* context,
@@ -126,6 +131,23 @@ class KServeService final : public internal::KServeServiceBase {
       grpc::CallbackServerContext* context,
       const inference::CudaSharedMemoryUnregisterRequest* request,
       inference::CudaSharedMemoryUnregisterResponse* response) override;
+  // Triton's model repository extension over the conditioning models
+  // (`control`, temb/core/model_control.h): the index; Load returns once
+  // the folder loaded (or why not), Unload at once.  FAILED_PRECONDITION
+  // without a repository or outside --model_control_mode=explicit,
+  // INVALID_ARGUMENT for parameters (none are taken).
+  grpc::ServerUnaryReactor* RepositoryIndex(
+      grpc::CallbackServerContext* context,
+      const inference::RepositoryIndexRequest* request,
+      inference::RepositoryIndexResponse* response) override;
+  grpc::ServerUnaryReactor* RepositoryModelLoad(
+      grpc::CallbackServerContext* context,
+      const inference::RepositoryModelLoadRequest* request,
+      inference::RepositoryModelLoadResponse* response) override;
+  grpc::ServerUnaryReactor* RepositoryModelUnload(
+      grpc::CallbackServerContext* context,
+      const inference::RepositoryModelUnloadRequest* request,
+      inference::RepositoryModelUnloadResponse* response) override;
   // Codes as kserve::Infer; CANCELLED / DEADLINE_EXCEEDED, uncomputed, for a
   // call already abandoned by its client; INVALID_ARGUMENT for bytes that
   // are not a ModelInferRequest.
@@ -166,6 +188,7 @@ class KServeService final : public internal::KServeServiceBase {
   InferenceStatistics* const statistics_;
   std::unique_ptr<SharedMemoryRegistry> own_shared_memory_;  // likewise
   SharedMemoryRegistry* const shared_memory_;
+  ModelControl* const control_;
 };
 
 }  // namespace temb::kserve

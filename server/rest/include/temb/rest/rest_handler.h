@@ -40,6 +40,7 @@
 #include "absl/strings/string_view.h"
 #include "temb/core/admission.h"
 #include "temb/core/embed_service.h"
+#include "temb/core/model_control.h"
 #include "temb/core/request_observer.h"
 #include "temb/core/token_auth.h"
 #include "temb/kserve/inference.h"
@@ -130,7 +131,8 @@ class RestHandler {
               const TokenVerifier* tokens, RequestObserver* observer,
               kserve::InferenceStatistics* statistics,
               kserve::SharedMemoryRegistry* shared_memory = nullptr,
-              const ConditioningService* conditioning = nullptr);
+              const ConditioningService* conditioning = nullptr,
+              ModelControl* control = nullptr);
 
   // Once a request's header has arrived (`head` without its body) and
   // before any of the body is read: authentication (every endpoint, health
@@ -183,6 +185,13 @@ class RestHandler {
   // The JSON answer of one shared-memory endpoint.
   absl::StatusOr<std::string> SharedMemoryAnswer(
       const HttpRequest& request, const SharedMemoryRoute& route) const;
+  // Triton's repository extension (POST /v2/repository/index and
+  // /v2/repository/models/{model}/{load,unload}), as over gRPC; false when
+  // `path` is none of them.
+  bool RepositoryEndpoint(const HttpRequest& request,
+                          HttpResponse* response) const;
+  absl::StatusOr<std::string> RepositoryAnswer(
+      const HttpRequest& request) const;
 
   const EmbedService& core_;
   const kserve::ServedModels models_;
@@ -191,6 +200,7 @@ class RestHandler {
   RequestObserver* const observer_;
   kserve::InferenceStatistics* const statistics_;
   kserve::SharedMemoryRegistry* const shared_memory_;
+  ModelControl* const control_;
 };
 
 }  // namespace temb::rest
