@@ -44,7 +44,11 @@ def weights(tmp_path_factory):
     return root
 
 
-def start(repository, workdir, *flags):
+def start(weights, workdir, *flags):
+    """A server over a repository holding the first weights as "qwen"."""
+    repository = workdir / "repository"
+    repository.mkdir()
+    shutil.copytree(weights / "first", repository / "qwen")
     binary = os.environ.get("TEMB_SERVER_BIN")
     if not binary:
         pytest.skip("TEMB_SERVER_BIN is not set (run through ctest)")
@@ -61,17 +65,13 @@ def start(repository, workdir, *flags):
         time.sleep(0.1)
     assert client.is_server_ready(), server.log()
     client.close()
+    server.repository = repository
     return server
 
 
 @pytest.fixture()
 def explicit(weights, tmp_path):
-    repository = tmp_path / "repository"
-    repository.mkdir()
-    shutil.copytree(weights / "first", repository / "qwen")
-    server = start(repository, tmp_path,
-                   "--model_control_mode=explicit")
-    server.repository = repository
+    server = start(weights, tmp_path, "--model_control_mode=explicit")
     yield server
     server.stop()
 
@@ -123,10 +123,7 @@ def test_index_load_and_unload_over_grpc_and_rest(explicit, weights):
 
 
 def test_load_and_unload_need_explicit_mode(weights, tmp_path):
-    repository = tmp_path / "repository"
-    repository.mkdir()
-    shutil.copytree(weights / "first", repository / "qwen")
-    server = start(repository, tmp_path)  # --model_control_mode=none
+    server = start(weights, tmp_path)  # --model_control_mode=none
     grpc = triton_grpc.InferenceServerClient(server.target)
     try:
         assert index(grpc) == {"qwen": "READY"}
@@ -141,11 +138,9 @@ def test_load_and_unload_need_explicit_mode(weights, tmp_path):
 
 
 def test_poll_mode_follows_folders_added_and_removed(weights, tmp_path):
-    repository = tmp_path / "repository"
-    repository.mkdir()
-    shutil.copytree(weights / "first", repository / "qwen")
-    server = start(repository, tmp_path, "--model_control_mode=poll",
+    server = start(weights, tmp_path, "--model_control_mode=poll",
                    "--repository_poll_secs=1")
+    repository = server.repository
     grpc = triton_grpc.InferenceServerClient(server.target)
     try:
         shutil.copytree(weights / "second", repository / "added")
