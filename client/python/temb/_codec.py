@@ -191,8 +191,8 @@ def _import_torch():
     try:
         import torch
     except ImportError as e:
-        raise ImportError('return_tensors="pt" needs PyTorch: '
-                          'pip install "temb[torch]"') from e
+        raise ImportError('return_tensors="pt" needs PyTorch, which is not '
+                          "installed: pip install torch") from e
     return torch
 
 

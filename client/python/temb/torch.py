@@ -20,7 +20,7 @@ survive ``copy.deepcopy`` (the copy shares the connection) and ``pickle``
 (the connection is not pickled: its settings are, and the unpickled module
 opens an equal client on first use, in whatever process it lands).
 
-Importing this module needs PyTorch (pip install "temb[torch]").
+Importing this module needs PyTorch (``pip install torch``).
 """
 
 from __future__ import annotations
@@ -36,8 +36,8 @@ try:
     import torch
 except ImportError as e:  # pragma: no cover - depends on the environment
     raise ImportError(
-        "temb.torch needs PyTorch, which is not installed: "
-        'pip install "temb[torch]"') from e
+        "temb.torch needs PyTorch, which is not installed: pip install "
+        "torch (the package's [torch] extra pulls the same)") from e
 
 from temb import local
 from temb.client import Client
