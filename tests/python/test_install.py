@@ -13,6 +13,9 @@ a wheel built from it per Python, repaired into a manylinux wheel):
     (mmdebstrap): no compiler, no gRPC, Abseil, protobuf or OpenSSL
     package; the same checks but the offload patch (torch is not
     installed there);
+  - where no manylinux wheel fits (Python 3.13 offered only the cp311
+    one), pip picks the pure-Python wheel: temb.Client uses grpcio and
+    temb.local is unavailable, both saying why;
   - a wheel built from the sdist where pkg-config cannot see gRPC's C++
     development files (a PKG_CONFIG_LIBDIR holding every other .pc file of
     this machine): temb.local works, and temb.Client uses grpcio and says
@@ -188,7 +191,7 @@ def _build_wheels(work, out, pythons, **env):
 @pytest.fixture(scope="module")
 def wheels(tmp_path_factory):
     """scripts/build-wheel.sh for this Python and a Python 3.13: {"cp311":
-    path, "cp313": path, "sdist": path}."""
+    path, "cp313": path, "py3": the pure-Python wheel, "sdist": path}."""
     root = tmp_path_factory.mktemp("wheels")
     start = time.monotonic()
     made = _build_wheels(root / "work", root / "dist",
@@ -352,6 +355,28 @@ def test_the_wheel_in_a_fresh_virtualenv(
     assert out.startswith("offload"), out
 
 
+# Runs where pip chose the pure-Python wheel: argv = server target.
+PURE_CHECK = textwrap.dedent("""
+    import sys, warnings
+    import numpy as np
+    import temb, temb.local
+    assert not temb.local.available()
+    try:
+        temb.local.embed([1.0], preset="sdxl")
+        raise AssertionError("temb.local computed without its extension")
+    except ImportError as e:
+        assert "pure-Python wheel" in str(e), e
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        client = temb.Client(sys.argv[1], timeout=60)
+    assert client.transport == "grpcio", client.transport
+    assert "pure-Python wheel" in client.transport_reason
+    assert len(caught) == 1 and "pure-Python wheel" in str(caught[0].message)
+    t = np.array([0, 500.5, 999], np.float32)
+    assert client.embed(t, preset="sdxl").shape == (3, 320)
+    print(client.transport_reason)
+""")
+
 # Debian 13 with its own python3 (3.13) and nothing else of ours.  Debian's
 # python3 needs OpenSSL's runtime (libssl3t64) for its ssl module: the test
 # shows that the wheel's extensions load the copies the wheel carries.
@@ -444,6 +469,26 @@ def test_the_wheel_in_a_clean_debian_13_root(
     assert len(report["bytes_equal"]) >= 9, report
     _in_clean_room(root, f"cd /root && venv/bin/python condition_check.py "
                    f"{conditioning.target} flux-dev /root/{expected.name}", 300)
+
+    # Where no manylinux wheel fits (here: only the cp311 one is offered to
+    # Python 3.13), pip takes the pure-Python wheel, which says why it lacks
+    # the native paths.
+    offered = root / "root" / "offered"
+    offered.mkdir()
+    for wheel in (wheels["cp311"], wheels["py3"]):
+        shutil.copy(wheel, offered / wheel.name)
+    (root / "root" / "pure_check.py").write_text(PURE_CHECK)
+    _in_clean_room(root, "python3 -m venv /root/pure && "
+                   "/root/pure/bin/python -m pip install -q numpy grpcio "
+                   "protobuf && /root/pure/bin/python -m pip install -q "
+                   "--no-index --find-links /root/offered temb", 600)
+    chosen = _in_clean_room(root, "ls /root/pure/lib/python3*/site-packages/"
+                            "temb-*.dist-info/WHEEL && cat /root/pure/lib/"
+                            "python3*/site-packages/temb-*.dist-info/WHEEL",
+                            60).stdout
+    assert "Tag: py3-none-any" in chosen, chosen
+    _in_clean_room(root, f"cd /root && pure/bin/python pure_check.py "
+                   f"{server.target}", 300)
 
 
 def _pkg_config_without_grpc(directory):

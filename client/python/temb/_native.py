@@ -49,6 +49,22 @@ def checkout_build_dir() -> Optional[pathlib.Path]:
     return here.parents[3] / "build" / "python"
 
 
+def recorded_missing(attribute: str) -> Optional[str]:
+    """Why an installed package lacks an extension, as its build recorded
+    it in ``temb._build`` (``NATIVE_TRANSPORT_MISSING``,
+    ``NATIVE_LOCAL_MISSING``); None in a checkout, where the build
+    recorded nothing, or where $TEMB_LOCAL_EXTENSION_DIR names the
+    extensions."""
+    if os.environ.get(EXTENSION_DIR_VARIABLE) is not None:
+        return None
+    try:
+        import temb._build as build  # pylint: disable=import-outside-toplevel
+    except ImportError:
+        return None
+    value = getattr(build, attribute, None)
+    return str(value) if value else None
+
+
 def load(name: str, target: str) -> Any:
     """The extension `name` (e.g. "_temb_local"), built by the CMake target
     `target`; ImportError saying how to get it when it is nowhere."""

@@ -89,17 +89,9 @@ def _extension() -> Any:
 
 
 def _missing_reason(error: ImportError) -> str:
-    """Why the extension is not there: what the package's build recorded
-    (temb._build, written by an installed package's build), else the
-    loader's message (a checkout, or TEMB_LOCAL_EXTENSION_DIR)."""
-    try:
-        import temb._build as _build  # pylint: disable=import-outside-toplevel
-    except ImportError:
-        return str(error)
-    missing = getattr(_build, "NATIVE_TRANSPORT_MISSING", None)
-    if missing and os.environ.get(_native.EXTENSION_DIR_VARIABLE) is None:
-        return missing
-    return str(error)
+    """Why the extension is not there: what the package's build recorded,
+    else the loader's message (a checkout, or TEMB_LOCAL_EXTENSION_DIR)."""
+    return _native.recorded_missing("NATIVE_TRANSPORT_MISSING") or str(error)
 
 
 def _warn_missing_once(reason: str) -> None:

@@ -75,7 +75,9 @@ def _extension() -> Any:
             try:
                 module = _native_extensions.load(_EXTENSION, "temb_local_ext")
             except ImportError as e:
-                raise ImportError(f"temb.local: {e}") from None
+                reason = _native_extensions.recorded_missing(
+                    "NATIVE_LOCAL_MISSING") or str(e)
+                raise ImportError(f"temb.local: {reason}") from None
             if module.version != _VERSION:
                 raise ImportError(
                     f"temb.local: the extension {module.__file__} was built "
