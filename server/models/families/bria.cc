@@ -1,5 +1,8 @@
-// diffusers' BriaTransformer2DModel: Bria 3.2, FLUX.1's blocks over a time
-// embedding whose sinusoid has the config's max_period (time_theta).
+// diffusers' BriaTransformer2DModel (Bria 3.2) and BriaFiboTransformer2DModel
+// (Bria FIBO): FLUX.1's blocks over a time embedding whose sinusoid has the
+// config's max_period (time_theta).
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "builders.h"
@@ -7,10 +10,14 @@
 
 namespace temb::models::families {
 
-FamilyDescription Bria() {
-  FamilyDescription family = NewFamily("BriaTransformer2DModel", "bria");
-  // With guidance_embeds the forward adds the guidance embedding only
-  // under `if guidance:`, a tensor's truth value (one element): not served.
+namespace {
+
+// Both classes embed time alike, in modules of the same names.
+FamilyDescription BriaTime(std::string class_name, std::string name) {
+  FamilyDescription family = NewFamily(std::move(class_name), std::move(name));
+  // Bria 3.2's guidance embedder cannot be built (its constructor lacks
+  // time_theta in diffusers 0.42.1) and is read under `if guidance:`;
+  // FIBO's pipelines pass no guidance: not served.
   family.unsupported_flags = {"guidance_embeds"};
   family.inputs = {{"t", "", "", "the scheduler's timesteps (0..1000)"},
                    ForwardTimestep("t_given"),
@@ -31,6 +38,17 @@ FamilyDescription Bria() {
   AppendFluxModulation(&family);
   ReturnedBy(&family, "temb", "time_embed");
   return family;
+}
+
+}  // namespace
+
+FamilyDescription Bria() { return BriaTime("BriaTransformer2DModel", "bria"); }
+
+// FIBO's pipelines pass t.expand(B) already in the latents' dtype, which is
+// the model's: the model's own cast of it changes nothing.  Its per-block
+// text_encoder_layers reach the text tokens only.
+FamilyDescription BriaFibo() {
+  return BriaTime("BriaFiboTransformer2DModel", "bria-fibo");
 }
 
 }  // namespace temb::models::families

@@ -1,5 +1,5 @@
 // diffusers' HunyuanVideoTransformer3DModel: HunyuanVideo (1.0), its
-// image-to-video models.
+// image-to-video models; HunyuanVideoFramepackTransformer3DModel.
 #include <string>
 #include <vector>
 
@@ -61,6 +61,20 @@ FamilyDescription HunyuanVideo() {
   // second None without token_replace.
   ReturnedBy(&family, "tr_temb", "time_text_embed", replace);
   family.embedder_results = {"temb", "tr_temb"};
+  return family;
+}
+
+// HunyuanVideo-FramePack: the same HunyuanVideoConditionEmbedding, and the
+// same blocks and output norm reading its temb; its pipeline passes the
+// scheduler's float32 t.expand(B).  The history and clean latents join the
+// sequence with no timestep of their own, and the image embedding joins
+// the text tokens.  The forward keeps the embedder's first result (`temb,
+// _ =`), so a token_replace row would be thrown away: none is served.
+FamilyDescription HunyuanVideoFramepack() {
+  FamilyDescription family = Flux1Like(
+      "HunyuanVideoFramepackTransformer3DModel", "hunyuanvideo-framepack",
+      {Cast("t_model", "t", ValueDType::kFloat32)}, "t_model");
+  family.embedder_results = {"temb", ""};
   return family;
 }
 

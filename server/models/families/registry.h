@@ -33,6 +33,9 @@ FamilyDescription CogView4();
 FamilyDescription LongCatImage();
 FamilyDescription OvisImage();
 FamilyDescription Bria();
+FamilyDescription BriaFibo();
+FamilyDescription MotifVideo();
+FamilyDescription HunyuanVideoFramepack();
 FamilyDescription HunyuanImage();
 
 }  // namespace temb::models::families

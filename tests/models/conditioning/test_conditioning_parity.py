@@ -224,9 +224,10 @@ def build(kind, dtype):
 # The kinds whose model takes a pooled text embedding, and a guidance scale.
 POOLED_KINDS = ("flux.1-dev", "flux.1-schnell", "sd3", "sd3.5", "sdxl-unet",
                 "hidream-i1", "hunyuanvideo", "hunyuanvideo-i2v",
-                "hunyuanvideo-token-replace")
+                "hunyuanvideo-token-replace", "hunyuanvideo-framepack")
 GUIDED_KINDS = ("flux.1-dev", "flux.2-dev", "hunyuanvideo", "sana-sprint",
-                "hunyuanvideo-token-replace", "hunyuanimage-2.1")
+                "hunyuanvideo-token-replace", "hunyuanimage-2.1",
+                "hunyuanvideo-framepack")
 
 
 def time_embedding(kind, model):
@@ -1522,6 +1523,46 @@ class HunyuanVideo(Family):
         ]
 
 
+class HunyuanVideoFramepack(HunyuanVideo):
+    """HunyuanVideo-FramePack: HunyuanVideo's time embedding, blocks and
+    output norm; the clean and history latents join the sequence with no
+    timestep of their own, the image embedding joins the text."""
+    seed = 48
+
+    def build(self, dtype):
+        torch.manual_seed(self.seed)
+        model = diffusers.HunyuanVideoFramepackTransformer3DModel(
+            in_channels=4, out_channels=4, num_attention_heads=4,
+            attention_head_dim=WIDTH // 4, num_layers=2, num_single_layers=3,
+            num_refiner_layers=1, patch_size=2, patch_size_t=1,
+            text_embed_dim=24, pooled_projection_dim=POOLED,
+            rope_axes_dim=(16, 24, 24), has_image_proj=True,
+            image_proj_dim=16, has_clean_x_embedder=True)
+        return model.to(dtype).eval()
+
+    def inputs(self, dtype, t, generator):
+        # HunyuanVideoFramepackPipeline: t.expand(B), float32; guidance
+        # made in the transformer's dtype, times 1000; the image embedding
+        # and the latents in the transformer's dtype.
+        batch = t.shape[0]
+
+        def randn(*shape):
+            return torch.randn(*shape, generator=generator).to(dtype)
+        return dict(
+            hidden_states=randn(batch, 4, 1, 8, 8), timestep=t,
+            encoder_hidden_states=randn(batch, TEXT_TOKENS, 24),
+            encoder_attention_mask=torch.ones(batch, TEXT_TOKENS),
+            image_embeds=randn(batch, 3, 16),
+            indices_latents=torch.tensor([3]),
+            latents_clean=randn(batch, 4, 2, 8, 8),
+            indices_latents_clean=torch.tensor([0, 4]),
+            latents_history_2x=randn(batch, 4, 2, 8, 8),
+            indices_latents_history_2x=torch.tensor([5, 6]),
+            latents_history_4x=randn(batch, 4, 4, 8, 8),
+            indices_latents_history_4x=torch.tensor([7, 8, 9, 10]),
+            guidance=torch.full([batch], GUIDANCE, dtype=dtype) * 1000.0)
+
+
 class HunyuanVideoI2V(HunyuanVideo):
     """HunyuanVideo-I2V's latent_concat variant: the image latents and a
     mask concatenated to the latents' channels, no guidance embedder; its
@@ -1909,6 +1950,62 @@ class Bria(FluxTimeOnly):
         return args
 
 
+class BriaFibo(Bria):
+    """Bria FIBO: Bria 3.2's time embedding and modulations; its pipelines
+    pass t.expand(B) in the latents' dtype, and a list of text encoder
+    layers (one per block) that reach the text tokens only."""
+
+    def __init__(self):
+        FluxTimeOnly.__init__(self, diffusers.BriaFiboTransformer2DModel, 49,
+                              "time_embed.",
+                              {"time_theta": 2000, "text_encoder_dim": 16})
+
+    def inputs(self, dtype, t, generator):
+        args = super().inputs(dtype, t, generator)
+        args["timestep"] = t.to(dtype)
+        args["text_encoder_layers"] = [
+            torch.randn(t.shape[0], TEXT_TOKENS, 16,
+                        generator=generator).to(dtype) for _ in range(5)]
+        return args
+
+    def row_args(self, args, row):
+        one = {key: value[row:row + 1] if torch.is_tensor(value) and
+               value.dim() > 0 and value.shape[0] == len(args["timestep"])
+               else value for key, value in args.items()}
+        one["text_encoder_layers"] = [layer[row:row + 1] for layer in
+                                      args["text_encoder_layers"]]
+        return one
+
+
+class MotifVideo(FluxTimeOnly):
+    """Motif-Video: FLUX.1's blocks over one TimestepEmbedding of the
+    pipeline's float32 t as it is (no x 1000), the sinusoid cast to the
+    MLP's dtype."""
+
+    def __init__(self):
+        super().__init__(diffusers.MotifVideoTransformer3DModel, 50,
+                         "time_text_embed.", {})
+
+    def build(self, dtype):
+        torch.manual_seed(self.seed)
+        model = self.cls(in_channels=4, out_channels=4, num_attention_heads=4,
+                         attention_head_dim=WIDTH // 4, num_layers=2,
+                         num_single_layers=3, text_embed_dim=24,
+                         rope_axes_dim=(16, 24, 24))
+        return model.to(dtype).eval()
+
+    def inputs(self, dtype, t, generator):
+        # MotifVideoPipeline: t.expand(B), the scheduler's float32 t.
+        batch = t.shape[0]
+        return dict(
+            hidden_states=torch.randn(batch, 4, 1, 4, 4,
+                                      generator=generator).to(dtype),
+            timestep=t,
+            encoder_hidden_states=torch.randn(
+                batch, TEXT_TOKENS, 24, generator=generator).to(dtype),
+            encoder_attention_mask=torch.ones(batch, TEXT_TOKENS))
+
+
 # CogView4's size conditions as its pipeline passes them, one per row, in
 # the prompt embedding's dtype (exact in bf16).
 COGVIEW4_SIZES = {"original_size": (896.0, 1152.0),
@@ -2165,6 +2262,9 @@ FAMILIES = {
                                   {"pooled_projection_dim": 24}),
     "bria": Bria(),
     "hunyuanimage-2.1": HunyuanImage(),
+    "hunyuanvideo-framepack": HunyuanVideoFramepack(),
+    "motif-video": MotifVideo(),
+    "bria-fibo": BriaFibo(),
     "ovis-image": FluxTimeOnly(diffusers.OvisImageTransformer2DModel, 46, "",
                                {"out_channels": 4}),
 }

@@ -85,7 +85,8 @@ TABLE_KINDS = ("wan", "wan2.2-ti2v", "pixart-sigma", "pixart-alpha",
                "hunyuanvideo", "hunyuanvideo-i2v",
                "hunyuanvideo-token-replace", "chroma", "minimax-h3",
                "auraflow", "cogview4", "longcat-image", "ovis-image",
-               "bria", "hunyuanimage-2.1")
+               "bria", "hunyuanimage-2.1", "hunyuanvideo-framepack",
+               "motif-video", "bria-fibo")
 
 
 def build(kind, dtype):
@@ -1091,8 +1092,10 @@ def table_scheduler(kind):
     elif kind == "hunyuanvideo":
         # HunyuanVideo's scheduler config.
         scheduler = diffusers.FlowMatchEulerDiscreteScheduler(shift=7.0)
-    elif kind in ("hunyuanvideo-i2v", "hunyuanvideo-token-replace"):
-        # HunyuanVideo-I2V's scheduler config and its pipeline's sigmas.
+    elif kind in ("hunyuanvideo-i2v", "hunyuanvideo-token-replace",
+                  "hunyuanvideo-framepack"):
+        # HunyuanVideo-I2V's scheduler config and its pipeline's sigmas
+        # (FramePack's pipeline sets the same sigmas).
         scheduler = diffusers.FlowMatchEulerDiscreteScheduler(shift=7.0)
         scheduler.set_timesteps(sigmas=np.linspace(1.0, 0.0, STEPS + 1)[:-1])
         return scheduler
@@ -1101,7 +1104,7 @@ def table_scheduler(kind):
         # that added the family asks.
         scheduler = diffusers.FlowMatchEulerDiscreteScheduler(shift=3.0)
     elif kind in ("auraflow", "cogview4", "longcat-image", "ovis-image",
-                  "bria", "hunyuanimage-2.1"):
+                  "bria", "hunyuanimage-2.1", "motif-video", "bria-fibo"):
         # The pipelines' scheduler class, its default config.
         scheduler = diffusers.FlowMatchEulerDiscreteScheduler()
     elif kind == "lumina2":
@@ -1176,6 +1179,30 @@ def table_inputs(kind, dtype):
     if kind in ("longcat-image", "ovis-image", "bria"):
         # Packed latents (4 tokens) in the model's dtype.
         return dict(latents=randn(batch, 4, 4), text=text)
+    if kind == "bria-fibo":
+        # As Bria's, and each prompt's text encoder layers (one per block).
+        return dict(latents=randn(batch, 4, 4), text=text,
+                    layers=[[randn(batch, TEXT_TOKENS, 16) for _ in range(5)]
+                            for _ in text])
+    if kind == "motif-video":
+        # Latents in the model's dtype: 1 frame of 4 x 4.
+        return dict(latents=randn(batch, 4, 1, 4, 4), text=text)
+    if kind == "hunyuanvideo-framepack":
+        # float32 latents (1 frame of 8 x 8), the pooled CLIP embedding, and
+        # what the pipeline hands with them in the model's dtype: the image
+        # embedding, the clean and history latents and their positions.
+        return dict(
+            latents=randn(batch, 4, 1, 8, 8, dt=torch.float32), text=text,
+            pooled=[randn(batch, POOLED) for _ in text],
+            history=dict(
+                image_embeds=randn(batch, 3, 16),
+                indices_latents=torch.tensor([3]),
+                latents_clean=randn(batch, 4, 2, 8, 8),
+                indices_latents_clean=torch.tensor([0, 4]),
+                latents_history_2x=randn(batch, 4, 2, 8, 8),
+                indices_latents_history_2x=torch.tensor([5, 6]),
+                latents_history_4x=randn(batch, 4, 4, 8, 8),
+                indices_latents_history_4x=torch.tensor([7, 8, 9, 10])))
     if kind == "auraflow":
         # Latents in the model's dtype, as AuraFlowPipeline keeps them.
         return dict(latents=randn(batch, 4, 8, 8), text=text)
@@ -1328,6 +1355,34 @@ def denoise_table(kind, model, dtype):
                 latents = scheduler.step(noise, t, latents,
                                          return_dict=False)[0]
                 continue
+            if kind == "bria-fibo":
+                # BriaFiboPipeline: CFG rows batched, t.expand(2B) in the
+                # latents' dtype, each prompt's text encoder layers.
+                layers = [torch.cat(pair) for pair in zip(*given["layers"])]
+                noise = model(
+                    hidden_states=torch.cat([latents] * 2),
+                    timestep=t.expand(2 * batch).to(latents.dtype),
+                    encoder_hidden_states=torch.cat([negative, positive]),
+                    text_encoder_layers=layers,
+                    img_ids=torch.zeros(4, 3),
+                    txt_ids=torch.zeros(TEXT_TOKENS, 3),
+                    return_dict=False)[0]
+                uncond, cond = noise.chunk(2)
+                noise = uncond + 5.0 * (cond - uncond)
+                latents = scheduler.step(noise, t, latents,
+                                         return_dict=False)[0]
+                continue
+            if kind == "motif-video":
+                # MotifVideoPipeline: CFG as two calls, t.expand(B) as it is.
+                cond, uncond = (model(
+                    hidden_states=latents, timestep=t.expand(batch),
+                    encoder_hidden_states=text,
+                    encoder_attention_mask=torch.ones(batch, TEXT_TOKENS),
+                    return_dict=False)[0] for text in (positive, negative))
+                noise = uncond + 5.0 * (cond - uncond)
+                latents = scheduler.step(noise, t, latents,
+                                         return_dict=False)[0]
+                continue
             if kind == "bria":
                 # BriaPipeline: CFG rows batched, t.expand(2B) as it is.
                 noise = model(
@@ -1459,7 +1514,7 @@ def denoise_table(kind, model, dtype):
                     encoder_hidden_states=positive,
                     encoder_attention_mask=torch.ones(batch, TEXT_TOKENS),
                     pooled_projections=given["pooled"][1], **guidance,
-                    return_dict=False)[0]
+                    **given.get("history", {}), return_dict=False)[0]
                 if kind == "hunyuanvideo-token-replace":
                     stepped = scheduler.step(noise[:, :, 1:], t,
                                              latents[:, :, 1:],

@@ -2,7 +2,9 @@
 
 The repository holds tiny models that diffusers itself builds and saves
 (Qwen-Image bf16 in shards, FLUX.1-dev bf16, and bf16 Qwen-Image-Layered,
-HiDream-I1, Z-Image, Lumina-Image-2.0, Sana, LTX-Video and HunyuanVideo),
+HiDream-I1, Z-Image, Lumina-Image-2.0, Sana, LTX-Video, HunyuanVideo and
+FramePack, Chroma, AuraFlow, LongCat-Image, Ovis-Image, Bria 3.2 and FIBO,
+Motif-Video),
 beside damaged copies and badly named folders.  Over KServe v2 gRPC
 (tritonclient), REST (tritonclient.http and curl) and the CLI's in-process
 computation of the same folder, the answers must be the same bits: the parity suite ties the
@@ -138,7 +140,13 @@ def repository(tmp_path_factory):
                        ("hunyuanvideo-i2v", "hunyuanvideo-i2v-cond"),
                        ("hunyuanvideo-token-replace", "hunyuanvideo-tr-cond"),
                        ("hunyuanvideo-1.5-sr", "hunyuanvideo-1.5-sr-cond"),
-                       ("chroma", "chroma-cond")):
+                       ("chroma", "chroma-cond"),
+                       ("auraflow", "auraflow-cond"),
+                       ("longcat-image", "longcat-image-cond"),
+                       ("ovis-image", "ovis-image-cond"),
+                       ("bria", "bria-cond"), ("bria-fibo", "bria-fibo-cond"),
+                       ("motif-video", "motif-video-cond"),
+                       ("hunyuanvideo-framepack", "framepack-cond")):
         FAMILIES[kind].build(torch.bfloat16).save_pretrained(root / name)
     good = tmp_path_factory.mktemp("qwen-fp32")
     qwen_model(torch.float32).save_pretrained(good)
@@ -283,7 +291,14 @@ def test_every_protocol_answers_the_clis_bits(protocol, server, repository,
             ("hunyuanvideo-i2v-cond", None, pooled, None),
             ("hunyuanvideo-tr-cond", GUIDANCE, pooled, None),
             ("hunyuanvideo-1.5-sr-cond", None, None, meanflow),
-            ("chroma-cond", None, None, None)):
+            ("chroma-cond", None, None, None),
+            ("auraflow-cond", None, None, None),
+            ("longcat-image-cond", None, None, None),
+            ("ovis-image-cond", None, None, None),
+            ("bria-cond", None, None, None),
+            ("bria-fibo-cond", None, None, None),
+            ("motif-video-cond", None, None, None),
+            ("framepack-cond", GUIDANCE, pooled, None)):
         expected = cli_outputs(temb_cli, root / model, tmp_path, guidance,
                                rows, extra)
         result = infer(module, client, model, guidance, rows, extra=extra)
