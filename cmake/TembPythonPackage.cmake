@@ -22,6 +22,53 @@
 # gRPC; the rules that need the package's targets run at the end of the
 # configure (cmake_language(DEFER)).
 
+# pip shows a build's output only with -v: a user would see minutes of
+# "Building wheel ... running".  So each compile and link of the package
+# names itself on the terminal, with its place among the build's steps
+# (cmake/temb_build_progress.sh, ahead of ccache where there is one; it
+# writes nothing without a terminal).  The steps are counted when the
+# configure ends (_temb_python_package_contents).
+set(_temb_progress_dir "${CMAKE_BINARY_DIR}/temb_progress")
+file(MAKE_DIRECTORY "${_temb_progress_dir}")
+file(WRITE "${_temb_progress_dir}/done" "0\n")
+# Run by sh: an sdist need not keep the script's executable bit.
+set(_temb_progress sh "${CMAKE_CURRENT_LIST_DIR}/temb_build_progress.sh"
+    "${_temb_progress_dir}")
+foreach(lang C CXX)
+  set(CMAKE_${lang}_COMPILER_LAUNCHER ${_temb_progress})
+  if(CCACHE_PROGRAM)
+    list(APPEND CMAKE_${lang}_COMPILER_LAUNCHER "${CCACHE_PROGRAM}")
+  endif()
+  set(CMAKE_${lang}_LINKER_LAUNCHER ${_temb_progress})
+endforeach()
+
+# The steps the launcher shows: every C and C++ source of every target in
+# the build, and every link of a module, shared library or executable.
+function(_temb_count_build_steps directory count_var)
+  set(count ${${count_var}})
+  get_property(targets DIRECTORY "${directory}" PROPERTY BUILDSYSTEM_TARGETS)
+  foreach(target IN LISTS targets)
+    get_target_property(type ${target} TYPE)
+    if(type STREQUAL "INTERFACE_LIBRARY" OR type STREQUAL "UTILITY")
+      continue()
+    endif()
+    get_target_property(sources ${target} SOURCES)
+    foreach(source IN LISTS sources)
+      if(source MATCHES "\\.(c|cc|cpp)$")
+        math(EXPR count "${count} + 1")
+      endif()
+    endforeach()
+    if(NOT type STREQUAL "STATIC_LIBRARY" AND NOT type STREQUAL "OBJECT_LIBRARY")
+      math(EXPR count "${count} + 1")
+    endif()
+  endforeach()
+  get_property(children DIRECTORY "${directory}" PROPERTY SUBDIRECTORIES)
+  foreach(child IN LISTS children)
+    _temb_count_build_steps("${child}" count)
+  endforeach()
+  set(${count_var} ${count} PARENT_SCOPE)
+endfunction()
+
 set(TEMB_NATIVE_TRANSPORT AUTO CACHE STRING
     "Build the Python package's native transport: AUTO, ON or OFF")
 set_property(CACHE TEMB_NATIVE_TRANSPORT PROPERTY STRINGS AUTO ON OFF)
@@ -102,6 +149,11 @@ VERSION = \"@PROJECT_VERSION@\"
 NATIVE_TRANSPORT_MISSING = @missing@
 " @ONLY)
   install(FILES "${stubs_root}/temb/_build.py" DESTINATION temb)
+
+  set(steps 0)
+  _temb_count_build_steps("${CMAKE_SOURCE_DIR}" steps)
+  file(WRITE "${_temb_progress_dir}/steps" "${steps}\n")
+  message(STATUS "temb Python package: ${steps} build steps")
 endfunction()
 cmake_language(DEFER DIRECTORY "${CMAKE_SOURCE_DIR}"
                CALL _temb_python_package_contents)

@@ -30,6 +30,7 @@ import json
 import os
 import pathlib
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -179,13 +180,20 @@ def _other_python():
                          "pyenv's): the clean room's wheel needs its headers")
 
 
-def _build_wheels(work, out, pythons, **env):
-    _run(["bash", str(REPO / "scripts" / "build-wheel.sh"), *pythons],
-         env=_clean_env(TEMB_WHEEL_WORK=str(work), TEMB_WHEEL_DIR=str(out),
-                        JOBS=os.environ.get("CMAKE_BUILD_PARALLEL_LEVEL",
-                                            "2"), **env),
-         timeout=2400)
-    return {wheel.name.split("-")[2]: wheel for wheel in out.glob("*.whl")}
+def _build_wheels(work, out, pythons, terminal=False, **env):
+    """scripts/build-wheel.sh: {tag: wheel} and what it printed (with
+    `terminal`, run under script(1), which gives it a terminal)."""
+    command = ["bash", str(REPO / "scripts" / "build-wheel.sh"), *pythons]
+    if terminal:
+        command = ["script", "-qec", shlex.join(command), "/dev/null"]
+    done = _run(command,
+                env=_clean_env(TEMB_WHEEL_WORK=str(work),
+                               TEMB_WHEEL_DIR=str(out),
+                               JOBS=os.environ.get(
+                                   "CMAKE_BUILD_PARALLEL_LEVEL", "2"), **env),
+                timeout=2400)
+    return ({wheel.name.split("-")[2]: wheel for wheel in out.glob("*.whl")},
+            done.stdout)
 
 
 @pytest.fixture(scope="module")
@@ -194,8 +202,8 @@ def wheels(tmp_path_factory):
     path, "cp313": path, "py3": the pure-Python wheel, "sdist": path}."""
     root = tmp_path_factory.mktemp("wheels")
     start = time.monotonic()
-    made = _build_wheels(root / "work", root / "dist",
-                         [sys.executable, _other_python()])
+    made, _ = _build_wheels(root / "work", root / "dist",
+                            [sys.executable, _other_python()])
     print(f"scripts/build-wheel.sh: {time.monotonic() - start:.0f} s")
     (made["sdist"],) = (root / "dist").glob("temb-*.tar.gz")
     return made
@@ -512,11 +520,20 @@ def _pkg_config_without_grpc(directory):
 def test_without_grpc_development_files_the_package_falls_back_to_grpcio(
         server, info, wheels, server_descriptor_set, tmp_path):
     # scripts/build-wheel.sh from the same sdist: the compiles of the
-    # wheels above are ccache hits, the build's log is the script's.
+    # wheels above are ccache hits, the build's log is the script's.  On a
+    # terminal, the build shows its steps, though pip runs it without -v.
     work = tmp_path / "work"
-    made = _build_wheels(work, tmp_path / "dist", [sys.executable],
-                         PKG_CONFIG_LIBDIR=str(
-                             _pkg_config_without_grpc(tmp_path / "pc")))
+    made, shown = _build_wheels(work, tmp_path / "dist", [sys.executable],
+                                terminal=True, PKG_CONFIG_LIBDIR=str(
+                                    _pkg_config_without_grpc(
+                                        tmp_path / "pc")))
+    steps = re.findall(r"temb: \[(\d+)/(\d+)\] (compiling|linking) (\S+)",
+                       shown)
+    assert ("compiling", "evaluator.cc") in [s[2:] for s in steps], shown
+    assert any(s[2] == "linking" and s[3].startswith("_temb_local")
+               for s in steps), shown
+    # The count names the build's steps: none beyond it.
+    assert all(int(s[0]) <= int(s[1]) for s in steps), steps
     wheel = made[wheels["cp311"].name.split("-")[2]]
     python = _venv(tmp_path / "venv")
     log = next(work.glob("build-cp*.log")).read_text()

@@ -1540,6 +1540,21 @@ class HunyuanVideoFramepack(HunyuanVideo):
             image_proj_dim=16, has_clean_x_embedder=True)
         return model.to(dtype).eval()
 
+    @staticmethod
+    def history(batch, randn):
+        """What the pipeline hands beside the latents, from `randn(*shape)`
+        in the model's dtype: the image embedding, the clean and history
+        latents and the positions of each."""
+        return dict(
+            image_embeds=randn(batch, 3, 16),
+            indices_latents=torch.tensor([3]),
+            latents_clean=randn(batch, 4, 2, 8, 8),
+            indices_latents_clean=torch.tensor([0, 4]),
+            latents_history_2x=randn(batch, 4, 2, 8, 8),
+            indices_latents_history_2x=torch.tensor([5, 6]),
+            latents_history_4x=randn(batch, 4, 4, 8, 8),
+            indices_latents_history_4x=torch.tensor([7, 8, 9, 10]))
+
     def inputs(self, dtype, t, generator):
         # HunyuanVideoFramepackPipeline: t.expand(B), float32; guidance
         # made in the transformer's dtype, times 1000; the image embedding
@@ -1552,14 +1567,7 @@ class HunyuanVideoFramepack(HunyuanVideo):
             hidden_states=randn(batch, 4, 1, 8, 8), timestep=t,
             encoder_hidden_states=randn(batch, TEXT_TOKENS, 24),
             encoder_attention_mask=torch.ones(batch, TEXT_TOKENS),
-            image_embeds=randn(batch, 3, 16),
-            indices_latents=torch.tensor([3]),
-            latents_clean=randn(batch, 4, 2, 8, 8),
-            indices_latents_clean=torch.tensor([0, 4]),
-            latents_history_2x=randn(batch, 4, 2, 8, 8),
-            indices_latents_history_2x=torch.tensor([5, 6]),
-            latents_history_4x=randn(batch, 4, 4, 8, 8),
-            indices_latents_history_4x=torch.tensor([7, 8, 9, 10]),
+            **self.history(batch, randn),
             guidance=torch.full([batch], GUIDANCE, dtype=dtype) * 1000.0)
 
 

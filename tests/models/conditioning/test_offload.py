@@ -1194,15 +1194,7 @@ def table_inputs(kind, dtype):
         return dict(
             latents=randn(batch, 4, 1, 8, 8, dt=torch.float32), text=text,
             pooled=[randn(batch, POOLED) for _ in text],
-            history=dict(
-                image_embeds=randn(batch, 3, 16),
-                indices_latents=torch.tensor([3]),
-                latents_clean=randn(batch, 4, 2, 8, 8),
-                indices_latents_clean=torch.tensor([0, 4]),
-                latents_history_2x=randn(batch, 4, 2, 8, 8),
-                indices_latents_history_2x=torch.tensor([5, 6]),
-                latents_history_4x=randn(batch, 4, 4, 8, 8),
-                indices_latents_history_4x=torch.tensor([7, 8, 9, 10])))
+            history=FAMILIES[kind].history(batch, randn))
     if kind == "auraflow":
         # Latents in the model's dtype, as AuraFlowPipeline keeps them.
         return dict(latents=randn(batch, 4, 8, 8), text=text)
@@ -1355,23 +1347,6 @@ def denoise_table(kind, model, dtype):
                 latents = scheduler.step(noise, t, latents,
                                          return_dict=False)[0]
                 continue
-            if kind == "bria-fibo":
-                # BriaFiboPipeline: CFG rows batched, t.expand(2B) in the
-                # latents' dtype, each prompt's text encoder layers.
-                layers = [torch.cat(pair) for pair in zip(*given["layers"])]
-                noise = model(
-                    hidden_states=torch.cat([latents] * 2),
-                    timestep=t.expand(2 * batch).to(latents.dtype),
-                    encoder_hidden_states=torch.cat([negative, positive]),
-                    text_encoder_layers=layers,
-                    img_ids=torch.zeros(4, 3),
-                    txt_ids=torch.zeros(TEXT_TOKENS, 3),
-                    return_dict=False)[0]
-                uncond, cond = noise.chunk(2)
-                noise = uncond + 5.0 * (cond - uncond)
-                latents = scheduler.step(noise, t, latents,
-                                         return_dict=False)[0]
-                continue
             if kind == "motif-video":
                 # MotifVideoPipeline: CFG as two calls, t.expand(B) as it is.
                 cond, uncond = (model(
@@ -1383,11 +1358,18 @@ def denoise_table(kind, model, dtype):
                 latents = scheduler.step(noise, t, latents,
                                          return_dict=False)[0]
                 continue
-            if kind == "bria":
-                # BriaPipeline: CFG rows batched, t.expand(2B) as it is.
+            if kind in ("bria", "bria-fibo"):
+                # BriaPipeline: CFG rows batched, t.expand(2B) as it is;
+                # BriaFiboPipeline's in the latents' dtype, with each
+                # prompt's text encoder layers.
+                timestep, layers = t.expand(2 * batch), {}
+                if kind == "bria-fibo":
+                    timestep = timestep.to(latents.dtype)
+                    layers["text_encoder_layers"] = [
+                        torch.cat(pair) for pair in zip(*given["layers"])]
                 noise = model(
                     hidden_states=torch.cat([latents] * 2),
-                    timestep=t.expand(2 * batch),
+                    timestep=timestep, **layers,
                     encoder_hidden_states=torch.cat([negative, positive]),
                     img_ids=torch.zeros(4, 3),
                     txt_ids=torch.zeros(TEXT_TOKENS, 3),
