@@ -3064,7 +3064,8 @@ def test_zero_cond_t_reference_rows_are_the_rows_at_zero(saved, temb_cli,
 
 @pytest.mark.parametrize("kind", ["qwen-image", "flux.1-dev", "sd3.5", "wan",
                                   "pixart-alpha", "cogvideox-1.5-i2v",
-                                  "sdxl-unet"])
+                                  "sdxl-unet", "hunyuanvideo-framepack",
+                                  "motif-video", "bria-fibo"])
 def test_rows_are_batch_invariant(kind, saved, temb_cli, tmp_path):
     _, folder, pooled = saved[(kind, "bf16")]
     batch = temb_outputs(temb_cli, kind, folder, pooled, tmp_path)
